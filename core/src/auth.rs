@@ -1,0 +1,169 @@
+//! Who a caller is: principals and the bearer-token table (`--auth-tokens FILE`).
+
+use std::fmt;
+use std::sync::Arc;
+
+use subtle::ConstantTimeEq;
+
+/// Who the auth layer says the caller is. Sessions are bound to one and checked on every POST.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Principal(Arc<str>);
+
+impl Principal {
+    pub fn new(name: &str) -> Self {
+        Principal(Arc::from(name))
+    }
+
+    /// Every caller when authentication is off.
+    pub fn anonymous() -> Self {
+        Principal::new("anonymous")
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Principal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Display for Principal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A line of a token file that could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenFileError {
+    pub line: usize,
+    pub reason: &'static str,
+}
+
+impl fmt::Display for TokenFileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {}: {}", self.line, self.reason)
+    }
+}
+
+impl std::error::Error for TokenFileError {}
+
+/// Static bearer tokens, one `principal token` pair per line (`#` comments and blank lines
+/// allowed).
+#[derive(Clone, Default)]
+pub struct TokenTable {
+    entries: Vec<(Principal, Vec<u8>)>,
+}
+
+impl fmt::Debug for TokenTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never print tokens.
+        write!(f, "TokenTable({} entries)", self.entries.len())
+    }
+}
+
+impl TokenTable {
+    pub fn parse(text: &str) -> Result<Self, TokenFileError> {
+        let mut entries: Vec<(Principal, Vec<u8>)> = Vec::new();
+        for (i, raw) in text.lines().enumerate() {
+            let line = raw.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let err = |reason| TokenFileError {
+                line: i + 1,
+                reason,
+            };
+            let mut parts = line.split_whitespace();
+            let (Some(principal), Some(token), None) = (parts.next(), parts.next(), parts.next())
+            else {
+                return Err(err("expected `principal token`"));
+            };
+            if token.len() < 16 {
+                return Err(err("token shorter than 16 characters"));
+            }
+            if entries.iter().any(|(_, t)| t == token.as_bytes()) {
+                return Err(err("token used twice"));
+            }
+            entries.push((Principal::new(principal), token.as_bytes().to_vec()));
+        }
+        if entries.is_empty() {
+            return Err(TokenFileError {
+                line: 0,
+                reason: "no tokens in file",
+            });
+        }
+        Ok(TokenTable { entries })
+    }
+
+    /// The principal whose token is `presented`, comparing every entry in constant time so
+    /// timing reveals neither which token nor how much of it matched.
+    pub fn principal_for(&self, presented: &[u8]) -> Option<Principal> {
+        let mut found = None;
+        for (principal, token) in &self.entries {
+            if bool::from(token.as_slice().ct_eq(presented)) {
+                found = Some(principal.clone());
+            }
+        }
+        found
+    }
+}
+
+/// The token of an `Authorization: Bearer <token>` header value.
+pub fn bearer_token(header: &[u8]) -> Option<&[u8]> {
+    let scheme = header.get(..7)?;
+    if !scheme.eq_ignore_ascii_case(b"bearer ") {
+        return None;
+    }
+    let token = header[7..].trim_ascii();
+    (!token.is_empty()).then_some(token)
+}
+
+/// How callers are identified.
+#[derive(Debug, Clone, Default)]
+pub enum Auth {
+    /// Everyone is [`Principal::anonymous`].
+    #[default]
+    None,
+    Tokens(TokenTable),
+}
+
+impl Auth {
+    /// The caller's principal from its `Authorization` header, or `None` for 401.
+    pub fn authenticate(&self, authorization: Option<&[u8]>) -> Option<Principal> {
+        match self {
+            Auth::None => Some(Principal::anonymous()),
+            Auth::Tokens(table) => table.principal_for(bearer_token(authorization?)?),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_map_to_principals() {
+        let table =
+            TokenTable::parse("# c\nalice aaaaaaaaaaaaaaaaaaaa\n\nbob bbbbbbbbbbbbbbbbbbbb\n")
+                .unwrap();
+        let auth = Auth::Tokens(table);
+        assert_eq!(
+            auth.authenticate(Some(b"Bearer bbbbbbbbbbbbbbbbbbbb")),
+            Some(Principal::new("bob"))
+        );
+        assert_eq!(
+            auth.authenticate(Some(b"bearer aaaaaaaaaaaaaaaaaaaa ")),
+            Some(Principal::new("alice"))
+        );
+        assert_eq!(auth.authenticate(Some(b"Bearer aaaaaaaaaaaaaaaaaaa")), None);
+        assert_eq!(auth.authenticate(Some(b"Basic aaaaaaaaaaaaaaaaaaaa")), None);
+        assert_eq!(auth.authenticate(None), None);
+        assert!(TokenTable::parse("alice short").is_err());
+        assert!(TokenTable::parse("").is_err());
+        assert!(TokenTable::parse("a xxxxxxxxxxxxxxxxxxxx\nb xxxxxxxxxxxxxxxxxxxx").is_err());
+    }
+}

@@ -1,0 +1,237 @@
+//! Every flag of both binaries, defined once. With the `cli` feature the same struct is
+//! parsed by clap, so `--help` is written once for both shells.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+#[cfg(feature = "cli")]
+use clap::{Parser, ValueEnum};
+
+/// When the supervisor restarts the backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "cli", derive(ValueEnum))]
+pub enum Restart {
+    /// Restart after a non-zero exit or a signal; a clean exit (0) shuts the proxy down.
+    #[default]
+    OnFailure,
+    /// Restart after every exit.
+    Always,
+    /// Never restart: the proxy exits with the backend's status.
+    Never,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "cli", derive(ValueEnum))]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// Switchboard: one shared stdio MCP server behind HTTP+SSE for many isolated clients.
+///
+/// Every client request id is rewritten to carry its session before it reaches the backend,
+/// so each reply returns to exactly the session that asked; whatever cannot be attributed
+/// is dropped or answered by the proxy, never broadcast. Without a command, a built-in demo
+/// MCP server is started.
+#[derive(Debug, Clone)]
+#[cfg_attr(feature = "cli", derive(Parser))]
+#[cfg_attr(
+    feature = "cli",
+    command(
+        version,
+        after_help = "Example: switchboard --listen 127.0.0.1:8000 -- uvx mcp-server-time"
+    )
+)]
+pub struct Config {
+    /// Address to listen on. Binding off loopback needs an auth mode other than none, or
+    /// --allow-unauthenticated.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, default_value = "127.0.0.1:8000", value_name = "ADDR")
+    )]
+    pub listen: SocketAddr,
+
+    /// Serve under this path prefix (e.g. /mcp-proxy): /sse becomes /mcp-proxy/sse.
+    #[cfg_attr(feature = "cli", arg(long, default_value = "", value_name = "PATH"))]
+    pub base_path: String,
+
+    /// Absolute URL clients reach the proxy at; the endpoint event then carries an absolute
+    /// POST URL (e.g. https://mcp.example.com).
+    #[cfg_attr(feature = "cli", arg(long, value_name = "URL"))]
+    pub public_url: Option<String>,
+
+    /// Static bearer tokens: a file of `principal token` lines. Sessions belong to the
+    /// principal whose token opened them.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE"))]
+    pub auth_tokens: Option<std::path::PathBuf>,
+
+    /// Allow a non-loopback --listen address without authentication.
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub allow_unauthenticated: bool,
+
+    /// Require authentication for /metrics too.
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub metrics_auth: bool,
+
+    /// Also allow this browser Origin (repeatable). Loopback origins are always allowed.
+    #[cfg_attr(feature = "cli", arg(long = "allow-origin", value_name = "ORIGIN"))]
+    pub allow_origins: Vec<String>,
+
+    /// Also allow this Host header value, without port (repeatable). On a loopback bind
+    /// only loopback hosts are allowed by default; elsewhere Host is checked only if given.
+    #[cfg_attr(feature = "cli", arg(long = "allow-host", value_name = "HOST"))]
+    pub allow_hosts: Vec<String>,
+
+    /// Most live sessions; more get 503.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 10_000, value_name = "N"))]
+    pub max_sessions: usize,
+
+    /// Largest POST body (e.g. 8MiB, 64KiB, 1000000); larger ones get 413.
+    #[cfg_attr(feature = "cli", arg(long, default_value = "8MiB", value_parser = parse_size, value_name = "SIZE"))]
+    pub max_body: usize,
+
+    /// Longest backend stdout line; longer lines are dropped.
+    #[cfg_attr(feature = "cli", arg(long, default_value = "8MiB", value_parser = parse_size, value_name = "SIZE"))]
+    pub max_line: usize,
+
+    /// Bytes one session's stream may have queued; a client that falls further behind is
+    /// disconnected (never thinned, never allowed to stall others).
+    #[cfg_attr(feature = "cli", arg(long, default_value = "4MiB", value_parser = parse_size, value_name = "SIZE"))]
+    pub session_buffer: usize,
+
+    /// Interval of `: keep-alive` comments on idle streams.
+    #[cfg_attr(feature = "cli", arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION"))]
+    pub keepalive: Duration,
+
+    /// Environment variable for the backend, on top of the inherited ones (repeatable).
+    #[cfg_attr(feature = "cli", arg(long = "env", value_name = "K=V", value_parser = parse_env))]
+    pub env: Vec<(String, String)>,
+
+    /// When to restart the backend after it exits.
+    #[cfg_attr(feature = "cli", arg(long, value_enum, default_value_t = Restart::OnFailure))]
+    pub restart: Restart,
+
+    /// Interval of health pings to the backend.
+    #[cfg_attr(feature = "cli", arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION"))]
+    pub ping_interval: Duration,
+
+    /// A backend silent this long after a ping is reported unhealthy (it is not killed).
+    #[cfg_attr(feature = "cli", arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION"))]
+    pub ping_timeout: Duration,
+
+    /// On shutdown, time the backend gets after its stdin closes before SIGTERM, and again
+    /// before SIGKILL.
+    #[cfg_attr(feature = "cli", arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION"))]
+    pub grace: Duration,
+
+    /// Log filter when RUST_LOG is unset (error, warn, info, debug, trace).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, default_value = "info", value_name = "LEVEL")
+    )]
+    pub log_level: String,
+
+    /// Log line format.
+    #[cfg_attr(feature = "cli", arg(long, value_enum, default_value_t = LogFormat::Text))]
+    pub log_format: LogFormat,
+
+    /// Run as the built-in demo MCP server on stdio (used by the proxy itself).
+    #[cfg_attr(feature = "cli", arg(long, hide = true))]
+    pub demo_backend: bool,
+
+    /// The stdio MCP server to run, after `--`. Omit it to run the built-in demo server.
+    #[cfg_attr(feature = "cli", arg(last = true, value_name = "CMD"))]
+    pub command: Vec<String>,
+}
+
+/// Sizes: a number of bytes with an optional `KiB`, `MiB`, `GiB` (or `K`, `M`, `G`) suffix.
+pub fn parse_size(text: &str) -> Result<usize, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let n: usize = digits
+        .parse()
+        .map_err(|_| format!("not a size: {text:?}"))?;
+    let scale: usize = match unit.trim() {
+        "" | "B" => 1,
+        "K" | "KiB" | "k" | "kb" | "KB" => 1 << 10,
+        "M" | "MiB" | "MB" | "m" => 1 << 20,
+        "G" | "GiB" | "GB" | "g" => 1 << 30,
+        _ => {
+            return Err(format!(
+                "unknown size unit in {text:?} (use KiB, MiB or GiB)"
+            ))
+        }
+    };
+    n.checked_mul(scale)
+        .ok_or_else(|| format!("size too large: {text:?}"))
+}
+
+/// Durations: a number with `ms`, `s`, `m` or `h` (a bare number is seconds).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("not a duration: {text:?}"))?;
+    Ok(match unit {
+        "ms" => Duration::from_millis(n),
+        "" | "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.saturating_mul(60)),
+        "h" => Duration::from_secs(n.saturating_mul(3600)),
+        _ => {
+            return Err(format!(
+                "unknown duration unit in {text:?} (use ms, s, m or h)"
+            ))
+        }
+    })
+}
+
+/// `K=V` for `--env`.
+pub fn parse_env(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("expected K=V, got {text:?}")),
+    }
+}
+
+impl Config {
+    /// The path prefix without a trailing slash (`""` or `/prefix`).
+    pub fn base_path(&self) -> &str {
+        self.base_path.trim_end_matches('/')
+    }
+
+    /// The URL announced in a session's `endpoint` event.
+    pub fn endpoint_url(&self, session: &crate::SessionId) -> String {
+        let base = self
+            .public_url
+            .as_deref()
+            .unwrap_or("")
+            .trim_end_matches('/');
+        format!("{base}{}/messages?session_id={session}", self.base_path())
+    }
+
+    /// The request path with `--base-path` removed, or `None` when outside it.
+    pub fn strip_base<'a>(&self, path: &'a str) -> Option<&'a str> {
+        let rest = path.strip_prefix(self.base_path())?;
+        (rest.is_empty() || rest.starts_with('/')).then_some(rest)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_durations() {
+        assert_eq!(parse_size("8MiB"), Ok(8 << 20));
+        assert_eq!(parse_size("1000"), Ok(1000));
+        assert!(parse_size("1 XB").is_err());
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
+        assert!(parse_duration("1.5s").is_err());
+        assert_eq!(parse_env("A=b=c"), Ok(("A".into(), "b=c".into())));
+    }
+}

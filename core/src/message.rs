@@ -1,0 +1,490 @@
+//! One-pass admission of a single JSON-RPC message from raw bytes.
+//!
+//! Ids, tokens and other values are kept as borrowed raw JSON text so that integers of
+//! any length survive exactly (never through `f64`) and everything the proxy does not
+//! rewrite passes through byte for byte.
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::fmt;
+use std::ops::Range;
+
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+
+/// Longest id (as raw JSON text, quotes included) a client may send.
+pub const MAX_ID_LEN: usize = 256;
+
+/// Why a client body was refused: each maps to HTTP 400 with a JSON-RPC error body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Invalid {
+    NotUtf8,
+    NotJson,
+    Batch,
+    NotAnObject,
+    DuplicateKey,
+    BadVersion,
+    MethodNotString,
+    MethodWithResult,
+    NoMethod,
+    InvalidId,
+    IdTooLong,
+    ClientResponse,
+}
+
+impl Invalid {
+    /// The JSON-RPC error code: -32700 when the bytes are not JSON at all, else -32600.
+    pub fn code(self) -> i32 {
+        match self {
+            Invalid::NotUtf8 | Invalid::NotJson => -32700,
+            _ => -32600,
+        }
+    }
+
+    /// A short reason a client developer can act on.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Invalid::NotUtf8 => "Parse error: body is not UTF-8",
+            Invalid::NotJson => "Parse error: body is not valid JSON",
+            Invalid::Batch => "Invalid Request: batch arrays are not supported",
+            Invalid::NotAnObject => "Invalid Request: body must be one JSON object",
+            Invalid::DuplicateKey => "Invalid Request: duplicate key in object",
+            Invalid::BadVersion => "Invalid Request: jsonrpc must be \"2.0\"",
+            Invalid::MethodNotString => "Invalid Request: method must be a string",
+            Invalid::MethodWithResult => {
+                "Invalid Request: a message cannot have both method and result or error"
+            }
+            Invalid::NoMethod => "Invalid Request: message has no method",
+            Invalid::InvalidId => "Invalid Request: id must be a string or an integer",
+            Invalid::IdTooLong => "Invalid Request: id is longer than 256 bytes",
+            Invalid::ClientResponse => "Invalid Request: responses from clients are not accepted",
+        }
+    }
+
+    /// Stable snake_case name, used as a metrics label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Invalid::NotUtf8 => "not_utf8",
+            Invalid::NotJson => "not_json",
+            Invalid::Batch => "batch",
+            Invalid::NotAnObject => "not_an_object",
+            Invalid::DuplicateKey => "duplicate_key",
+            Invalid::BadVersion => "bad_version",
+            Invalid::MethodNotString => "method_not_string",
+            Invalid::MethodWithResult => "method_with_result",
+            Invalid::NoMethod => "no_method",
+            Invalid::InvalidId => "invalid_id",
+            Invalid::IdTooLong => "id_too_long",
+            Invalid::ClientResponse => "client_response",
+        }
+    }
+}
+
+impl fmt::Display for Invalid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.reason())
+    }
+}
+
+/// A JSON-RPC id as the sender wrote it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RawId<'a> {
+    /// An integer literal, digits and sign exactly as written (`-0` included).
+    Int(&'a str),
+    /// A JSON string literal, quotes and escapes exactly as written.
+    Str(&'a str),
+}
+
+impl<'a> RawId<'a> {
+    /// Classifies raw JSON text as an id; `None` for null, bools, fractions, exponents,
+    /// objects and arrays.
+    pub fn classify(raw: &'a str) -> Option<RawId<'a>> {
+        match raw.as_bytes().first()? {
+            b'"' => Some(RawId::Str(raw)),
+            b'-' | b'0'..=b'9' if !raw.bytes().any(|b| matches!(b, b'.' | b'e' | b'E')) => {
+                Some(RawId::Int(raw))
+            }
+            _ => None,
+        }
+    }
+
+    /// The raw JSON text.
+    pub fn as_str(&self) -> &'a str {
+        match self {
+            RawId::Int(s) | RawId::Str(s) => s,
+        }
+    }
+}
+
+/// What a message is, by the JSON-RPC 2.0 shape rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Request,
+    Notification,
+    Response,
+}
+
+/// A parsed JSON object's top-level members, values kept as raw text.
+#[derive(Debug)]
+pub struct Message<'a> {
+    /// The whole message text.
+    pub text: &'a str,
+    pub kind: Kind,
+    pub method: Option<Cow<'a, str>>,
+    /// The raw `id` member value, if present (any JSON type).
+    pub id: Option<&'a RawValue>,
+    pub params: Option<&'a RawValue>,
+    pub result: Option<&'a RawValue>,
+    pub error: Option<&'a RawValue>,
+    pub jsonrpc: Option<&'a RawValue>,
+}
+
+impl<'a> Message<'a> {
+    /// The byte range of a member value (or any sub-slice) inside [`Message::text`].
+    pub fn span(&self, inner: &RawValue) -> Range<usize> {
+        span_of(self.text, inner.get())
+    }
+}
+
+/// Where `inner` (a sub-slice of `outer`) sits in `outer`.
+pub fn span_of(outer: &str, inner: &str) -> Range<usize> {
+    let start = (inner.as_ptr() as usize).wrapping_sub(outer.as_ptr() as usize);
+    debug_assert!(
+        start + inner.len() <= outer.len(),
+        "inner is not a sub-slice"
+    );
+    start..start + inner.len()
+}
+
+/// Admits a client POST body: exactly one JSON-RPC request or notification, strictly.
+pub fn admit_client(body: &[u8]) -> Result<Message<'_>, Invalid> {
+    let text = std::str::from_utf8(body).map_err(|_| Invalid::NotUtf8)?;
+    let msg = parse_object(text, true)?;
+    match &msg.jsonrpc {
+        Some(v) if v.get() == "\"2.0\"" => {}
+        _ => return Err(Invalid::BadVersion),
+    }
+    match msg.kind {
+        Kind::Response => return Err(Invalid::ClientResponse),
+        Kind::Request => {
+            let id = msg.id.map(|v| v.get()).unwrap_or_default();
+            RawId::classify(id).ok_or(Invalid::InvalidId)?;
+            if id.len() > MAX_ID_LEN {
+                return Err(Invalid::IdTooLong);
+            }
+        }
+        Kind::Notification => {}
+    }
+    Ok(msg)
+}
+
+/// Parses a backend line leniently: one JSON object whose top-level keys are unique.
+pub fn parse_backend(line: &str) -> Result<Message<'_>, Invalid> {
+    parse_object(line, false)
+}
+
+/// Parses one JSON object, checking top-level keys are unique (and, when `deep`, every
+/// nested object's keys too: a proxy and a backend must never disagree on which duplicate
+/// wins), and classifies it.
+fn parse_object(text: &str, deep: bool) -> Result<Message<'_>, Invalid> {
+    let first = text
+        .bytes()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
+    match first {
+        Some(b'[') => {
+            // Still tell "not JSON" from "a batch" so the error code is right.
+            return match serde_json::from_str::<IgnoredAny>(text) {
+                Ok(_) => Err(Invalid::Batch),
+                Err(_) => Err(Invalid::NotJson),
+            };
+        }
+        Some(b'{') => {}
+        _ => {
+            return match serde_json::from_str::<IgnoredAny>(text) {
+                Ok(_) => Err(Invalid::NotAnObject),
+                Err(_) => Err(Invalid::NotJson),
+            };
+        }
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    let members = de
+        .deserialize_map(MembersVisitor { deep })
+        .and_then(|m| de.end().map(|()| m))
+        .map_err(|e| {
+            if e.to_string().starts_with(DUPLICATE) {
+                Invalid::DuplicateKey
+            } else {
+                Invalid::NotJson
+            }
+        })?;
+    let method = match members.method {
+        None => None,
+        Some(raw) => Some(string_value(raw).ok_or(Invalid::MethodNotString)?),
+    };
+    let has_result_or_error = members.result.is_some() || members.error.is_some();
+    let kind = match (&method, has_result_or_error, &members.id) {
+        (Some(_), true, _) => return Err(Invalid::MethodWithResult),
+        (Some(_), false, Some(_)) => Kind::Request,
+        (Some(_), false, None) => Kind::Notification,
+        (None, true, _) => Kind::Response,
+        (None, false, _) => return Err(Invalid::NoMethod),
+    };
+    Ok(Message {
+        text,
+        kind,
+        method,
+        id: members.id,
+        params: members.params,
+        result: members.result,
+        error: members.error,
+        jsonrpc: members.jsonrpc,
+    })
+}
+
+/// The value of a raw JSON string, borrowed when it has no escapes.
+pub fn string_value(raw: &RawValue) -> Option<Cow<'_, str>> {
+    let s = raw.get();
+    let inner = s.strip_prefix('"')?.strip_suffix('"')?;
+    if !inner.contains('\\') {
+        return Some(Cow::Borrowed(inner));
+    }
+    serde_json::from_str::<String>(s).ok().map(Cow::Owned)
+}
+
+/// The members of an object, looked up by key with duplicates refused.
+pub fn members(raw: &RawValue) -> Option<Vec<(Cow<'_, str>, &RawValue)>> {
+    let mut de = serde_json::Deserializer::from_str(raw.get());
+    de.deserialize_map(EntriesVisitor).ok()
+}
+
+/// Finds member `key` of an object given as raw text; `None` if not an object, duplicated
+/// keys, or absent.
+pub fn member<'a>(raw: &'a RawValue, key: &str) -> Option<&'a RawValue> {
+    if !raw.get().starts_with('{') {
+        return None;
+    }
+    members(raw)?
+        .into_iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v)
+}
+
+const DUPLICATE: &str = "duplicate key";
+
+struct Members<'a> {
+    id: Option<&'a RawValue>,
+    method: Option<&'a RawValue>,
+    params: Option<&'a RawValue>,
+    result: Option<&'a RawValue>,
+    error: Option<&'a RawValue>,
+    jsonrpc: Option<&'a RawValue>,
+}
+
+/// A key, borrowed from the input unless it had escapes.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> de::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string key")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(KeyVisitor)
+    }
+}
+
+/// Remembers the keys of one object; a small object is scanned, a large one hashed, so a
+/// hostile object with many keys costs linear time.
+#[derive(Default)]
+struct SeenKeys<'a> {
+    few: Vec<Cow<'a, str>>,
+    many: HashSet<Cow<'a, str>>,
+}
+
+impl<'a> SeenKeys<'a> {
+    const SCAN_LIMIT: usize = 16;
+
+    /// Records `key`; false if it was seen before.
+    fn insert(&mut self, key: Cow<'a, str>) -> bool {
+        if self.many.is_empty() {
+            if self.few.contains(&key) {
+                return false;
+            }
+            if self.few.len() < Self::SCAN_LIMIT {
+                self.few.push(key);
+                return true;
+            }
+            self.many.extend(self.few.drain(..));
+        }
+        self.many.insert(key)
+    }
+}
+
+struct MembersVisitor {
+    deep: bool,
+}
+
+impl<'de> Visitor<'de> for MembersVisitor {
+    type Value = Members<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON-RPC object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut out = Members {
+            id: None,
+            method: None,
+            params: None,
+            result: None,
+            error: None,
+            jsonrpc: None,
+        };
+        let mut seen = SeenKeys::default();
+        while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+            let value: &'de RawValue = map.next_value()?;
+            if self.deep && matches!(value.get().as_bytes().first(), Some(b'{' | b'[')) {
+                check_unique_keys(value).map_err(de::Error::custom)?;
+            }
+            match &*key {
+                "id" => out.id = Some(value),
+                "method" => out.method = Some(value),
+                "params" => out.params = Some(value),
+                "jsonrpc" => out.jsonrpc = Some(value),
+                "result" => out.result = Some(value),
+                "error" => out.error = Some(value),
+                _ => {}
+            }
+            if !seen.insert(key) {
+                return Err(de::Error::custom(DUPLICATE));
+            }
+        }
+        Ok(out)
+    }
+}
+
+struct EntriesVisitor;
+
+impl<'de> Visitor<'de> for EntriesVisitor {
+    type Value = Vec<(Cow<'de, str>, &'de RawValue)>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut out = Vec::new();
+        let mut seen = SeenKeys::default();
+        while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+            let value: &'de RawValue = map.next_value()?;
+            if !seen.insert(key.clone()) {
+                return Err(de::Error::custom(DUPLICATE));
+            }
+            out.push((key, value));
+        }
+        Ok(out)
+    }
+}
+
+/// Walks a whole value and fails on the first object with a repeated key.
+fn check_unique_keys(raw: &RawValue) -> Result<(), &'static str> {
+    let mut de = serde_json::Deserializer::from_str(raw.get());
+    UniqueKeys.deserialize(&mut de).map_err(|_| DUPLICATE)
+}
+
+#[derive(Clone, Copy)]
+struct UniqueKeys;
+
+impl<'de> DeserializeSeed<'de> for UniqueKeys {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for UniqueKeys {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(self)?.is_some() {}
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut seen = SeenKeys::default();
+        while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+            if !seen.insert(key) {
+                return Err(de::Error::custom(DUPLICATE));
+            }
+            map.next_value_seed(self)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_ids() {
+        assert_eq!(RawId::classify("-0"), Some(RawId::Int("-0")));
+        assert_eq!(RawId::classify("\"a\""), Some(RawId::Str("\"a\"")));
+        for bad in ["1.5", "1e3", "1E3", "null", "true", "{}", "[]"] {
+            assert_eq!(RawId::classify(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn refuses_duplicates_at_any_depth() {
+        let top = br#"{"jsonrpc":"2.0","id":1,"id":2,"method":"x"}"#;
+        assert_eq!(admit_client(top).unwrap_err(), Invalid::DuplicateKey);
+        let nested = br#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"_meta":{"a":1,"a":2}}}"#;
+        assert_eq!(admit_client(nested).unwrap_err(), Invalid::DuplicateKey);
+        let escaped = br#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":1,"\u0061":2}}"#;
+        assert_eq!(admit_client(escaped).unwrap_err(), Invalid::DuplicateKey);
+        let many: String = (0..100).map(|i| format!("\"k{i}\":0,")).collect();
+        let body = format!(r#"{{{many}"k7":1,"jsonrpc":"2.0","method":"x"}}"#);
+        assert_eq!(
+            admit_client(body.as_bytes()).unwrap_err(),
+            Invalid::DuplicateKey
+        );
+    }
+
+    #[test]
+    fn spans_point_into_the_text() {
+        let body = br#"{"jsonrpc":"2.0","id":"a\"b","method":"m"}"#;
+        let msg = admit_client(body).unwrap();
+        let span = msg.span(msg.id.unwrap());
+        assert_eq!(&msg.text[span], r#""a\"b""#);
+    }
+}
