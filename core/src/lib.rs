@@ -55,6 +55,7 @@
 pub mod action;
 pub mod auth;
 pub mod config;
+pub mod demo;
 pub mod http;
 pub mod lines;
 pub mod message;
@@ -62,6 +63,7 @@ pub mod metrics;
 pub mod routed_id;
 pub mod router;
 pub mod sse;
+pub mod supervise;
 
 pub use action::{Action, DropReason, LogLevel};
 pub use auth::{Auth, Principal};

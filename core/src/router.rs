@@ -230,12 +230,23 @@ impl Router {
         result
     }
 
-    fn client_message_inner(
-        &mut self,
+    /// Runs every check of [`Router::client_message`] without acting on the message: a
+    /// shell whose backend queue stays full uses it to give the right refusal before 503.
+    pub fn check_client_message(
+        &self,
         session: &str,
         principal: &Principal,
         body: Body<'_>,
-    ) -> Result<Accepted, Rejection> {
+    ) -> Result<(), Rejection> {
+        self.admit(session, principal, body).map(|_| ())
+    }
+
+    fn admit<'b>(
+        &self,
+        session: &str,
+        principal: &Principal,
+        body: Body<'b>,
+    ) -> Result<(SessionId, Message<'b>), Rejection> {
         if session.is_empty() {
             return Err(Rejection::MissingSessionId);
         }
@@ -247,6 +258,16 @@ impl Router {
         if !self.backend_up {
             return Err(Rejection::BackendDown);
         }
+        Ok((sid, msg))
+    }
+
+    fn client_message_inner(
+        &mut self,
+        session: &str,
+        principal: &Principal,
+        body: Body<'_>,
+    ) -> Result<Accepted, Rejection> {
+        let (sid, msg) = self.admit(session, principal, body)?;
         let method = msg.method.as_deref().unwrap_or_default();
         Ok(match msg.kind {
             Kind::Request => match method {

@@ -1,0 +1,187 @@
+//! The backend process: spawned with its pipes, stdout framed into lines, stderr logged,
+//! stdin fed from a bounded queue.
+
+use std::process::Stdio;
+
+use switchboard_core::lines::{Line, LineFramer};
+use switchboard_core::supervise::Exit;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn, Instrument};
+
+use crate::supervisor::Input;
+
+/// Lines waiting for the backend's stdin. A POST waits (briefly) for room; proxy lines
+/// that find no room are dropped and counted.
+pub const STDIN_QUEUE: usize = 1024;
+
+/// How long the exit report waits for the stdout reader to finish.
+const READER_DRAIN: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A running backend.
+pub struct Backend {
+    pub pid: u32,
+    /// Where lines for the backend's stdin go.
+    pub stdin: mpsc::Sender<Vec<u8>>,
+    /// Signals for the process; the process task reports the exit.
+    pub signals: mpsc::UnboundedSender<Signal>,
+}
+
+/// What the supervisor may ask of a running backend at shutdown.
+#[derive(Debug, Clone, Copy)]
+pub enum Signal {
+    Terminate,
+    Kill,
+}
+
+/// Starts `command` and the tasks around it; every line and the exit are sent to `inputs`
+/// tagged with `generation`, so a restarted backend's leftovers are never mistaken.
+pub fn spawn(
+    command: &[String],
+    env: &[(String, String)],
+    max_line: usize,
+    generation: u64,
+    inputs: mpsc::Sender<Input>,
+) -> std::io::Result<Backend> {
+    let (program, args) = command
+        .split_first()
+        .ok_or_else(|| std::io::Error::other("no backend command"))?;
+    let mut child = Command::new(program)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let pid = child.id().unwrap_or_default();
+    let span = tracing::info_span!("backend", pid);
+    let stdin = child.stdin.take().expect("stdin is piped");
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let stderr = child.stderr.take().expect("stderr is piped");
+
+    let (stdin_tx, stdin_rx) = mpsc::channel(STDIN_QUEUE);
+    tokio::spawn(write_stdin(stdin, stdin_rx).instrument(span.clone()));
+    tokio::spawn(log_stderr(stderr).instrument(span.clone()));
+    let (signal_tx, signal_rx) = mpsc::unbounded_channel();
+    let reader_inputs = inputs.clone();
+    let reader = tokio::spawn(
+        async move { read_stdout(stdout, max_line, generation, &reader_inputs).await }
+            .instrument(span.clone()),
+    );
+    tokio::spawn(
+        async move {
+            let exit = wait(child, signal_rx).await;
+            // Report the lines it wrote before it died first; a grandchild still holding
+            // stdout open must not keep the exit from being reported.
+            let _ = tokio::time::timeout(READER_DRAIN, reader).await;
+            let _ = inputs.send(Input::BackendExited { generation, exit }).await;
+        }
+        .instrument(span),
+    );
+    Ok(Backend {
+        pid,
+        stdin: stdin_tx,
+        signals: signal_tx,
+    })
+}
+
+async fn write_stdin(stdin: ChildStdin, mut lines: mpsc::Receiver<Vec<u8>>) {
+    let mut out = BufWriter::with_capacity(64 * 1024, stdin);
+    while let Some(line) = lines.recv().await {
+        if out.write_all(&line).await.is_err() {
+            break;
+        }
+        // Flush once the queue is drained, so bursts become one write.
+        while let Ok(line) = lines.try_recv() {
+            if out.write_all(&line).await.is_err() {
+                return;
+            }
+        }
+        if out.flush().await.is_err() {
+            break;
+        }
+    }
+    debug!("backend stdin closed");
+}
+
+/// Lines read in one go are handed over as one batch.
+async fn read_stdout(
+    mut stdout: tokio::process::ChildStdout,
+    max_line: usize,
+    generation: u64,
+    inputs: &mpsc::Sender<Input>,
+) {
+    let mut framer = LineFramer::new(max_line);
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match stdout.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let mut batch = Vec::new();
+        framer.push(&buf[..n], |line| {
+            batch.push(match line {
+                Line::Complete(bytes) => Some(bytes.to_vec()),
+                Line::TooLong => None,
+            })
+        });
+        if !batch.is_empty()
+            && inputs
+                .send(Input::BackendLines { generation, batch })
+                .await
+                .is_err()
+        {
+            break;
+        }
+    }
+}
+
+async fn log_stderr(stderr: tokio::process::ChildStderr) {
+    let mut lines = BufReader::new(stderr).lines();
+    loop {
+        match lines.next_line().await {
+            Ok(Some(line)) => info!(target: "backend", "{line}"),
+            Ok(None) => break,
+            Err(e) => {
+                warn!(target: "backend", "stderr unreadable: {e}");
+                break;
+            }
+        }
+    }
+}
+
+/// Waits for the exit, sending the signals the supervisor asks for meanwhile.
+async fn wait(mut child: Child, mut signals: mpsc::UnboundedReceiver<Signal>) -> Exit {
+    loop {
+        tokio::select! {
+            status = child.wait() => return to_exit(status),
+            signal = signals.recv() => match (signal, child.id()) {
+                (Some(Signal::Terminate), Some(pid)) => send_sigterm(pid),
+                (Some(Signal::Kill), _) => { let _ = child.start_kill(); }
+                // Our handle is gone (the proxy is exiting): kill rather than orphan it.
+                (None, _) => { let _ = child.start_kill(); return to_exit(child.wait().await); }
+                (Some(Signal::Terminate), None) => {}
+            },
+        }
+    }
+}
+
+fn to_exit(status: std::io::Result<std::process::ExitStatus>) -> Exit {
+    match status.ok().and_then(|s| s.code()) {
+        Some(code) => Exit::Code(code),
+        None => Exit::Signal,
+    }
+}
+
+fn send_sigterm(pid: u32) {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return;
+    };
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours; the pid is our
+    // own child's, which has not been reaped yet (we still hold its `Child`).
+    unsafe {
+        libc::kill(pid, libc::SIGTERM);
+    }
+}

@@ -1,0 +1,298 @@
+//! HTTP: accept connections, check who is asking and from where, read bodies within the
+//! limit, and hand everything else to the owner loop. Every answer is built by the core.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use switchboard_core::config::Config;
+use switchboard_core::http::{self, Endpoint, OriginPolicy};
+use switchboard_core::router::Accepted;
+use switchboard_core::{Auth, Principal, Rejection, SessionId};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, warn, Instrument};
+
+use crate::supervisor::{Input, StdinSlot};
+
+/// How long a POST waits for room in the backend's stdin queue before 503.
+const BACKEND_BUSY_WAIT: Duration = Duration::from_secs(2);
+
+type ResponseBody = UnsyncBoxBody<Bytes, Infallible>;
+
+/// What every request handler shares.
+pub struct Server {
+    pub config: Arc<Config>,
+    pub auth: Auth,
+    pub origins: OriginPolicy,
+    pub inputs: mpsc::Sender<Input>,
+    pub stdin: StdinSlot,
+}
+
+impl Server {
+    /// Accepts connections until `stop` fires.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, stop: oneshot::Receiver<()>) {
+        tokio::pin!(stop);
+        loop {
+            let (stream, peer) = tokio::select! {
+                _ = &mut stop => return,
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        // Out of file descriptors and the like: back off instead of spinning.
+                        warn!("accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            let _ = stream.set_nodelay(true);
+            let server = self.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req| {
+                    let server = server.clone();
+                    async move { Ok::<_, Infallible>(server.handle(req, peer).await) }
+                });
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(Duration::from_secs(30))
+                    .serve_connection(TokioIo::new(stream), service);
+                if let Err(e) = conn.await {
+                    debug!(%peer, "connection ended: {e}");
+                }
+            });
+        }
+    }
+
+    async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<ResponseBody> {
+        let path = req.uri().path();
+        let endpoint = self
+            .config
+            .strip_base(path)
+            .ok_or(Rejection::NotFound)
+            .and_then(|p| Endpoint::route(req.method().as_str(), p));
+        let result = match endpoint {
+            Err(rejection) => Err(self.refused(rejection)),
+            Ok(Endpoint::Health) => Ok(self.health().await),
+            Ok(Endpoint::Metrics) => match self.metrics_principal(&req) {
+                Ok(()) => self.metrics().await,
+                Err(rejection) => Err(self.refused(rejection)),
+            },
+            Ok(Endpoint::Stream) => match self.admit(&req) {
+                Ok(principal) => self.open_stream(principal).await,
+                Err(rejection) => Err(self.refused(rejection)),
+            },
+            Ok(Endpoint::Messages) => match self.admit(&req) {
+                Ok(principal) => self.post(req, principal).await,
+                Err(rejection) => Err(self.refused(rejection)),
+            },
+        };
+        result.unwrap_or_else(|rejection| {
+            debug!(%peer, reason = rejection.as_str(), "refused");
+            refusal(rejection)
+        })
+    }
+
+    /// Counts a refusal decided here, before the loop saw the request (the router counts
+    /// its own).
+    fn refused(&self, rejection: Rejection) -> Rejection {
+        // Counting is best effort: never wait on the loop for it.
+        let _ = self.inputs.try_send(Input::Refused(rejection));
+        rejection
+    }
+
+    /// Auth, then Origin, then Host: the order of SPEC section 1.
+    fn admit<B>(&self, req: &Request<B>) -> Result<Principal, Rejection> {
+        let authorization = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .map(HeaderValue::as_bytes);
+        let principal = self
+            .auth
+            .authenticate(authorization)
+            .ok_or(Rejection::Unauthorized)?;
+        let text = |name| {
+            req.headers()
+                .get(name)
+                .and_then(|v: &HeaderValue| v.to_str().ok())
+        };
+        let host = text(header::HOST).or(req.uri().authority().map(|a| a.as_str()));
+        self.origins.check(text(header::ORIGIN), host)?;
+        Ok(principal)
+    }
+
+    fn metrics_principal<B>(&self, req: &Request<B>) -> Result<(), Rejection> {
+        if self.config.metrics_auth {
+            self.admit(req)?;
+        }
+        Ok(())
+    }
+
+    async fn open_stream(&self, principal: Principal) -> Result<Response<ResponseBody>, Rejection> {
+        let mut random = [0u8; 16];
+        getrandom::fill(&mut random).expect("the OS random source works");
+        let session = SessionId::from_random(random);
+        let (reply, answer) = oneshot::channel();
+        self.ask(Input::Open {
+            session,
+            principal,
+            reply,
+        })
+        .await?;
+        let stream = answer.await.map_err(|_| Rejection::BackendDown)??;
+        let mut response = Response::new(UnsyncBoxBody::new(stream));
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+        Ok(response)
+    }
+
+    async fn post(
+        &self,
+        req: Request<Incoming>,
+        principal: Principal,
+    ) -> Result<Response<ResponseBody>, Rejection> {
+        let session = http::session_param(req.uri().query()).to_owned();
+        let span = tracing::debug_span!("post", session = %session);
+        let body = read_limited(req.into_body(), self.config.max_body)
+            .instrument(span)
+            .await;
+        let permit = self.reserve_stdin().await;
+        let (reply, answer) = oneshot::channel();
+        self.ask(Input::Post {
+            session,
+            principal,
+            body,
+            permit,
+            reply,
+        })
+        .await?;
+        match answer.await.map_err(|_| Rejection::BackendDown)?? {
+            Accepted::Forwarded | Accepted::Answered | Accepted::Absorbed => Ok(accepted()),
+        }
+    }
+
+    /// Room for one line in the current backend's stdin queue, waiting briefly.
+    async fn reserve_stdin(&self) -> Option<crate::supervisor::StdinPermit> {
+        let stdin = self.stdin.borrow().clone()?;
+        tokio::time::timeout(BACKEND_BUSY_WAIT, stdin.reserve_owned())
+            .await
+            .ok()?
+            .ok()
+    }
+
+    async fn ask(&self, input: Input) -> Result<(), Rejection> {
+        self.inputs
+            .send(input)
+            .await
+            .map_err(|_| Rejection::BackendDown)
+    }
+
+    async fn health(&self) -> Response<ResponseBody> {
+        let (reply, answer) = oneshot::channel();
+        let report = match self.ask(Input::Health { reply }).await {
+            Ok(()) => answer.await.ok(),
+            Err(_) => None,
+        };
+        let Some((mut health, pong)) = report else {
+            return refusal(Rejection::BackendDown);
+        };
+        if let Some(pong) = pong {
+            if let Ok(Ok(())) = tokio::time::timeout(self.config.ping_timeout, pong).await {
+                health.answered = true;
+                health.since_last_pong = Some(Duration::ZERO);
+            }
+        }
+        let (status, body) = health.response();
+        json_response(status, body)
+    }
+
+    async fn metrics(&self) -> Result<Response<ResponseBody>, Rejection> {
+        let (reply, answer) = oneshot::channel();
+        self.ask(Input::Metrics { reply }).await?;
+        let text = answer.await.map_err(|_| Rejection::BackendDown)?;
+        let mut response = Response::new(full(text.into_bytes()));
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4"),
+        );
+        Ok(response)
+    }
+}
+
+/// The body, or `None` when it is larger than `limit` (by header, or counted as it
+/// arrives for chunked bodies): no more than `limit` bytes are ever held.
+async fn read_limited(mut body: Incoming, limit: usize) -> Option<Bytes> {
+    use hyper::body::Body as _;
+    if body.size_hint().lower() > limit as u64 {
+        return None;
+    }
+    let mut buf = BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else {
+            // A broken body is treated like a malformed one: what arrived is judged.
+            break;
+        };
+        if let Ok(data) = frame.into_data() {
+            if buf.len() + data.len() > limit {
+                return None;
+            }
+            buf.extend_from_slice(&data);
+        }
+    }
+    Some(buf.freeze())
+}
+
+fn full(body: impl Into<Bytes>) -> ResponseBody {
+    UnsyncBoxBody::new(Full::new(body.into()))
+}
+
+fn accepted() -> Response<ResponseBody> {
+    let mut response = Response::new(full(http::ACCEPTED_BODY));
+    *response.status_mut() = StatusCode::ACCEPTED;
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    response
+}
+
+fn json_response(status: u16, body: Vec<u8>) -> Response<ResponseBody> {
+    let mut response = Response::new(full(body));
+    *response.status_mut() = StatusCode::from_u16(status).expect("valid status");
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// A core refusal, copied onto the wire.
+fn refusal(rejection: Rejection) -> Response<ResponseBody> {
+    let r = rejection.response();
+    let mut response = Response::new(full(r.body));
+    *response.status_mut() = StatusCode::from_u16(r.status).expect("valid status");
+    for (name, value) in r.headers {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            response.headers_mut().insert(name, value);
+        }
+    }
+    if rejection == Rejection::BodyTooLarge {
+        // The rest of the body was not read: the connection cannot be reused.
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
+}
