@@ -133,7 +133,8 @@ pub struct Message<'a> {
     pub method: Option<Cow<'a, str>>,
     /// The raw `id` member value, if present (any JSON type).
     pub id: Option<&'a RawValue>,
-    pub params: Option<&'a RawValue>,
+    /// The members of `params` the proxy reads or rewrites.
+    pub params: Params<'a>,
     pub result: Option<&'a RawValue>,
     pub error: Option<&'a RawValue>,
     pub jsonrpc: Option<&'a RawValue>,
@@ -251,30 +252,28 @@ pub fn string_value(raw: &RawValue) -> Option<Cow<'_, str>> {
     serde_json::from_str::<String>(s).ok().map(Cow::Owned)
 }
 
-/// The members of an object, looked up by key with duplicates refused.
-pub fn members(raw: &RawValue) -> Option<Vec<(Cow<'_, str>, &RawValue)>> {
-    let mut de = serde_json::Deserializer::from_str(raw.get());
-    de.deserialize_map(EntriesVisitor).ok()
-}
-
-/// Finds member `key` of an object given as raw text; `None` if not an object, duplicated
-/// keys, or absent.
-pub fn member<'a>(raw: &'a RawValue, key: &str) -> Option<&'a RawValue> {
-    if !raw.get().starts_with('{') {
-        return None;
-    }
-    members(raw)?
-        .into_iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v)
-}
-
 const DUPLICATE: &str = "duplicate key";
+
+/// The members of `params` the proxy reads or rewrites, found in the same single pass
+/// that checks the message, as raw text.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Params<'a> {
+    /// `params._meta.progressToken` (a request asking for progress).
+    pub meta_progress_token: Option<&'a RawValue>,
+    /// `params.progressToken` (a `notifications/progress`).
+    pub progress_token: Option<&'a RawValue>,
+    /// `params.requestId` (a `notifications/cancelled`).
+    pub request_id: Option<&'a RawValue>,
+    /// `params.capabilities` (an `initialize`).
+    pub capabilities: Option<&'a RawValue>,
+    /// `params.uri` (subscriptions and `notifications/resources/updated`).
+    pub uri: Option<&'a RawValue>,
+}
 
 struct Members<'a> {
     id: Option<&'a RawValue>,
     method: Option<&'a RawValue>,
-    params: Option<&'a RawValue>,
+    params: Params<'a>,
     result: Option<&'a RawValue>,
     error: Option<&'a RawValue>,
     jsonrpc: Option<&'a RawValue>,
@@ -306,24 +305,27 @@ impl<'de> de::Deserialize<'de> for Key<'de> {
 /// hostile object with many keys costs linear time.
 #[derive(Default)]
 struct SeenKeys<'a> {
-    few: Vec<Cow<'a, str>>,
+    few: [Cow<'a, str>; SCAN_LIMIT],
+    len: usize,
     many: HashSet<Cow<'a, str>>,
 }
 
-impl<'a> SeenKeys<'a> {
-    const SCAN_LIMIT: usize = 16;
+/// Objects with up to this many keys are checked without allocating.
+const SCAN_LIMIT: usize = 16;
 
+impl<'a> SeenKeys<'a> {
     /// Records `key`; false if it was seen before.
     fn insert(&mut self, key: Cow<'a, str>) -> bool {
-        if self.many.is_empty() {
-            if self.few.contains(&key) {
+        if self.len < SCAN_LIMIT {
+            if self.few[..self.len].contains(&key) {
                 return false;
             }
-            if self.few.len() < Self::SCAN_LIMIT {
-                self.few.push(key);
-                return true;
-            }
-            self.many.extend(self.few.drain(..));
+            self.few[self.len] = key;
+            self.len += 1;
+            return true;
+        }
+        if self.many.is_empty() {
+            self.many.extend(self.few.iter_mut().map(std::mem::take));
         }
         self.many.insert(key)
     }
@@ -344,25 +346,24 @@ impl<'de> Visitor<'de> for MembersVisitor {
         let mut out = Members {
             id: None,
             method: None,
-            params: None,
+            params: Params::default(),
             result: None,
             error: None,
             jsonrpc: None,
         };
         let mut seen = SeenKeys::default();
         while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
-            let value: &'de RawValue = map.next_value()?;
-            if self.deep && matches!(value.get().as_bytes().first(), Some(b'{' | b'[')) {
-                check_unique_keys(value).map_err(de::Error::custom)?;
-            }
             match &*key {
-                "id" => out.id = Some(value),
-                "method" => out.method = Some(value),
-                "params" => out.params = Some(value),
-                "jsonrpc" => out.jsonrpc = Some(value),
-                "result" => out.result = Some(value),
-                "error" => out.error = Some(value),
-                _ => {}
+                "id" => out.id = Some(raw_value(&mut map, self.deep)?),
+                "method" => out.method = Some(map.next_value()?),
+                "jsonrpc" => out.jsonrpc = Some(map.next_value()?),
+                "params" => out.params = map.next_value_seed(ParamsSeed { deep: self.deep })?,
+                "result" => out.result = Some(raw_value(&mut map, self.deep)?),
+                "error" => out.error = Some(raw_value(&mut map, self.deep)?),
+                _ if self.deep => map.next_value_seed(UniqueKeys)?,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
             }
             if !seen.insert(key) {
                 return Err(de::Error::custom(DUPLICATE));
@@ -372,26 +373,134 @@ impl<'de> Visitor<'de> for MembersVisitor {
     }
 }
 
-struct EntriesVisitor;
+/// The next map value as raw text, checked for repeated keys inside when `deep`.
+fn raw_value<'de, A: MapAccess<'de>>(map: &mut A, deep: bool) -> Result<&'de RawValue, A::Error> {
+    let value: &'de RawValue = map.next_value()?;
+    if deep && matches!(value.get().as_bytes().first(), Some(b'{' | b'[')) {
+        check_unique_keys(value).map_err(de::Error::custom)?;
+    }
+    Ok(value)
+}
 
-impl<'de> Visitor<'de> for EntriesVisitor {
-    type Value = Vec<(Cow<'de, str>, &'de RawValue)>;
+/// Visitor methods for values that hold nothing the proxy reads: scalars give the
+/// default, arrays are walked (checking objects inside).
+macro_rules! skip_non_objects {
+    () => {
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+        fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            while seq.next_element_seed(UniqueKeys)?.is_some() {}
+            Ok(Default::default())
+        }
+    };
+}
+
+/// Skips (or, when `deep`, checks) the next map value.
+fn skip_value<'de, A: MapAccess<'de>>(map: &mut A, deep: bool) -> Result<(), A::Error> {
+    if deep {
+        map.next_value_seed(UniqueKeys)
+    } else {
+        map.next_value::<IgnoredAny>().map(|_| ())
+    }
+}
+
+/// Reads `params` in one pass: the members the proxy needs as raw text, everything else
+/// only checked (when `deep`) or skipped.
+#[derive(Clone, Copy)]
+struct ParamsSeed {
+    deep: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for ParamsSeed {
+    type Value = Params<'de>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ParamsSeed {
+    type Value = Params<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an object")
+        f.write_str("params")
     }
 
+    skip_non_objects!();
+
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut out = Vec::new();
+        let mut out = Params::default();
         let mut seen = SeenKeys::default();
         while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
-            let value: &'de RawValue = map.next_value()?;
-            if !seen.insert(key.clone()) {
+            match &*key {
+                "_meta" => {
+                    out.meta_progress_token = map.next_value_seed(MetaSeed { deep: self.deep })?
+                }
+                "progressToken" => out.progress_token = Some(raw_value(&mut map, self.deep)?),
+                "requestId" => out.request_id = Some(raw_value(&mut map, self.deep)?),
+                "capabilities" => out.capabilities = Some(raw_value(&mut map, self.deep)?),
+                "uri" => out.uri = Some(raw_value(&mut map, self.deep)?),
+                _ => skip_value(&mut map, self.deep)?,
+            }
+            if !seen.insert(key) {
                 return Err(de::Error::custom(DUPLICATE));
             }
-            out.push((key, value));
         }
         Ok(out)
+    }
+}
+
+/// Reads `params._meta`, keeping its `progressToken` as raw text.
+#[derive(Clone, Copy)]
+struct MetaSeed {
+    deep: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for MetaSeed {
+    type Value = Option<&'de RawValue>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for MetaSeed {
+    type Value = Option<&'de RawValue>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("_meta")
+    }
+
+    skip_non_objects!();
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut token = None;
+        let mut seen = SeenKeys::default();
+        while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+            if &*key == "progressToken" {
+                token = Some(raw_value(&mut map, self.deep)?);
+            } else {
+                skip_value(&mut map, self.deep)?;
+            }
+            if !seen.insert(key) {
+                return Err(de::Error::custom(DUPLICATE));
+            }
+        }
+        Ok(token)
     }
 }
 
@@ -417,28 +526,9 @@ impl<'de> Visitor<'de> for UniqueKeys {
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("any JSON value")
     }
-    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_str<E>(self, _: &str) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_unit<E>(self) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while seq.next_element_seed(self)?.is_some() {}
-        Ok(())
-    }
+
+    skip_non_objects!();
+
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let mut seen = SeenKeys::default();
         while let Some(Key(key)) = map.next_key::<Key<'de>>()? {

@@ -274,7 +274,7 @@ impl Router {
                 "initialize" => self.client_initialize(sid, &msg),
                 "resources/unsubscribe" => self.client_unsubscribe(sid, &msg),
                 "resources/subscribe" => {
-                    if let Some(uri) = param_string(&msg, "uri") {
+                    if let Some(uri) = param_uri(&msg) {
                         let state = self.sessions.get_mut(&sid).expect("authorized above");
                         if !state.subscriptions.contains(&uri)
                             && state.subscriptions.len() >= MAX_SUBSCRIPTIONS_PER_SESSION
@@ -293,9 +293,7 @@ impl Router {
                 "notifications/initialized" => Accepted::Absorbed,
                 "notifications/cancelled" => {
                     let mut edits = Vec::new();
-                    if let Some(request_id) =
-                        msg.params.and_then(|p| message::member(p, "requestId"))
-                    {
+                    if let Some(request_id) = msg.params.request_id {
                         if let Some(id) = RawId::classify(request_id.get()) {
                             edits.push((msg.span(request_id), routed_id::encoded(&sid, id)));
                         }
@@ -340,7 +338,7 @@ impl Router {
     }
 
     fn client_unsubscribe(&mut self, sid: SessionId, msg: &Message<'_>) -> Accepted {
-        let Some(uri) = param_string(msg, "uri") else {
+        let Some(uri) = param_uri(msg) else {
             return self.forward_request(sid, msg, Capabilities::Keep);
         };
         let held = self
@@ -377,19 +375,13 @@ impl Router {
         let id_raw = msg.id.expect("requests have ids");
         let id = RawId::classify(id_raw.get()).expect("admission checked the id");
         let mut edits = vec![(msg.span(id_raw), routed_id::encoded(&sid, id))];
-        if let Some(params) = msg.params {
-            if let Some(token) = message::member(params, "_meta")
-                .and_then(|meta| message::member(meta, "progressToken"))
-            {
-                if let Some(token_id) = RawId::classify(token.get()) {
-                    edits.push((msg.span(token), routed_id::encoded(&sid, token_id)));
-                }
+        if let Some(token) = msg.params.meta_progress_token {
+            if let Some(token_id) = RawId::classify(token.get()) {
+                edits.push((msg.span(token), routed_id::encoded(&sid, token_id)));
             }
-            if caps == Capabilities::Empty {
-                if let Some(c) = message::member(params, "capabilities") {
-                    edits.push((msg.span(c), b"{}".to_vec()));
-                }
-            }
+        }
+        if let (Capabilities::Empty, Some(c)) = (caps, msg.params.capabilities) {
+            edits.push((msg.span(c), b"{}".to_vec()));
         }
         self.push_rewrite(msg, edits);
         Accepted::Forwarded
@@ -554,7 +546,7 @@ impl Router {
                 });
             }
             "notifications/progress" => {
-                let token = msg.params.and_then(|p| message::member(p, "progressToken"));
+                let token = msg.params.progress_token;
                 let decoded = token.and_then(|t| routed_id::decode(t.get()));
                 match (token, decoded) {
                     (Some(token), Some(d)) if self.sessions.contains_key(&d.session) => {
@@ -567,7 +559,7 @@ impl Router {
                 }
             }
             "notifications/resources/updated" => {
-                let watchers: Vec<SessionId> = param_string(msg, "uri")
+                let watchers: Vec<SessionId> = param_uri(msg)
                     .and_then(|uri| self.subscribers.get(&uri))
                     .map(|set| set.iter().copied().collect())
                     .unwrap_or_default();
@@ -657,10 +649,9 @@ fn client_id<'a>(msg: &Message<'a>) -> &'a str {
     msg.id.map(RawValue::get).unwrap_or("null")
 }
 
-/// The string value of `params.<key>`, if it is a string.
-fn param_string(msg: &Message<'_>, key: &str) -> Option<String> {
-    let value = message::member(msg.params?, key)?;
-    message::string_value(value).map(|s| s.into_owned())
+/// The string value of `params.uri`, if it is a string.
+fn param_uri(msg: &Message<'_>) -> Option<String> {
+    message::string_value(msg.params.uri?).map(|s| s.into_owned())
 }
 
 /// `{"jsonrpc":"2.0","id":<id>,"<member>":<value>}` without a newline, carriage returns in
