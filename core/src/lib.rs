@@ -57,6 +57,7 @@ pub mod auth;
 pub mod config;
 pub mod demo;
 pub mod http;
+pub mod hub;
 pub mod lines;
 pub mod message;
 pub mod metrics;

@@ -292,7 +292,7 @@ impl Router {
             Kind::Notification => match method {
                 "notifications/initialized" => Accepted::Absorbed,
                 "notifications/cancelled" => {
-                    let mut edits = Vec::new();
+                    let mut edits: Vec<_> = progress_token_edit(sid, &msg).into_iter().collect();
                     if let Some(request_id) = msg.params.request_id {
                         if let Some(id) = RawId::classify(request_id.get()) {
                             edits.push((msg.span(request_id), routed_id::encoded(&sid, id)));
@@ -302,7 +302,9 @@ impl Router {
                     Accepted::Forwarded
                 }
                 _ => {
-                    self.push_rewrite(&msg, Vec::new());
+                    // SPEC 6.2: every progressToken a client sends carries its own sid.
+                    let edits = progress_token_edit(sid, &msg).into_iter().collect();
+                    self.push_rewrite(&msg, edits);
                     Accepted::Forwarded
                 }
             },
@@ -375,11 +377,7 @@ impl Router {
         let id_raw = msg.id.expect("requests have ids");
         let id = RawId::classify(id_raw.get()).expect("admission checked the id");
         let mut edits = vec![(msg.span(id_raw), routed_id::encoded(&sid, id))];
-        if let Some(token) = msg.params.meta_progress_token {
-            if let Some(token_id) = RawId::classify(token.get()) {
-                edits.push((msg.span(token), routed_id::encoded(&sid, token_id)));
-            }
-        }
+        edits.extend(progress_token_edit(sid, msg));
         if let (Capabilities::Empty, Some(c)) = (caps, msg.params.capabilities) {
             edits.push((msg.span(c), b"{}".to_vec()));
         }
@@ -480,7 +478,8 @@ impl Router {
             owner, owner_id, ..
         } = &self.init
         {
-            if *owner == decoded.session && *owner_id == decoded.original {
+            // By value: a backend may re-escape the id (Go escapes `&<>`, Python non-ASCII).
+            if *owner == decoded.session && same_id(owner_id, &decoded.original) {
                 return self.initialize_answered(msg);
             }
         }
@@ -642,6 +641,25 @@ enum Capabilities {
     /// The backend's single `initialize` is offered no client capabilities: a shared
     /// backend's sampling, roots or elicitation requests could not be attributed.
     Empty,
+}
+
+/// The edit routing `params._meta.progressToken` when it is an integer or a string.
+fn progress_token_edit(sid: SessionId, msg: &Message<'_>) -> Option<(Range<usize>, Vec<u8>)> {
+    let token = msg.params.meta_progress_token?;
+    let id = RawId::classify(token.get())?;
+    Some((msg.span(token), routed_id::encoded(&sid, id)))
+}
+
+/// Whether two raw ids name the same request: the same text, or JSON strings with the
+/// same value however they are escaped.
+fn same_id(a: &str, b: &str) -> bool {
+    a == b
+        || (a.starts_with('"')
+            && b.starts_with('"')
+            && matches!(
+                (serde_json::from_str::<String>(a), serde_json::from_str::<String>(b)),
+                (Ok(x), Ok(y)) if x == y
+            ))
 }
 
 /// The raw text of a client request's id (admission guarantees it is present).

@@ -3,6 +3,7 @@
 
 use std::process::Stdio;
 
+use switchboard_core::hub::{BackendPipe, Full};
 use switchboard_core::lines::{Line, LineFramer};
 use switchboard_core::supervise::Exit;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
@@ -26,6 +27,22 @@ pub struct Backend {
     pub stdin: mpsc::Sender<Vec<u8>>,
     /// Signals for the process; the process task reports the exit.
     pub signals: mpsc::UnboundedSender<Signal>,
+}
+
+impl BackendPipe for Backend {
+    type Permit = mpsc::OwnedPermit<Vec<u8>>;
+
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    fn write_client_line(&mut self, permit: Self::Permit, line: Vec<u8>) {
+        permit.send(line);
+    }
+
+    fn write_proxy_line(&mut self, line: Vec<u8>) -> Result<(), Full> {
+        self.stdin.try_send(line).map_err(|_| Full)
+    }
 }
 
 /// What the supervisor may ask of a running backend at shutdown.

@@ -1,13 +1,12 @@
 //! One SSE stream per session, fed by a queue bounded in bytes.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use http_body::{Body, Frame};
+use http_body::Body;
+use switchboard_core::hub::{Frame, Full, QueueBudget, SessionQueue};
 use switchboard_core::{sse, SessionId};
 use tokio::sync::mpsc;
 use tokio::time::{Interval, MissedTickBehavior};
@@ -17,26 +16,19 @@ const COALESCE_LIMIT: usize = 64 * 1024;
 
 /// The owner loop's end of a session: sends never wait.
 #[derive(Debug)]
-pub struct SessionQueue {
-    tx: mpsc::UnboundedSender<Bytes>,
-    queued: Arc<AtomicUsize>,
-    limit: usize,
+pub struct Queue {
+    tx: mpsc::UnboundedSender<Frame>,
+    budget: QueueBudget,
 }
 
-/// A frame did not fit: the session must be closed (slow consumer), never thinned.
-#[derive(Debug)]
-pub struct Full;
-
-impl SessionQueue {
-    /// Queues one SSE frame, or reports the session as a slow consumer (or already gone).
-    pub fn send(&self, frame: Bytes) -> Result<(), Full> {
+impl SessionQueue for Queue {
+    fn push(&self, frame: Frame) -> Result<(), Full> {
         let len = frame.len();
-        let before = self.queued.fetch_add(len, Ordering::AcqRel);
-        if before + len > self.limit {
-            self.queued.fetch_sub(len, Ordering::AcqRel);
-            return Err(Full);
-        }
-        self.tx.send(frame).map_err(|_| Full)
+        self.budget.charge(len)?;
+        self.tx.send(frame).map_err(|_| {
+            self.budget.refund(len);
+            Full
+        })
     }
 }
 
@@ -45,8 +37,8 @@ impl SessionQueue {
 pub struct SessionStream {
     session: SessionId,
     first: Option<Bytes>,
-    rx: mpsc::UnboundedReceiver<Bytes>,
-    queued: Arc<AtomicUsize>,
+    rx: mpsc::UnboundedReceiver<Frame>,
+    budget: QueueBudget,
     keepalive: Interval,
     closed: mpsc::UnboundedSender<SessionId>,
 }
@@ -58,22 +50,21 @@ pub fn channel(
     limit: usize,
     keepalive: Duration,
     closed: mpsc::UnboundedSender<SessionId>,
-) -> (SessionQueue, SessionStream) {
+) -> (Queue, SessionStream) {
     let (tx, rx) = mpsc::unbounded_channel();
-    let queued = Arc::new(AtomicUsize::new(0));
+    let budget = QueueBudget::new(limit);
     let mut keepalive =
         tokio::time::interval_at(tokio::time::Instant::now() + keepalive, keepalive);
     keepalive.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let queue = SessionQueue {
+    let queue = Queue {
         tx,
-        queued: queued.clone(),
-        limit,
+        budget: budget.clone(),
     };
     let stream = SessionStream {
         session,
         first: Some(Bytes::from(sse::endpoint_event(endpoint_url))),
         rx,
-        queued,
+        budget,
         keepalive,
         closed,
     };
@@ -87,43 +78,40 @@ impl Body for SessionStream {
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
         let this = &mut *self;
         if let Some(first) = this.first.take() {
-            return Poll::Ready(Some(Ok(Frame::data(first))));
+            return Poll::Ready(Some(Ok(http_body::Frame::data(first))));
         }
         match this.rx.poll_recv(cx) {
             Poll::Ready(Some(frame)) => {
                 let mut taken = frame.len();
                 // Coalesce what is already queued into one write.
-                let out = if let Ok(next) = this.rx.try_recv() {
-                    let mut buf =
-                        BytesMut::with_capacity(COALESCE_LIMIT.max(frame.len() + next.len()));
-                    buf.extend_from_slice(&frame);
-                    buf.extend_from_slice(&next);
-                    taken += next.len();
-                    while buf.len() < COALESCE_LIMIT {
-                        match this.rx.try_recv() {
-                            Ok(more) => {
-                                taken += more.len();
-                                buf.extend_from_slice(&more);
-                            }
-                            Err(_) => break,
+                let out = match this.rx.try_recv() {
+                    Err(_) => into_bytes(frame),
+                    Ok(next) => {
+                        let mut buf =
+                            BytesMut::with_capacity(COALESCE_LIMIT.max(taken + next.len()));
+                        taken += next.len();
+                        append(&mut buf, frame);
+                        append(&mut buf, next);
+                        while buf.len() < COALESCE_LIMIT {
+                            let Ok(more) = this.rx.try_recv() else { break };
+                            taken += more.len();
+                            append(&mut buf, more);
                         }
+                        buf.freeze()
                     }
-                    buf.freeze()
-                } else {
-                    frame
                 };
-                this.queued.fetch_sub(taken, Ordering::AcqRel);
+                this.budget.refund(taken);
                 this.keepalive.reset();
-                Poll::Ready(Some(Ok(Frame::data(out))))
+                Poll::Ready(Some(Ok(http_body::Frame::data(out))))
             }
             Poll::Ready(None) => Poll::Ready(None),
             Poll::Pending => match this.keepalive.poll_tick(cx) {
-                Poll::Ready(_) => {
-                    Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(sse::KEEPALIVE)))))
-                }
+                Poll::Ready(_) => Poll::Ready(Some(Ok(http_body::Frame::data(
+                    Bytes::from_static(sse::KEEPALIVE),
+                )))),
                 Poll::Pending => Poll::Pending,
             },
         }
@@ -134,5 +122,19 @@ impl Drop for SessionStream {
     fn drop(&mut self) {
         // The loop may be gone at shutdown; nothing is left to tell then.
         let _ = self.closed.send(self.session);
+    }
+}
+
+fn into_bytes(frame: Frame) -> Bytes {
+    match frame {
+        Frame::Owned(v) => Bytes::from(v),
+        Frame::Shared(a) => Bytes::from_owner(a),
+    }
+}
+
+fn append(buf: &mut BytesMut, frame: Frame) {
+    match frame {
+        Frame::Owned(v) => buf.extend_from_slice(&v),
+        Frame::Shared(a) => buf.extend_from_slice(&a),
     }
 }
