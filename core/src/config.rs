@@ -7,6 +7,9 @@ use std::time::Duration;
 #[cfg(feature = "cli")]
 use clap::{Parser, ValueEnum};
 
+use crate::auth::{Auth, TokenTable};
+use crate::http::{Gate, OriginPolicy};
+
 /// When the supervisor restarts the backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "cli", derive(ValueEnum))]
@@ -213,10 +216,49 @@ impl Config {
         format!("{base}{}/messages?session_id={session}", self.base_path())
     }
 
-    /// The request path with `--base-path` removed, or `None` when outside it.
-    pub fn strip_base<'a>(&self, path: &'a str) -> Option<&'a str> {
-        let rest = path.strip_prefix(self.base_path())?;
-        (rest.is_empty() || rest.starts_with('/')).then_some(rest)
+    /// The backend to run: the command after `--`, or this binary's demo mode.
+    pub fn backend_command(&self, current_exe: &str) -> Vec<String> {
+        if self.command.is_empty() {
+            vec![current_exe.to_owned(), "--demo-backend".to_owned()]
+        } else {
+            self.command.clone()
+        }
+    }
+
+    /// The request gate for these flags; `read` loads the `--auth-tokens` file. Refuses to
+    /// expose an unauthenticated proxy off loopback unless asked to.
+    pub fn gate(
+        &self,
+        read: impl FnOnce(&std::path::Path) -> std::io::Result<String>,
+    ) -> Result<Gate, String> {
+        let auth = match &self.auth_tokens {
+            Some(path) => {
+                let text = read(path)
+                    .map_err(|e| format!("cannot read --auth-tokens {}: {e}", path.display()))?;
+                Auth::Tokens(
+                    TokenTable::parse(&text)
+                        .map_err(|e| format!("--auth-tokens {}: {e}", path.display()))?,
+                )
+            }
+            None => Auth::None,
+        };
+        let loopback = self.listen.ip().is_loopback();
+        if matches!(auth, Auth::None) && !loopback && !self.allow_unauthenticated {
+            return Err(format!(
+                "refusing to serve {} without authentication: use --auth-tokens, or --allow-unauthenticated",
+                self.listen
+            ));
+        }
+        Ok(Gate {
+            auth,
+            origins: OriginPolicy {
+                allow_origins: self.allow_origins.clone(),
+                allow_hosts: self.allow_hosts.clone(),
+                loopback_bind: loopback,
+            },
+            base_path: self.base_path().to_owned(),
+            metrics_auth: self.metrics_auth,
+        })
     }
 }
 

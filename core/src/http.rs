@@ -1,6 +1,7 @@
 //! The HTTP surface as data: which endpoint a request names, the Origin and Host checks,
 //! and every refusal as (status, headers, body). Shells only copy these onto the wire.
 
+use crate::auth::{Auth, Principal};
 use crate::message::Invalid;
 
 /// What a request asks for, from its method and path.
@@ -31,6 +32,55 @@ impl Endpoint {
         } else {
             Err(Rejection::MethodNotAllowed { allow })
         }
+    }
+}
+
+/// The parts of a request head the gate looks at.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RequestHead<'a> {
+    pub method: &'a str,
+    /// Path without the query.
+    pub path: &'a str,
+    pub authorization: Option<&'a [u8]>,
+    pub origin: Option<&'a str>,
+    pub host: Option<&'a str>,
+}
+
+/// Who may reach which endpoint: routing under `--base-path`, then auth, Origin and Host
+/// in the order of SPEC section 1. `/health` is open; `/metrics` too unless
+/// `--metrics-auth`.
+#[derive(Debug, Clone)]
+pub struct Gate {
+    pub auth: Auth,
+    pub origins: OriginPolicy,
+    pub base_path: String,
+    pub metrics_auth: bool,
+}
+
+impl Gate {
+    /// The endpoint and the caller's principal ([`Principal::anonymous`] where none is
+    /// required), or the refusal to send.
+    pub fn admit(&self, head: &RequestHead<'_>) -> Result<(Endpoint, Principal), Rejection> {
+        let path = head
+            .path
+            .strip_prefix(self.base_path.trim_end_matches('/'))
+            .filter(|rest| rest.starts_with('/'))
+            .ok_or(Rejection::NotFound)?;
+        let endpoint = Endpoint::route(head.method, path)?;
+        let checked = match endpoint {
+            Endpoint::Health => false,
+            Endpoint::Metrics => self.metrics_auth,
+            Endpoint::Stream | Endpoint::Messages => true,
+        };
+        if !checked {
+            return Ok((endpoint, Principal::anonymous()));
+        }
+        let principal = self
+            .auth
+            .authenticate(head.authorization)
+            .ok_or(Rejection::Unauthorized)?;
+        self.origins.check(head.origin, head.host)?;
+        Ok((endpoint, principal))
     }
 }
 

@@ -9,10 +9,7 @@ mod supervisor;
 use std::sync::Arc;
 
 use clap::Parser;
-use switchboard_core::auth::TokenTable;
 use switchboard_core::config::{Config, LogFormat};
-use switchboard_core::http::OriginPolicy;
-use switchboard_core::Auth;
 use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
 
@@ -53,36 +50,9 @@ fn init_logging(config: &Config) {
 }
 
 fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
-    let auth = match &config.auth_tokens {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("cannot read --auth-tokens {}: {e}", path.display()))?;
-            Auth::Tokens(
-                TokenTable::parse(&text)
-                    .map_err(|e| format!("--auth-tokens {}: {e}", path.display()))?,
-            )
-        }
-        None => Auth::None,
-    };
-    let loopback = config.listen.ip().is_loopback();
-    if matches!(auth, Auth::None) && !loopback && !config.allow_unauthenticated {
-        return Err(format!(
-            "refusing to serve {} without authentication: use --auth-tokens, or --allow-unauthenticated",
-            config.listen
-        )
-        .into());
-    }
-    let command = if config.command.is_empty() {
-        let me = std::env::current_exe()?.to_string_lossy().into_owned();
-        vec![me, "--demo-backend".to_owned()]
-    } else {
-        config.command.clone()
-    };
-    let origins = OriginPolicy {
-        allow_origins: config.allow_origins.clone(),
-        allow_hosts: config.allow_hosts.clone(),
-        loopback_bind: loopback,
-    };
+    let gate = config.gate(|path| std::fs::read_to_string(path))?;
+    let me = std::env::current_exe()?;
+    let command = config.backend_command(&me.to_string_lossy());
     let config = Arc::new(config);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -101,8 +71,7 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
         let (supervisor, inputs, stdin) = Supervisor::new(config.clone(), command);
         let server = Arc::new(Server {
             config,
-            auth,
-            origins,
+            gate,
             inputs,
             stdin,
         });

@@ -14,9 +14,9 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use switchboard_core::config::Config;
-use switchboard_core::http::{self, Endpoint, OriginPolicy};
+use switchboard_core::http::{self, Endpoint, Gate, RequestHead};
 use switchboard_core::router::Accepted;
-use switchboard_core::{Auth, Principal, Rejection, SessionId};
+use switchboard_core::{Principal, Rejection, SessionId};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn, Instrument};
@@ -31,8 +31,7 @@ type ResponseBody = UnsyncBoxBody<Bytes, Infallible>;
 /// What every request handler shares.
 pub struct Server {
     pub config: Arc<Config>,
-    pub auth: Auth,
-    pub origins: OriginPolicy,
+    pub gate: Gate,
     pub inputs: mpsc::Sender<Input>,
     pub stdin: StdinSlot,
 }
@@ -73,67 +72,36 @@ impl Server {
     }
 
     async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<ResponseBody> {
-        let path = req.uri().path();
-        let endpoint = self
-            .config
-            .strip_base(path)
-            .ok_or(Rejection::NotFound)
-            .and_then(|p| Endpoint::route(req.method().as_str(), p));
-        let result = match endpoint {
-            Err(rejection) => Err(self.refused(rejection)),
-            Ok(Endpoint::Health) => Ok(self.health().await),
-            Ok(Endpoint::Metrics) => match self.metrics_principal(&req) {
-                Ok(()) => self.metrics().await,
-                Err(rejection) => Err(self.refused(rejection)),
-            },
-            Ok(Endpoint::Stream) => match self.admit(&req) {
-                Ok(principal) => self.open_stream(principal).await,
-                Err(rejection) => Err(self.refused(rejection)),
-            },
-            Ok(Endpoint::Messages) => match self.admit(&req) {
-                Ok(principal) => self.post(req, principal).await,
-                Err(rejection) => Err(self.refused(rejection)),
-            },
-        };
-        result.unwrap_or_else(|rejection| {
-            debug!(%peer, reason = rejection.as_str(), "refused");
-            refusal(rejection)
-        })
-    }
-
-    /// Counts a refusal decided here, before the loop saw the request (the router counts
-    /// its own).
-    fn refused(&self, rejection: Rejection) -> Rejection {
-        // Counting is best effort: never wait on the loop for it.
-        let _ = self.inputs.try_send(Input::Refused(rejection));
-        rejection
-    }
-
-    /// Auth, then Origin, then Host: the order of SPEC section 1.
-    fn admit<B>(&self, req: &Request<B>) -> Result<Principal, Rejection> {
-        let authorization = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .map(HeaderValue::as_bytes);
-        let principal = self
-            .auth
-            .authenticate(authorization)
-            .ok_or(Rejection::Unauthorized)?;
         let text = |name| {
             req.headers()
                 .get(name)
                 .and_then(|v: &HeaderValue| v.to_str().ok())
         };
-        let host = text(header::HOST).or(req.uri().authority().map(|a| a.as_str()));
-        self.origins.check(text(header::ORIGIN), host)?;
-        Ok(principal)
-    }
-
-    fn metrics_principal<B>(&self, req: &Request<B>) -> Result<(), Rejection> {
-        if self.config.metrics_auth {
-            self.admit(req)?;
-        }
-        Ok(())
+        let head = RequestHead {
+            method: req.method().as_str(),
+            path: req.uri().path(),
+            authorization: req
+                .headers()
+                .get(header::AUTHORIZATION)
+                .map(HeaderValue::as_bytes),
+            origin: text(header::ORIGIN),
+            host: text(header::HOST).or(req.uri().authority().map(|a| a.as_str())),
+        };
+        let result = match self.gate.admit(&head) {
+            Err(rejection) => {
+                // Counting is best effort: never wait on the loop for it.
+                let _ = self.inputs.try_send(Input::Refused(rejection));
+                Err(rejection)
+            }
+            Ok((Endpoint::Health, _)) => Ok(self.health().await),
+            Ok((Endpoint::Metrics, _)) => self.metrics().await,
+            Ok((Endpoint::Stream, principal)) => self.open_stream(principal).await,
+            Ok((Endpoint::Messages, principal)) => self.post(req, principal).await,
+        };
+        result.unwrap_or_else(|rejection| {
+            debug!(%peer, reason = rejection.as_str(), "refused");
+            refusal(rejection)
+        })
     }
 
     async fn open_stream(&self, principal: Principal) -> Result<Response<ResponseBody>, Rejection> {
