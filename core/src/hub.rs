@@ -39,6 +39,34 @@ impl Frame {
     }
 }
 
+impl AsRef<[u8]> for Frame {
+    fn as_ref(&self) -> &[u8] {
+        match self {
+            Frame::Owned(v) => v,
+            Frame::Shared(a) => a,
+        }
+    }
+}
+
+/// Frames already waiting are joined into one write up to this size.
+pub const COALESCE_LIMIT: usize = 64 * 1024;
+
+/// Joins `first` with the frames already waiting (pulled from `next` until it gives
+/// `None`) into one write of about [`COALESCE_LIMIT`] bytes; a lone frame is not copied.
+pub fn coalesce(first: Frame, mut next: impl FnMut() -> Option<Frame>) -> Frame {
+    let Some(second) = next() else {
+        return first;
+    };
+    let mut buf = Vec::with_capacity(COALESCE_LIMIT.max(first.len() + second.len()));
+    buf.extend_from_slice(first.as_ref());
+    buf.extend_from_slice(second.as_ref());
+    while buf.len() < COALESCE_LIMIT {
+        let Some(more) = next() else { break };
+        buf.extend_from_slice(more.as_ref());
+    }
+    Frame::Owned(buf)
+}
+
 /// A queue or pipe that had no room (or whose reader is gone).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Full;
@@ -88,6 +116,21 @@ impl QueueBudget {
             return Err(Full);
         }
         Ok(())
+    }
+
+    /// Charges `frame` and hands it to `send` (a non-blocking channel send); a frame that
+    /// does not fit, or whose receiver is gone, is refused and not charged.
+    pub fn admit<E>(
+        &self,
+        frame: Frame,
+        send: impl FnOnce(Frame) -> Result<(), E>,
+    ) -> Result<(), Full> {
+        let len = frame.len();
+        self.charge(len)?;
+        send(frame).map_err(|_| {
+            self.refund(len);
+            Full
+        })
     }
 
     pub fn refund(&self, bytes: usize) {

@@ -4,15 +4,12 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http_body::Body;
-use switchboard_core::hub::{Frame, Full, QueueBudget, SessionQueue};
+use switchboard_core::hub::{self, Frame, Full, QueueBudget, SessionQueue};
 use switchboard_core::{sse, SessionId};
 use tokio::sync::mpsc;
 use tokio::time::{Interval, MissedTickBehavior};
-
-/// Frames queued beyond this are coalesced into one write.
-const COALESCE_LIMIT: usize = 64 * 1024;
 
 /// The owner loop's end of a session: sends never wait.
 #[derive(Debug)]
@@ -23,12 +20,7 @@ pub struct Queue {
 
 impl SessionQueue for Queue {
     fn push(&self, frame: Frame) -> Result<(), Full> {
-        let len = frame.len();
-        self.budget.charge(len)?;
-        self.tx.send(frame).map_err(|_| {
-            self.budget.refund(len);
-            Full
-        })
+        self.budget.admit(frame, |frame| self.tx.send(frame))
     }
 }
 
@@ -85,26 +77,13 @@ impl Body for SessionStream {
         }
         match this.rx.poll_recv(cx) {
             Poll::Ready(Some(frame)) => {
-                let mut taken = frame.len();
-                // Coalesce what is already queued into one write.
-                let out = match this.rx.try_recv() {
-                    Err(_) => into_bytes(frame),
-                    Ok(next) => {
-                        let mut buf =
-                            BytesMut::with_capacity(COALESCE_LIMIT.max(taken + next.len()));
-                        taken += next.len();
-                        append(&mut buf, frame);
-                        append(&mut buf, next);
-                        while buf.len() < COALESCE_LIMIT {
-                            let Ok(more) = this.rx.try_recv() else { break };
-                            taken += more.len();
-                            append(&mut buf, more);
-                        }
-                        buf.freeze()
-                    }
-                };
-                this.budget.refund(taken);
+                let out = hub::coalesce(frame, || this.rx.try_recv().ok());
+                this.budget.refund(out.len());
                 this.keepalive.reset();
+                let out = match out {
+                    Frame::Owned(v) => Bytes::from(v),
+                    Frame::Shared(a) => Bytes::from_owner(a),
+                };
                 Poll::Ready(Some(Ok(http_body::Frame::data(out))))
             }
             Poll::Ready(None) => Poll::Ready(None),
@@ -122,19 +101,5 @@ impl Drop for SessionStream {
     fn drop(&mut self) {
         // The loop may be gone at shutdown; nothing is left to tell then.
         let _ = self.closed.send(self.session);
-    }
-}
-
-fn into_bytes(frame: Frame) -> Bytes {
-    match frame {
-        Frame::Owned(v) => Bytes::from(v),
-        Frame::Shared(a) => Bytes::from_owner(a),
-    }
-}
-
-fn append(buf: &mut BytesMut, frame: Frame) {
-    match frame {
-        Frame::Owned(v) => buf.extend_from_slice(&v),
-        Frame::Shared(a) => buf.extend_from_slice(&a),
     }
 }

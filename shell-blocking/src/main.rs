@@ -1,0 +1,86 @@
+//! `switchboard-blocking`: the same proxy as `switchboard` on std threads, tiny_http and
+//! crossbeam-channel, for hosts where an async runtime is unwelcome.
+
+mod backend;
+mod server;
+mod session;
+mod supervisor;
+
+use std::sync::Arc;
+use std::thread;
+
+use clap::Parser;
+use switchboard_core::config::{Config, LogFormat};
+use tracing::{error, info};
+use tracing_subscriber::EnvFilter;
+
+use crate::backend::Permits;
+use crate::server::Server;
+use crate::supervisor::{Input, Supervisor};
+
+fn main() {
+    let config = Config::parse();
+    if config.demo_backend {
+        let stdin = std::io::stdin().lock();
+        let stdout = std::io::stdout().lock();
+        std::process::exit(i32::from(
+            switchboard_core::demo::serve(stdin, stdout).is_err(),
+        ));
+    }
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&config.log_level));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match config.log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().init(),
+    }
+    std::process::exit(run(config).unwrap_or_else(|e| {
+        error!("{e}");
+        2
+    }));
+}
+
+fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
+    let gate = config.gate(|path| std::fs::read_to_string(path))?;
+    let me = std::env::current_exe()?;
+    let command = config.backend_command(&me.to_string_lossy());
+    let http = tiny_http::Server::http(config.listen)
+        .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+    let http = Arc::new(http);
+    info!(
+        "listening on http://{}{}/sse (backend: {})",
+        http.server_addr(),
+        config.base_path(),
+        command.join(" ")
+    );
+    let config = Arc::new(config);
+    let (supervisor, inputs, closed) = Supervisor::new(config.clone(), command);
+
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ])?;
+    let shutdown = inputs.clone();
+    thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            if signals.forever().next().is_some() {
+                let _ = shutdown.send(Input::Shutdown);
+            }
+        })?;
+
+    let server = Arc::new(Server {
+        config,
+        gate,
+        inputs,
+        closed,
+        permits: Permits::new(),
+    });
+    let accepting = http.clone();
+    thread::Builder::new()
+        .name("accept".into())
+        .spawn(move || server.serve(accepting))?;
+    Ok(supervisor.run(move || http.unblock()))
+}
