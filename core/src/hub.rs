@@ -258,6 +258,45 @@ impl fmt::Display for Event {
     }
 }
 
+/// A one-shot answer to a request handler waiting in the shell.
+pub type Reply<T> = Box<dyn FnOnce(T) + Send>;
+
+/// Everything a shell's loop feeds the hub, from its handlers and backend readers.
+pub enum Input<Q, P, W> {
+    /// `GET /sse`: the shell made the session's queue; the reply says whether it is open.
+    Open {
+        session: SessionId,
+        principal: Principal,
+        queue: Q,
+        reply: Reply<Result<(), Rejection>>,
+    },
+    /// `POST /messages`: `body` is `None` when larger than `--max-body`; `permit` is the
+    /// room reserved in the backend's stdin (`None` when none came in time).
+    Post {
+        session: String,
+        principal: Principal,
+        body: Option<Vec<u8>>,
+        permit: Option<P>,
+        reply: Reply<Result<Accepted, Rejection>>,
+    },
+    /// A refusal the HTTP layer decided on its own: counted only.
+    Refused(Rejection),
+    /// `GET /health`: the reply says whether a ping went out for `waiter` to wait on.
+    Health {
+        waiter: W,
+        reply: Reply<(Health, bool)>,
+    },
+    /// `GET /metrics`.
+    Metrics { reply: Reply<String> },
+    /// Lines the backend of `generation` wrote (`None`: a line over `--max-line`).
+    BackendLines {
+        generation: u64,
+        batch: Vec<Option<Vec<u8>>>,
+    },
+    /// The backend of `generation` exited.
+    BackendExited { generation: u64, exit: Exit },
+}
+
 struct Running<B> {
     pipe: B,
     generation: u64,
@@ -327,22 +366,54 @@ impl<Q: SessionQueue, B: BackendPipe, W: PongWaiter> Hub<Q, B, W> {
         self.drain(None, now);
     }
 
-    /// Opens a session for `principal`; `make` builds the shell's queue and stream for the
-    /// endpoint URL the stream must announce first.
-    pub fn open_session<T>(
+    /// Handles one input from the shell; `Some` when the backend exited and the shell
+    /// must restart it or shut down.
+    pub fn input(&mut self, input: Input<Q, B::Permit, W>, now: Instant) -> Option<AfterExit> {
+        match input {
+            Input::Open {
+                session,
+                principal,
+                queue,
+                reply,
+            } => reply(self.open_session(session, principal, queue, now)),
+            Input::Post {
+                session,
+                principal,
+                body,
+                permit,
+                reply,
+            } => {
+                let body = match &body {
+                    Some(bytes) => Body::Complete(bytes),
+                    None => Body::TooLarge,
+                };
+                reply(self.client_message(&session, &principal, body, permit, now))
+            }
+            Input::Refused(rejection) => self.count_rejection(&rejection),
+            Input::Health { waiter, reply } => reply(self.health(waiter, now)),
+            Input::Metrics { reply } => reply(self.metrics_text()),
+            Input::BackendLines { generation, batch } => self.backend_lines(generation, batch, now),
+            Input::BackendExited { generation, exit } => {
+                return self.backend_exited(generation, exit, now)
+            }
+        }
+        None
+    }
+
+    /// Opens a session for `principal` with the shell's `queue` for its stream.
+    pub fn open_session(
         &mut self,
         session: SessionId,
         principal: Principal,
-        make: impl FnOnce() -> (Q, T),
+        queue: Q,
         now: Instant,
-    ) -> Result<T, Rejection> {
+    ) -> Result<(), Rejection> {
         self.router.open_session(session, principal.clone())?;
-        let (queue, stream) = make();
         self.sessions.insert(session, queue);
         self.events
             .push_back(Event::SessionOpened { session, principal });
         self.drain(None, now);
-        Ok(stream)
+        Ok(())
     }
 
     /// A POST for `session`. `permit` is the room its handler reserved in the backend's

@@ -16,7 +16,7 @@ use tracing_subscriber::EnvFilter;
 
 use crate::backend::Permits;
 use crate::server::Server;
-use crate::supervisor::{Input, Supervisor};
+use crate::supervisor::Supervisor;
 
 fn main() {
     let config = Config::parse();
@@ -56,18 +56,17 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
         command.join(" ")
     );
     let config = Arc::new(config);
-    let (supervisor, inputs, closed) = Supervisor::new(config.clone(), command);
+    let (supervisor, inputs, closed, shutdown) = Supervisor::new(config.clone(), command);
 
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,
     ])?;
-    let shutdown = inputs.clone();
     thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
             if signals.forever().next().is_some() {
-                let _ = shutdown.send(Input::Shutdown);
+                let _ = shutdown.send(());
             }
         })?;
 

@@ -18,7 +18,7 @@ use tracing::{debug, warn};
 
 use crate::backend::Permits;
 use crate::session;
-use crate::supervisor::Input;
+use crate::supervisor::{reply, Input, PongTx};
 
 /// How long a POST waits for room in the backend's stdin queue before 503.
 const BACKEND_BUSY_WAIT: Duration = Duration::from_secs(2);
@@ -143,13 +143,15 @@ impl Server {
         let mut random = [0u8; 16];
         getrandom::fill(&mut random).expect("the OS random source works");
         let session = SessionId::from_random(random);
-        let (reply, answer) = crossbeam_channel::bounded(1);
+        let (queue, stream) = session::channel(self.config.session_buffer);
+        let (tx, answer) = crossbeam_channel::bounded(1);
         self.ask(Input::Open {
             session,
             principal,
-            reply,
+            queue,
+            reply: reply(tx),
         })?;
-        let stream = answer.recv().map_err(|_| Rejection::BackendDown)??;
+        answer.recv().map_err(|_| Rejection::BackendDown)??;
         Ok((session, stream))
     }
 
@@ -160,13 +162,13 @@ impl Server {
         body: Option<Vec<u8>>,
     ) -> Result<(), Rejection> {
         let permit = self.permits.reserve(BACKEND_BUSY_WAIT);
-        let (reply, answer) = crossbeam_channel::bounded(1);
+        let (tx, answer) = crossbeam_channel::bounded(1);
         self.ask(Input::Post {
             session,
             principal,
             body,
             permit,
-            reply,
+            reply: reply(tx),
         })?;
         answer
             .recv()
@@ -179,27 +181,30 @@ impl Server {
     }
 
     fn health(&self) -> (u16, Vec<u8>) {
-        let (reply, answer) = crossbeam_channel::bounded(1);
-        let report = match self.ask(Input::Health { reply }) {
+        let (pong_tx, pong) = crossbeam_channel::bounded(1);
+        let (tx, answer) = crossbeam_channel::bounded(1);
+        let input = Input::Health {
+            waiter: PongTx(pong_tx),
+            reply: reply(tx),
+        };
+        let report = match self.ask(input) {
             Ok(()) => answer.recv().ok(),
             Err(_) => None,
         };
-        let Some((mut health, pong)) = report else {
+        let Some((mut health, pinging)) = report else {
             let r = Rejection::BackendDown.response();
             return (r.status, r.body);
         };
-        if let Some(pong) = pong {
-            if pong.recv_timeout(self.config.ping_timeout).is_ok() {
-                health.answered = true;
-                health.since_last_pong = Some(Duration::ZERO);
-            }
+        if pinging && pong.recv_timeout(self.config.ping_timeout).is_ok() {
+            health.answered = true;
+            health.since_last_pong = Some(Duration::ZERO);
         }
         health.response()
     }
 
     fn metrics(&self) -> Result<String, Rejection> {
-        let (reply, answer) = crossbeam_channel::bounded(1);
-        self.ask(Input::Metrics { reply })?;
+        let (tx, answer) = crossbeam_channel::bounded(1);
+        self.ask(Input::Metrics { reply: reply(tx) })?;
         answer.recv().map_err(|_| Rejection::BackendDown)
     }
 }

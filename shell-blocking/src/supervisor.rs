@@ -7,17 +7,16 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{after, never, select, tick, Receiver, Sender};
 use switchboard_core::config::Config;
-use switchboard_core::hub::{Hub, Level, PongWaiter};
-use switchboard_core::router::{Accepted, Body};
-use switchboard_core::supervise::{AfterExit, Exit, Health};
-use switchboard_core::{Principal, Rejection, SessionId};
+use switchboard_core::hub::{self, Hub, Level, PongWaiter, Reply};
+use switchboard_core::supervise::AfterExit;
+use switchboard_core::SessionId;
 use tracing::{debug, error, info, warn};
 
 use crate::backend::{self, Backend, Permit, Signal};
-use crate::session::{self, Queue, SessionStream};
+use crate::session::Queue;
 
 /// Wakes a `/health` request when the backend answers its ping.
-pub struct PongTx(Sender<()>);
+pub struct PongTx(pub Sender<()>);
 
 impl PongWaiter for PongTx {
     fn answered(self) {
@@ -25,41 +24,15 @@ impl PongWaiter for PongTx {
     }
 }
 
-/// Everything the loop reacts to.
-pub enum Input {
-    Open {
-        session: SessionId,
-        principal: Principal,
-        reply: Sender<Result<SessionStream, Rejection>>,
-    },
-    Post {
-        session: String,
-        principal: Principal,
-        /// `None` when the body was larger than `--max-body`.
-        body: Option<Vec<u8>>,
-        /// `None` when the backend's queue stayed full.
-        permit: Option<Permit>,
-        reply: Sender<Result<Accepted, Rejection>>,
-    },
-    /// A refusal the HTTP layer decided (401, 403, 404, 405): counted only.
-    Refused(Rejection),
-    Health {
-        reply: Sender<(Health, Option<Receiver<()>>)>,
-    },
-    Metrics {
-        reply: Sender<String>,
-    },
-    BackendLines {
-        generation: u64,
-        /// `None` stands for a line that was too long and skipped.
-        batch: Vec<Option<Vec<u8>>>,
-    },
-    BackendExited {
-        generation: u64,
-        exit: Exit,
-    },
-    /// SIGINT or SIGTERM.
-    Shutdown,
+/// Everything the loop reacts to, from handlers and the backend's threads.
+pub type Input = hub::Input<Queue, Permit, PongTx>;
+
+/// A handler's one-shot channel as the hub's reply.
+pub fn reply<T: Send + 'static>(tx: Sender<T>) -> Reply<T> {
+    Box::new(move |value| {
+        // The handler may have given up (client gone); nothing to do then.
+        let _ = tx.send(value);
+    })
 }
 
 pub struct Supervisor {
@@ -70,15 +43,19 @@ pub struct Supervisor {
     inputs_tx: Sender<Input>,
     inputs: Receiver<Input>,
     closed: Receiver<SessionId>,
+    shutdown: Receiver<()>,
 }
 
 impl Supervisor {
+    /// The loop, and what the other threads need to reach it: its inputs, the channel on
+    /// which streams report their end, and the shutdown request.
     pub fn new(
         config: Arc<Config>,
         command: Vec<String>,
-    ) -> (Self, Sender<Input>, Sender<SessionId>) {
+    ) -> (Self, Sender<Input>, Sender<SessionId>, Sender<()>) {
         let (inputs_tx, inputs) = crossbeam_channel::bounded(1024);
         let (closed_tx, closed) = crossbeam_channel::unbounded();
+        let (shutdown_tx, shutdown) = crossbeam_channel::bounded(1);
         let supervisor = Supervisor {
             hub: Hub::new(&config),
             config,
@@ -87,8 +64,9 @@ impl Supervisor {
             inputs_tx: inputs_tx.clone(),
             inputs,
             closed,
+            shutdown,
         };
-        (supervisor, inputs_tx, closed_tx)
+        (supervisor, inputs_tx, closed_tx, shutdown_tx)
     }
 
     /// Runs until a shutdown signal (exit status 0) or until a backend that will not be
@@ -105,6 +83,10 @@ impl Supervisor {
                 None => never(),
             };
             select! {
+                recv(self.shutdown) -> _ => {
+                    info!("shutdown requested");
+                    break 0;
+                }
                 recv(self.closed) -> session => {
                     if let Ok(session) = session {
                         self.hub.stream_closed(session, Instant::now());
@@ -150,61 +132,13 @@ impl Supervisor {
     /// Handles one input; `Some(status)` when the proxy must exit.
     fn input(&mut self, input: Input) -> Option<i32> {
         let now = Instant::now();
-        match input {
-            Input::Open {
-                session,
-                principal,
-                reply,
-            } => {
-                let limit = self.config.session_buffer;
-                let opened =
-                    self.hub
-                        .open_session(session, principal, || session::channel(limit), now);
-                if reply.send(opened).is_err() {
-                    // The handler is gone: nobody will serve this stream.
-                    self.hub.stream_closed(session, now);
-                }
+        match self.hub.input(input, now)? {
+            AfterExit::Restart { after } => {
+                self.restart_at = Some(now + after);
+                None
             }
-            Input::Post {
-                session,
-                principal,
-                body,
-                permit,
-                reply,
-            } => {
-                let body = match &body {
-                    Some(bytes) => Body::Complete(bytes),
-                    None => Body::TooLarge,
-                };
-                let result = self
-                    .hub
-                    .client_message(&session, &principal, body, permit, now);
-                let _ = reply.send(result);
-            }
-            Input::Refused(rejection) => self.hub.count_rejection(&rejection),
-            Input::Health { reply } => {
-                let (tx, rx) = crossbeam_channel::bounded(1);
-                let (health, pinging) = self.hub.health(PongTx(tx), now);
-                let _ = reply.send((health, pinging.then_some(rx)));
-            }
-            Input::Metrics { reply } => {
-                let _ = reply.send(self.hub.metrics_text());
-            }
-            Input::BackendLines { generation, batch } => {
-                self.hub.backend_lines(generation, batch, now);
-            }
-            Input::BackendExited { generation, exit } => {
-                match self.hub.backend_exited(generation, exit, now)? {
-                    AfterExit::Restart { after } => self.restart_at = Some(now + after),
-                    AfterExit::Shutdown { status } => return Some(status),
-                }
-            }
-            Input::Shutdown => {
-                info!("shutdown requested");
-                return Some(0);
-            }
+            AfterExit::Shutdown { status } => Some(status),
         }
-        None
     }
 
     fn log_events(&mut self) {

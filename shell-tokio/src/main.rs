@@ -68,11 +68,12 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
             config.base_path(),
             command.join(" ")
         );
-        let (supervisor, inputs, stdin) = Supervisor::new(config.clone(), command);
+        let (supervisor, inputs, closed, stdin) = Supervisor::new(config.clone(), command);
         let server = Arc::new(Server {
             config,
             gate,
             inputs,
+            closed,
             stdin,
         });
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();

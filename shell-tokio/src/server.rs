@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -15,13 +15,13 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use switchboard_core::config::Config;
 use switchboard_core::http::{self, Endpoint, Gate, RequestHead};
-use switchboard_core::router::Accepted;
 use switchboard_core::{Principal, Rejection, SessionId};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
-use tracing::{debug, warn, Instrument};
+use tracing::{debug, warn};
 
-use crate::supervisor::{Input, StdinSlot};
+use crate::session;
+use crate::supervisor::{reply, Input, PongTx, StdinSlot};
 
 /// How long a POST waits for room in the backend's stdin queue before 503.
 const BACKEND_BUSY_WAIT: Duration = Duration::from_secs(2);
@@ -33,6 +33,7 @@ pub struct Server {
     pub config: Arc<Config>,
     pub gate: Gate,
     pub inputs: mpsc::Sender<Input>,
+    pub closed: mpsc::UnboundedSender<SessionId>,
     pub stdin: StdinSlot,
 }
 
@@ -108,14 +109,23 @@ impl Server {
         let mut random = [0u8; 16];
         getrandom::fill(&mut random).expect("the OS random source works");
         let session = SessionId::from_random(random);
-        let (reply, answer) = oneshot::channel();
+        let url = self.config.endpoint_url(&session);
+        let (queue, stream) = session::channel(
+            session,
+            &url,
+            self.config.session_buffer,
+            self.config.keepalive,
+            self.closed.clone(),
+        );
+        let (tx, answer) = oneshot::channel();
         self.ask(Input::Open {
             session,
             principal,
-            reply,
+            queue,
+            reply: reply(tx),
         })
         .await?;
-        let stream = answer.await.map_err(|_| Rejection::BackendDown)??;
+        answer.await.map_err(|_| Rejection::BackendDown)??;
         let mut response = Response::new(UnsyncBoxBody::new(stream));
         let headers = response.headers_mut();
         headers.insert(
@@ -133,23 +143,19 @@ impl Server {
         principal: Principal,
     ) -> Result<Response<ResponseBody>, Rejection> {
         let session = http::session_param(req.uri().query()).to_owned();
-        let span = tracing::debug_span!("post", session = %session);
-        let body = read_limited(req.into_body(), self.config.max_body)
-            .instrument(span)
-            .await;
+        let body = read_limited(req.into_body(), self.config.max_body).await;
         let permit = self.reserve_stdin().await;
-        let (reply, answer) = oneshot::channel();
+        let (tx, answer) = oneshot::channel();
         self.ask(Input::Post {
             session,
             principal,
             body,
             permit,
-            reply,
+            reply: reply(tx),
         })
         .await?;
-        match answer.await.map_err(|_| Rejection::BackendDown)?? {
-            Accepted::Forwarded | Accepted::Answered | Accepted::Absorbed => Ok(accepted()),
-        }
+        answer.await.map_err(|_| Rejection::BackendDown)??;
+        Ok(accepted())
     }
 
     /// Room for one line in the current backend's stdin queue, waiting briefly.
@@ -169,15 +175,20 @@ impl Server {
     }
 
     async fn health(&self) -> Response<ResponseBody> {
-        let (reply, answer) = oneshot::channel();
-        let report = match self.ask(Input::Health { reply }).await {
+        let (pong_tx, pong) = oneshot::channel();
+        let (tx, answer) = oneshot::channel();
+        let input = Input::Health {
+            waiter: PongTx(pong_tx),
+            reply: reply(tx),
+        };
+        let report = match self.ask(input).await {
             Ok(()) => answer.await.ok(),
             Err(_) => None,
         };
-        let Some((mut health, pong)) = report else {
+        let Some((mut health, pinging)) = report else {
             return refusal(Rejection::BackendDown);
         };
-        if let Some(pong) = pong {
+        if pinging {
             if let Ok(Ok(())) = tokio::time::timeout(self.config.ping_timeout, pong).await {
                 health.answered = true;
                 health.since_last_pong = Some(Duration::ZERO);
@@ -188,8 +199,8 @@ impl Server {
     }
 
     async fn metrics(&self) -> Result<Response<ResponseBody>, Rejection> {
-        let (reply, answer) = oneshot::channel();
-        self.ask(Input::Metrics { reply }).await?;
+        let (tx, answer) = oneshot::channel();
+        self.ask(Input::Metrics { reply: reply(tx) }).await?;
         let text = answer.await.map_err(|_| Rejection::BackendDown)?;
         let mut response = Response::new(full(text.into_bytes()));
         response.headers_mut().insert(
@@ -202,12 +213,12 @@ impl Server {
 
 /// The body, or `None` when it is larger than `limit` (by header, or counted as it
 /// arrives for chunked bodies): no more than `limit` bytes are ever held.
-async fn read_limited(mut body: Incoming, limit: usize) -> Option<Bytes> {
+async fn read_limited(mut body: Incoming, limit: usize) -> Option<Vec<u8>> {
     use hyper::body::Body as _;
     if body.size_hint().lower() > limit as u64 {
         return None;
     }
-    let mut buf = BytesMut::new();
+    let mut buf = Vec::new();
     while let Some(frame) = body.frame().await {
         let Ok(frame) = frame else {
             // A broken body is treated like a malformed one: what arrived is judged.
@@ -220,7 +231,7 @@ async fn read_limited(mut body: Incoming, limit: usize) -> Option<Bytes> {
             buf.extend_from_slice(&data);
         }
     }
-    Some(buf.freeze())
+    Some(buf)
 }
 
 fn full(body: impl Into<Bytes>) -> ResponseBody {

@@ -5,17 +5,15 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
 use switchboard_core::config::Config;
-use switchboard_core::hub::{Hub, Level, PongWaiter};
-use switchboard_core::router::{Accepted, Body};
-use switchboard_core::supervise::{AfterExit, Exit, Health};
-use switchboard_core::{Principal, Rejection, SessionId};
+use switchboard_core::hub::{self, Hub, Level, PongWaiter, Reply};
+use switchboard_core::supervise::AfterExit;
+use switchboard_core::SessionId;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, error, info, warn};
 
 use crate::backend::{self, Backend, Signal};
-use crate::session::{self, Queue, SessionStream};
+use crate::session::Queue;
 
 /// The current backend's stdin queue, for POST handlers to reserve room in before the
 /// loop sees their message (`None` while the backend is down).
@@ -25,7 +23,7 @@ pub type StdinSlot = watch::Receiver<Option<mpsc::Sender<Vec<u8>>>>;
 pub type StdinPermit = mpsc::OwnedPermit<Vec<u8>>;
 
 /// Wakes a `/health` request when the backend answers its ping.
-pub struct PongTx(oneshot::Sender<()>);
+pub struct PongTx(pub oneshot::Sender<()>);
 
 impl PongWaiter for PongTx {
     fn answered(self) {
@@ -33,39 +31,15 @@ impl PongWaiter for PongTx {
     }
 }
 
-/// Everything the loop reacts to.
-pub enum Input {
-    Open {
-        session: SessionId,
-        principal: Principal,
-        reply: oneshot::Sender<Result<SessionStream, Rejection>>,
-    },
-    Post {
-        session: String,
-        principal: Principal,
-        /// `None` when the body was larger than `--max-body`.
-        body: Option<Bytes>,
-        /// `None` when the backend's queue stayed full (or the backend is down).
-        permit: Option<StdinPermit>,
-        reply: oneshot::Sender<Result<Accepted, Rejection>>,
-    },
-    /// A refusal the HTTP layer decided (401, 403, 404, 405): counted only.
-    Refused(Rejection),
-    Health {
-        reply: oneshot::Sender<(Health, Option<oneshot::Receiver<()>>)>,
-    },
-    Metrics {
-        reply: oneshot::Sender<String>,
-    },
-    BackendLines {
-        generation: u64,
-        /// `None` stands for a line that was too long and skipped.
-        batch: Vec<Option<Vec<u8>>>,
-    },
-    BackendExited {
-        generation: u64,
-        exit: Exit,
-    },
+/// Everything the loop reacts to, from handlers and the backend's tasks.
+pub type Input = hub::Input<Queue, StdinPermit, PongTx>;
+
+/// A handler's one-shot channel as the hub's reply.
+pub fn reply<T: Send + 'static>(tx: oneshot::Sender<T>) -> Reply<T> {
+    Box::new(move |value| {
+        // The handler may have given up (client gone); nothing to do then.
+        let _ = tx.send(value);
+    })
 }
 
 pub struct Supervisor {
@@ -76,15 +50,21 @@ pub struct Supervisor {
     stdin_slot: watch::Sender<Option<mpsc::Sender<Vec<u8>>>>,
     inputs_tx: mpsc::Sender<Input>,
     inputs: mpsc::Receiver<Input>,
-    closed_tx: mpsc::UnboundedSender<SessionId>,
     closed: mpsc::UnboundedReceiver<SessionId>,
 }
 
 impl Supervisor {
+    /// The loop, and what the HTTP side needs to reach it: its inputs, the channel on
+    /// which streams report their end, and the backend's stdin slot.
     pub fn new(
         config: Arc<Config>,
         command: Vec<String>,
-    ) -> (Self, mpsc::Sender<Input>, StdinSlot) {
+    ) -> (
+        Self,
+        mpsc::Sender<Input>,
+        mpsc::UnboundedSender<SessionId>,
+        StdinSlot,
+    ) {
         let (inputs_tx, inputs) = mpsc::channel(1024);
         let (closed_tx, closed) = mpsc::unbounded_channel();
         let (stdin_slot, slot_rx) = watch::channel(None);
@@ -96,10 +76,9 @@ impl Supervisor {
             stdin_slot,
             inputs_tx: inputs_tx.clone(),
             inputs,
-            closed_tx,
             closed,
         };
-        (supervisor, inputs_tx, slot_rx)
+        (supervisor, inputs_tx, closed_tx, slot_rx)
     }
 
     /// Runs until a shutdown signal (exit status 0) or until a backend that will not be
@@ -164,67 +143,17 @@ impl Supervisor {
 
     /// Handles one input; `Some(status)` when the proxy must exit.
     fn input(&mut self, input: Input) -> Option<i32> {
-        let now = Instant::now();
-        match input {
-            Input::Open {
-                session,
-                principal,
-                reply,
-            } => {
-                let url = self.config.endpoint_url(&session);
-                let (limit, keepalive) = (self.config.session_buffer, self.config.keepalive);
-                let closed = self.closed_tx.clone();
-                let opened = self.hub.open_session(
-                    session,
-                    principal,
-                    || session::channel(session, &url, limit, keepalive, closed),
-                    now,
-                );
-                // A client that left already drops the stream, which reports the close.
-                let _ = reply.send(opened);
+        match self.hub.input(input, Instant::now())? {
+            AfterExit::Restart { after } => {
+                self.stdin_slot.send_replace(None);
+                self.restart_at = Some(tokio::time::Instant::now() + after);
+                None
             }
-            Input::Post {
-                session,
-                principal,
-                body,
-                permit,
-                reply,
-            } => {
-                let body = match &body {
-                    Some(bytes) => Body::Complete(bytes),
-                    None => Body::TooLarge,
-                };
-                let result = self
-                    .hub
-                    .client_message(&session, &principal, body, permit, now);
-                let _ = reply.send(result);
-            }
-            Input::Refused(rejection) => self.hub.count_rejection(&rejection),
-            Input::Health { reply } => {
-                let (tx, rx) = oneshot::channel();
-                let (health, pinging) = self.hub.health(PongTx(tx), now);
-                let _ = reply.send((health, pinging.then_some(rx)));
-            }
-            Input::Metrics { reply } => {
-                let _ = reply.send(self.hub.metrics_text());
-            }
-            Input::BackendLines { generation, batch } => {
-                self.hub.backend_lines(generation, batch, now);
-            }
-            Input::BackendExited { generation, exit } => {
-                match self.hub.backend_exited(generation, exit, now)? {
-                    AfterExit::Restart { after } => {
-                        self.stdin_slot.send_replace(None);
-                        self.restart_at = Some(tokio::time::Instant::now() + after);
-                    }
-                    AfterExit::Shutdown { status } => {
-                        self.stdin_slot.send_replace(None);
-                        return Some(status);
-                    }
-                }
+            AfterExit::Shutdown { status } => {
+                self.stdin_slot.send_replace(None);
+                Some(status)
             }
         }
-        None
     }
 
     fn log_events(&mut self) {
