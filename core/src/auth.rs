@@ -1,4 +1,5 @@
-//! Who a caller is: principals and the bearer-token table (`--auth-tokens FILE`).
+//! Who a caller is: principals, the bearer-token table (`--auth-tokens FILE`) and, with
+//! the `jwt` feature, JWT bearer tokens.
 
 use std::fmt;
 use std::sync::Arc;
@@ -19,6 +20,12 @@ impl Principal {
         Principal::new("anonymous")
     }
 
+    /// A JWT caller: issuer and subject together, joined by NUL (which neither may hold),
+    /// so that no two (issuer, subject) pairs share a principal.
+    pub fn issuer_subject(issuer: &str, subject: &str) -> Self {
+        Principal(Arc::from(format!("{issuer}\0{subject}")))
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -32,7 +39,44 @@ impl fmt::Debug for Principal {
 
 impl fmt::Display for Principal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        match self.0.split_once('\0') {
+            Some((issuer, subject)) => write!(f, "{subject} (issuer {issuer})"),
+            None => f.write_str(&self.0),
+        }
+    }
+}
+
+/// Why a caller was not authenticated (401).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AuthFailure {
+    /// No `Authorization: Bearer` header.
+    Missing,
+    /// A static token that is not in the table.
+    UnknownToken,
+    Malformed,
+    Expired,
+    NotYetValid,
+    WrongIssuer,
+    WrongAudience,
+    BadSignature,
+    /// No key with the token's `kid`.
+    UnknownKey,
+}
+
+impl AuthFailure {
+    /// The short reason sent in `WWW-Authenticate` and the body; never the token.
+    pub fn reason(self) -> &'static str {
+        match self {
+            AuthFailure::Missing => "a bearer token is required",
+            AuthFailure::UnknownToken => "unknown token",
+            AuthFailure::Malformed => "malformed token",
+            AuthFailure::Expired => "token expired",
+            AuthFailure::NotYetValid => "token not yet valid",
+            AuthFailure::WrongIssuer => "wrong issuer",
+            AuthFailure::WrongAudience => "wrong audience",
+            AuthFailure::BadSignature => "bad signature",
+            AuthFailure::UnknownKey => "unknown key id",
+        }
     }
 }
 
@@ -129,14 +173,30 @@ pub enum Auth {
     #[default]
     None,
     Tokens(TokenTable),
+    #[cfg(feature = "jwt")]
+    Jwt(std::sync::Arc<crate::jwt::JwtVerifier>),
 }
 
 impl Auth {
-    /// The caller's principal from its `Authorization` header, or `None` for 401.
-    pub fn authenticate(&self, authorization: Option<&[u8]>) -> Option<Principal> {
+    /// The caller's principal from its `Authorization` header at `now` (seconds since the
+    /// Unix epoch, for JWT expiry), or why it gets 401.
+    pub fn authenticate(
+        &self,
+        authorization: Option<&[u8]>,
+        now: u64,
+    ) -> Result<Principal, AuthFailure> {
+        let _ = now;
+        if let Auth::None = self {
+            return Ok(Principal::anonymous());
+        }
+        let token = authorization
+            .and_then(bearer_token)
+            .ok_or(AuthFailure::Missing)?;
         match self {
-            Auth::None => Some(Principal::anonymous()),
-            Auth::Tokens(table) => table.principal_for(bearer_token(authorization?)?),
+            Auth::None => Ok(Principal::anonymous()),
+            Auth::Tokens(table) => table.principal_for(token).ok_or(AuthFailure::UnknownToken),
+            #[cfg(feature = "jwt")]
+            Auth::Jwt(verifier) => verifier.authenticate(token, now),
         }
     }
 }
@@ -152,16 +212,22 @@ mod tests {
                 .unwrap();
         let auth = Auth::Tokens(table);
         assert_eq!(
-            auth.authenticate(Some(b"Bearer bbbbbbbbbbbbbbbbbbbb")),
-            Some(Principal::new("bob"))
+            auth.authenticate(Some(b"Bearer bbbbbbbbbbbbbbbbbbbb"), 0),
+            Ok(Principal::new("bob"))
         );
         assert_eq!(
-            auth.authenticate(Some(b"bearer aaaaaaaaaaaaaaaaaaaa ")),
-            Some(Principal::new("alice"))
+            auth.authenticate(Some(b"bearer aaaaaaaaaaaaaaaaaaaa "), 0),
+            Ok(Principal::new("alice"))
         );
-        assert_eq!(auth.authenticate(Some(b"Bearer aaaaaaaaaaaaaaaaaaa")), None);
-        assert_eq!(auth.authenticate(Some(b"Basic aaaaaaaaaaaaaaaaaaaa")), None);
-        assert_eq!(auth.authenticate(None), None);
+        assert_eq!(
+            auth.authenticate(Some(b"Bearer aaaaaaaaaaaaaaaaaaa"), 0),
+            Err(AuthFailure::UnknownToken)
+        );
+        assert_eq!(
+            auth.authenticate(Some(b"Basic aaaaaaaaaaaaaaaaaaaa"), 0),
+            Err(AuthFailure::Missing)
+        );
+        assert_eq!(auth.authenticate(None, 0), Err(AuthFailure::Missing));
         assert!(TokenTable::parse("alice short").is_err());
         assert!(TokenTable::parse("").is_err());
         assert!(TokenTable::parse("a xxxxxxxxxxxxxxxxxxxx\nb xxxxxxxxxxxxxxxxxxxx").is_err());

@@ -69,6 +69,27 @@ pub struct Config {
     #[cfg_attr(feature = "cli", arg(long, value_name = "FILE"))]
     pub auth_tokens: Option<std::path::PathBuf>,
 
+    /// JWT bearer auth: a JWKS file of verification keys (RSA, EC P-256, Ed25519), chosen
+    /// by the token's `kid`. Sessions belong to the token's issuer + subject.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE"))]
+    pub jwt_jwks: Option<std::path::PathBuf>,
+
+    /// JWT bearer auth with an HS256 shared secret read from FILE (at least 32 bytes).
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE"))]
+    pub jwt_secret_file: Option<std::path::PathBuf>,
+
+    /// Required JWT `iss`.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "ISSUER"))]
+    pub jwt_issuer: Option<String>,
+
+    /// Accepted JWT `aud` (repeatable); when given, a token must name one of them.
+    #[cfg_attr(feature = "cli", arg(long = "jwt-audience", value_name = "AUDIENCE"))]
+    pub jwt_audiences: Vec<String>,
+
+    /// Clock skew allowed on JWT `exp` and `nbf`.
+    #[cfg_attr(feature = "cli", arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION"))]
+    pub jwt_leeway: Duration,
+
     /// Allow a non-loopback --listen address without authentication.
     #[cfg_attr(feature = "cli", arg(long))]
     pub allow_unauthenticated: bool,
@@ -216,6 +237,40 @@ impl Config {
         format!("{base}{}/messages?session_id={session}", self.base_path())
     }
 
+    #[cfg(feature = "jwt")]
+    fn jwt_auth(
+        &self,
+        read: &mut impl FnMut(&str, &std::path::Path) -> Result<String, String>,
+    ) -> Result<Auth, String> {
+        let jwks = match &self.jwt_jwks {
+            Some(path) => Some(read("--jwt-jwks", path)?),
+            None => None,
+        };
+        let secret = match &self.jwt_secret_file {
+            Some(path) => Some(read("--jwt-secret-file", path)?),
+            None => None,
+        };
+        let policy = crate::jwt::ClaimsPolicy {
+            issuer: self.jwt_issuer.clone(),
+            audiences: self.jwt_audiences.clone(),
+            leeway: self.jwt_leeway.as_secs(),
+        };
+        let verifier = crate::jwt::JwtVerifier::new(
+            jwks.as_deref(),
+            secret.as_deref().map(str::as_bytes),
+            policy,
+        )?;
+        Ok(Auth::Jwt(std::sync::Arc::new(verifier)))
+    }
+
+    #[cfg(not(feature = "jwt"))]
+    fn jwt_auth(
+        &self,
+        _read: &mut impl FnMut(&str, &std::path::Path) -> Result<String, String>,
+    ) -> Result<Auth, String> {
+        Err("this build has no JWT support (the `jwt` feature of switchboard-core)".into())
+    }
+
     /// The backend to run: the command after `--`, or this binary's demo mode.
     pub fn backend_command(&self, current_exe: &str) -> Vec<String> {
         if self.command.is_empty() {
@@ -229,23 +284,27 @@ impl Config {
     /// expose an unauthenticated proxy off loopback unless asked to.
     pub fn gate(
         &self,
-        read: impl FnOnce(&std::path::Path) -> std::io::Result<String>,
+        mut read: impl FnMut(&std::path::Path) -> std::io::Result<String>,
     ) -> Result<Gate, String> {
-        let auth = match &self.auth_tokens {
-            Some(path) => {
-                let text = read(path)
-                    .map_err(|e| format!("cannot read --auth-tokens {}: {e}", path.display()))?;
-                Auth::Tokens(
-                    TokenTable::parse(&text)
-                        .map_err(|e| format!("--auth-tokens {}: {e}", path.display()))?,
-                )
+        let mut read = |flag: &str, path: &std::path::Path| {
+            read(path).map_err(|e| format!("cannot read {flag} {}: {e}", path.display()))
+        };
+        let jwt = self.jwt_jwks.is_some() || self.jwt_secret_file.is_some();
+        let auth = match (&self.auth_tokens, jwt) {
+            (Some(_), true) => {
+                return Err("--auth-tokens and --jwt-* cannot be combined: choose one".into())
             }
-            None => Auth::None,
+            (Some(path), false) => Auth::Tokens(
+                TokenTable::parse(&read("--auth-tokens", path)?)
+                    .map_err(|e| format!("--auth-tokens {}: {e}", path.display()))?,
+            ),
+            (None, true) => self.jwt_auth(&mut read)?,
+            (None, false) => Auth::None,
         };
         let loopback = self.listen.ip().is_loopback();
         if matches!(auth, Auth::None) && !loopback && !self.allow_unauthenticated {
             return Err(format!(
-                "refusing to serve {} without authentication: use --auth-tokens, or --allow-unauthenticated",
+                "refusing to serve {} without authentication: use --auth-tokens or --jwt-*, or --allow-unauthenticated",
                 self.listen
             ));
         }

@@ -1,7 +1,7 @@
 //! The HTTP surface as data: which endpoint a request names, the Origin and Host checks,
 //! and every refusal as (status, headers, body). Shells only copy these onto the wire.
 
-use crate::auth::{Auth, Principal};
+use crate::auth::{Auth, AuthFailure, Principal};
 use crate::message::Invalid;
 
 /// What a request asks for, from its method and path.
@@ -27,7 +27,7 @@ impl Endpoint {
             "/metrics" => (Endpoint::Metrics, "GET"),
             _ => return Err(Rejection::NotFound),
         };
-        if method == allow || (method == "HEAD" && allow == "GET") {
+        if method == allow {
             Ok(endpoint)
         } else {
             Err(Rejection::MethodNotAllowed { allow })
@@ -59,8 +59,12 @@ pub struct Gate {
 
 impl Gate {
     /// The endpoint and the caller's principal ([`Principal::anonymous`] where none is
-    /// required), or the refusal to send.
-    pub fn admit(&self, head: &RequestHead<'_>) -> Result<(Endpoint, Principal), Rejection> {
+    /// required), or the refusal to send. `now` is seconds since the Unix epoch.
+    pub fn admit(
+        &self,
+        head: &RequestHead<'_>,
+        now: u64,
+    ) -> Result<(Endpoint, Principal), Rejection> {
         let path = head
             .path
             .strip_prefix(self.base_path.trim_end_matches('/'))
@@ -77,8 +81,8 @@ impl Gate {
         }
         let principal = self
             .auth
-            .authenticate(head.authorization)
-            .ok_or(Rejection::Unauthorized)?;
+            .authenticate(head.authorization, now)
+            .map_err(Rejection::Unauthorized)?;
         self.origins.check(head.origin, head.host)?;
         Ok((endpoint, principal))
     }
@@ -162,7 +166,7 @@ fn strip_port(authority: &str) -> &str {
 /// Every way the proxy refuses a request, each with its own status and body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Rejection {
-    Unauthorized,
+    Unauthorized(AuthFailure),
     OriginNotAllowed,
     HostNotAllowed,
     MissingSessionId,
@@ -187,7 +191,7 @@ pub struct Response {
 impl Rejection {
     pub fn status(&self) -> u16 {
         match self {
-            Rejection::Unauthorized => 401,
+            Rejection::Unauthorized(_) => 401,
             Rejection::OriginNotAllowed | Rejection::HostNotAllowed => 403,
             Rejection::MissingSessionId | Rejection::Invalid(_) => 400,
             Rejection::SessionNotFound | Rejection::NotFound => 404,
@@ -200,7 +204,7 @@ impl Rejection {
     /// Stable snake_case name, used as a metrics label.
     pub fn as_str(&self) -> &'static str {
         match self {
-            Rejection::Unauthorized => "unauthorized",
+            Rejection::Unauthorized(_) => "unauthorized",
             Rejection::OriginNotAllowed => "origin_not_allowed",
             Rejection::HostNotAllowed => "host_not_allowed",
             Rejection::MissingSessionId => "missing_session_id",
@@ -217,7 +221,7 @@ impl Rejection {
 
     fn code_and_message(&self) -> (i32, &'static str) {
         match self {
-            Rejection::Unauthorized => (-32001, "Unauthorized: a valid bearer token is required"),
+            Rejection::Unauthorized(failure) => (-32001, failure.reason()),
             Rejection::OriginNotAllowed => (-32600, "Origin not allowed"),
             Rejection::HostNotAllowed => (-32600, "Host not allowed"),
             Rejection::MissingSessionId => (-32600, "Missing session_id query parameter"),
@@ -236,7 +240,16 @@ impl Rejection {
     pub fn response(&self) -> Response {
         let mut headers = vec![("content-type", "application/json".to_owned())];
         match self {
-            Rejection::Unauthorized => headers.push(("www-authenticate", "Bearer".to_owned())),
+            Rejection::Unauthorized(AuthFailure::Missing) => {
+                headers.push(("www-authenticate", "Bearer".to_owned()))
+            }
+            Rejection::Unauthorized(failure) => headers.push((
+                "www-authenticate",
+                format!(
+                    "Bearer error=\"invalid_token\", error_description=\"{}\"",
+                    failure.reason()
+                ),
+            )),
             Rejection::MethodNotAllowed { allow } => headers.push(("allow", (*allow).to_owned())),
             Rejection::BackendDown | Rejection::BackendBusy | Rejection::TooManySessions => {
                 headers.push(("retry-after", "1".to_owned()))
@@ -317,7 +330,7 @@ mod tests {
 
     #[test]
     fn statuses() {
-        let r = Rejection::Unauthorized.response();
+        let r = Rejection::Unauthorized(AuthFailure::Missing).response();
         assert_eq!(r.status, 401);
         assert!(r.headers.contains(&("www-authenticate", "Bearer".into())));
         let r = Rejection::SessionNotFound.response();

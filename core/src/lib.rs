@@ -56,8 +56,12 @@ pub mod action;
 pub mod auth;
 pub mod config;
 pub mod demo;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod http;
 pub mod hub;
+#[cfg(feature = "jwt")]
+pub mod jwt;
 pub mod lines;
 pub mod message;
 pub mod metrics;

@@ -21,6 +21,17 @@ pub const MAX_SUBSCRIPTIONS_PER_SESSION: usize = 1024;
 /// Clients that may wait for the backend's first `initialize` at once.
 pub const MAX_INITIALIZE_WAITERS: usize = 4096;
 
+/// The proxy's own requests awaiting an answer, at most.
+const MAX_PROXY_REQUESTS: usize = 256;
+
+/// What one of the proxy's own requests was, so only the right answer counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ProxyRequest {
+    Ping,
+    Unsubscribe,
+    Initialize,
+}
+
 /// Prefix of the ids the proxy mints for its own requests. Not a UUID, so it can never be
 /// mistaken for a session's routed id.
 const PROXY_ID_PREFIX: &str = "switchboard|";
@@ -56,10 +67,12 @@ struct Session {
 enum Init {
     /// No handshake yet (or the last one failed): the next `initialize` goes to the backend.
     Idle,
-    /// The first client's `initialize` is at the backend; others wait for its answer.
+    /// The first client's `initialize` is at the backend under the proxy's own id
+    /// `switchboard|initialize:<request>`; every asking client (the first included) waits
+    /// for its answer. A client reusing its id meanwhile cannot pass its own answer off as
+    /// the handshake's.
     InFlight {
-        owner: SessionId,
-        owner_id: String,
+        request: u64,
         waiting: Vec<(SessionId, String)>,
     },
     /// The backend's `initialize` result, answered to every later client.
@@ -79,6 +92,7 @@ pub struct Router {
     backend_up: bool,
     max_sessions: usize,
     next_proxy_request: u64,
+    proxy_requests: BTreeMap<u64, ProxyRequest>,
     actions: VecDeque<Action>,
     warned: BTreeSet<(DropReason, String)>,
     metrics: Metrics,
@@ -94,6 +108,7 @@ impl Router {
             backend_up: false,
             max_sessions,
             next_proxy_request: 1,
+            proxy_requests: BTreeMap::new(),
             actions: VecDeque::new(),
             warned: BTreeSet::new(),
             metrics: Metrics::default(),
@@ -193,8 +208,7 @@ impl Router {
             return;
         }
         self.subscribers.remove(uri);
-        let n = self.next_proxy_request;
-        self.next_proxy_request += 1;
+        let n = self.next_proxy_id(ProxyRequest::Unsubscribe);
         let line = format!(
             "{{\"jsonrpc\":\"2.0\",\"id\":\"{PROXY_ID_PREFIX}unsubscribe:{n}\",\"method\":\"resources/unsubscribe\",\"params\":{{\"uri\":{}}}}}\n",
             serde_json::Value::from(uri)
@@ -285,9 +299,9 @@ impl Router {
                         state.subscriptions.insert(uri.clone());
                         self.subscribers.entry(uri).or_default().insert(sid);
                     }
-                    self.forward_request(sid, &msg, Capabilities::Keep)
+                    self.forward_request(sid, &msg)
                 }
-                _ => self.forward_request(sid, &msg, Capabilities::Keep),
+                _ => self.forward_request(sid, &msg),
             },
             Kind::Notification => match method {
                 "notifications/initialized" => Accepted::Absorbed,
@@ -329,19 +343,29 @@ impl Router {
                 Accepted::Answered
             }
             Init::Idle => {
+                let request = self.next_proxy_id(ProxyRequest::Initialize);
                 self.init = Init::InFlight {
-                    owner: sid,
-                    owner_id: id,
-                    waiting: Vec::new(),
+                    request,
+                    waiting: vec![(sid, id)],
                 };
-                self.forward_request(sid, msg, Capabilities::Empty)
+                let id_raw = msg.id.expect("requests have ids");
+                let own_id = format!("\"{PROXY_ID_PREFIX}initialize:{request}\"");
+                let mut edits = vec![(msg.span(id_raw), own_id.into_bytes())];
+                edits.extend(progress_token_edit(sid, msg));
+                if let Some(c) = msg.params.capabilities {
+                    // A shared backend is offered no client capabilities: its sampling,
+                    // roots or elicitation requests could not be attributed.
+                    edits.push((msg.span(c), b"{}".to_vec()));
+                }
+                self.push_rewrite(msg, edits);
+                Accepted::Forwarded
             }
         }
     }
 
     fn client_unsubscribe(&mut self, sid: SessionId, msg: &Message<'_>) -> Accepted {
         let Some(uri) = param_uri(msg) else {
-            return self.forward_request(sid, msg, Capabilities::Keep);
+            return self.forward_request(sid, msg);
         };
         let held = self
             .sessions
@@ -362,24 +386,20 @@ impl Router {
             }
             _ => {
                 self.subscribers.remove(&uri);
-                self.forward_request(sid, msg, Capabilities::Keep)
+                self.forward_request(sid, msg)
             }
         }
     }
 
     /// Forwards a client request with its id (and progress token) routed.
-    fn forward_request(
-        &mut self,
-        sid: SessionId,
-        msg: &Message<'_>,
-        caps: Capabilities,
-    ) -> Accepted {
+    fn forward_request(&mut self, sid: SessionId, msg: &Message<'_>) -> Accepted {
         let id_raw = msg.id.expect("requests have ids");
         let id = RawId::classify(id_raw.get()).expect("admission checked the id");
         let mut edits = vec![(msg.span(id_raw), routed_id::encoded(&sid, id))];
         edits.extend(progress_token_edit(sid, msg));
-        if let (Capabilities::Empty, Some(c)) = (caps, msg.params.capabilities) {
-            edits.push((msg.span(c), b"{}".to_vec()));
+        if msg.method.as_deref() == Some("notifications/cancelled") {
+            // SPEC 6.2: a cancel sent with an id still names only the sender's requests.
+            edits.extend(request_id_edit(sid, msg));
         }
         self.push_rewrite(msg, edits);
         Accepted::Forwarded
@@ -412,6 +432,7 @@ impl Router {
         self.backend_up = false;
         self.init = Init::Idle;
         self.subscribers.clear();
+        self.proxy_requests.clear();
         let sessions = std::mem::take(&mut self.sessions);
         self.metrics.sessions_closed += sessions.len() as u64;
         for session in sessions.into_keys() {
@@ -422,8 +443,7 @@ impl Router {
     /// Sends the backend a `ping` with an id of the proxy's own; its answer comes back as
     /// [`Action::Pong`] with the returned number.
     pub fn health_ping(&mut self) -> u64 {
-        let n = self.next_proxy_request;
-        self.next_proxy_request += 1;
+        let n = self.next_proxy_id(ProxyRequest::Ping);
         let line = format!(
             "{{\"jsonrpc\":\"2.0\",\"id\":\"{PROXY_ID_PREFIX}ping:{n}\",\"method\":\"ping\"}}\n"
         );
@@ -458,31 +478,14 @@ impl Router {
 
     fn backend_response(&mut self, msg: &Message<'_>) {
         let id_raw = msg.id.map(RawValue::get).unwrap_or("null");
-        if let Some(own) = id_raw
-            .strip_prefix('"')
-            .and_then(|s| s.strip_prefix(PROXY_ID_PREFIX))
-        {
-            if let Some(n) = own
-                .strip_prefix("ping:")
-                .and_then(|n| n.strip_suffix('"'))
-                .and_then(|n| n.parse().ok())
-            {
-                self.actions.push_back(Action::Pong { ping: n });
+        if let Some(value) = msg.id.and_then(message::string_value) {
+            if let Some(own) = value.strip_prefix(PROXY_ID_PREFIX) {
+                return self.proxy_response(msg, own);
             }
-            return;
         }
         let Some(decoded) = routed_id::decode(id_raw) else {
             return self.drop_message(DropReason::UnroutedResponse, None);
         };
-        if let Init::InFlight {
-            owner, owner_id, ..
-        } = &self.init
-        {
-            // By value: a backend may re-escape the id (Go escapes `&<>`, Python non-ASCII).
-            if *owner == decoded.session && same_id(owner_id, &decoded.original) {
-                return self.initialize_answered(msg);
-            }
-        }
         if !self.sessions.contains_key(&decoded.session) {
             return self.drop_message(DropReason::SessionGone, None);
         }
@@ -495,15 +498,58 @@ impl Router {
         self.deliver(decoded.session, message);
     }
 
+    /// A response to one of the proxy's own requests (`<kind>:<n>` after the prefix).
+    fn proxy_response(&mut self, msg: &Message<'_>, own: &str) {
+        let request = own.split_once(':').and_then(|(kind, n)| {
+            let canonical = !n.is_empty()
+                && n.bytes().all(|b| b.is_ascii_digit())
+                && (n == "0" || !n.starts_with('0'));
+            Some((kind, canonical.then(|| n.parse::<u64>().ok())??))
+        });
+        let kind = request.and_then(|(kind, n)| {
+            let expected = match kind {
+                "ping" => ProxyRequest::Ping,
+                "unsubscribe" => ProxyRequest::Unsubscribe,
+                "initialize" => ProxyRequest::Initialize,
+                _ => return None,
+            };
+            // Only an answer naming the request's own kind and number settles it.
+            (self.proxy_requests.get(&n) == Some(&expected)).then_some((expected, n))
+        });
+        let Some((kind, n)) = kind else {
+            return self.drop_message(DropReason::UnroutedResponse, None);
+        };
+        self.proxy_requests.remove(&n);
+        match kind {
+            ProxyRequest::Ping => self.actions.push_back(Action::Pong { ping: n }),
+            ProxyRequest::Initialize => {
+                if matches!(self.init, Init::InFlight { request, .. } if request == n) {
+                    self.initialize_answered(msg);
+                } else {
+                    self.drop_message(DropReason::UnroutedResponse, None);
+                }
+            }
+            // The answer to an unsubscribe after the last subscriber left.
+            ProxyRequest::Unsubscribe => {}
+        }
+    }
+
+    /// Numbers the proxy's own request of `kind` and remembers it until answered (the
+    /// oldest are forgotten past a bound, so a silent backend cannot grow memory).
+    fn next_proxy_id(&mut self, kind: ProxyRequest) -> u64 {
+        let n = self.next_proxy_request;
+        self.next_proxy_request += 1;
+        if self.proxy_requests.len() >= MAX_PROXY_REQUESTS {
+            self.proxy_requests.pop_first();
+        }
+        self.proxy_requests.insert(n, kind);
+        n
+    }
+
     /// The backend answered the first `initialize`: answer every waiting client under its
     /// own id; on success cache the result and complete the handshake once.
     fn initialize_answered(&mut self, msg: &Message<'_>) {
-        let Init::InFlight {
-            owner,
-            owner_id,
-            waiting,
-        } = std::mem::replace(&mut self.init, Init::Idle)
-        else {
+        let Init::InFlight { waiting, .. } = std::mem::replace(&mut self.init, Init::Idle) else {
             unreachable!("checked by the caller");
         };
         let (member, value) = match (msg.result, msg.error) {
@@ -511,7 +557,7 @@ impl Router {
             (None, Some(error)) => ("error", error),
             (None, None) => unreachable!("responses have a result or an error"),
         };
-        for (sid, id) in std::iter::once((owner, owner_id)).chain(waiting) {
+        for (sid, id) in waiting {
             if self.sessions.contains_key(&sid) {
                 let answer = response_line(&id, member, value.get());
                 self.deliver(sid, answer);
@@ -635,14 +681,6 @@ impl Router {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Capabilities {
-    Keep,
-    /// The backend's single `initialize` is offered no client capabilities: a shared
-    /// backend's sampling, roots or elicitation requests could not be attributed.
-    Empty,
-}
-
 /// The edit routing `params._meta.progressToken` when it is an integer or a string.
 fn progress_token_edit(sid: SessionId, msg: &Message<'_>) -> Option<(Range<usize>, Vec<u8>)> {
     let token = msg.params.meta_progress_token?;
@@ -650,16 +688,11 @@ fn progress_token_edit(sid: SessionId, msg: &Message<'_>) -> Option<(Range<usize
     Some((msg.span(token), routed_id::encoded(&sid, id)))
 }
 
-/// Whether two raw ids name the same request: the same text, or JSON strings with the
-/// same value however they are escaped.
-fn same_id(a: &str, b: &str) -> bool {
-    a == b
-        || (a.starts_with('"')
-            && b.starts_with('"')
-            && matches!(
-                (serde_json::from_str::<String>(a), serde_json::from_str::<String>(b)),
-                (Ok(x), Ok(y)) if x == y
-            ))
+/// The edit routing `params.requestId` when it is an integer or a string.
+fn request_id_edit(sid: SessionId, msg: &Message<'_>) -> Option<(Range<usize>, Vec<u8>)> {
+    let request_id = msg.params.request_id?;
+    let id = RawId::classify(request_id.get())?;
+    Some((msg.span(request_id), routed_id::encoded(&sid, id)))
 }
 
 /// The raw text of a client request's id (admission guarantees it is present).

@@ -7,7 +7,9 @@
 //!    a marker naming the request it answers, whose origin must be the destination, with
 //!    the original id restored;
 //! 2. every id, requestId and progressToken in a line written to the backend is a routed
-//!    id prefixed with the sending session's own id;
+//!    id prefixed with the sending session's own id, with one exception: the id of the
+//!    `initialize` that starts a handshake is exactly the proxy's own
+//!    `"switchboard|initialize:<N>"` for the handshake the model expects that POST to start;
 //! 4. nothing is delivered to a session that was not live when the input happened (so none
 //!    to a closed one), and a session opened later receives nothing emitted earlier;
 //! 5. broadcasts are exactly `{"jsonrpc":"2.0","method":M}` for the three list_changed
@@ -42,12 +44,12 @@ const LIST_CHANGED: [&str; 3] = [
 /// Forged routed ids use integers from here up, which no client of the model sends, so a
 /// forged answer can never be mistaken for the answer to a real request.
 const FORGED: u64 = 1_000_000;
-/// Whether a client may reuse, while its `initialize` is in flight, that request's id for
-/// another request. The router recognises the backend's `initialize` answer by its routed
-/// id, so the answer to such a duplicate would be shared with every waiting client (and
-/// cached) as if it were the `initialize` result: see `initialize_id_reuse.txt`. Off until
-/// the router tells the two apart; turned on, the test fails (first at seed 134).
-const CLIENTS_REUSE_INITIALIZE_ID: bool = false;
+/// One time in this many, a client waiting for the `initialize` in flight sends its next
+/// request under the id of its own `initialize` (JSON-RPC forbids it; a hostile client may
+/// do it anyway). The handshake goes to the backend under the proxy's own id, so the answer
+/// to such a request is an ordinary response for that client alone, never the handshake's
+/// result: see `initialize_id_reuse.txt`.
+const REUSE_INITIALIZE_ID_ONE_IN: u8 = 3;
 
 #[test]
 fn router_matches_model() {
@@ -82,18 +84,23 @@ fn router_matches_model() {
 }
 
 /// Events the full run must reach (see `Model::saw`).
-const COVERAGE: [&str; 16] = [
+const COVERAGE: [&str; 21] = [
     "response delivered",
     "response for a closed session",
     "response with a re-escaped id",
+    "response with its id last",
     "progress delivered",
     "progress for a closed session",
     "hostile id spelled like a routed id",
     "initialize forwarded",
     "initialize answered to waiters",
-    "initialize answered with a re-escaped id",
+    "initialize answered with its id last",
     "initialize failed",
     "initialize answered from the cache",
+    "initialize answer not in flight dropped",
+    "initialize id reused while in flight",
+    "first client's reused initialize id answered while in flight",
+    "forged proxy id dropped",
     "unsubscribe answered by the proxy",
     "unsubscribe sent by the proxy on close",
     "resources/updated to two sessions",
@@ -107,10 +114,14 @@ struct Pending {
     origin: SessionId,
     /// The client's id, as written.
     original: String,
-    /// The routed id as the backend received it.
+    /// The id as the backend received it: the routed id, or for an `initialize` the proxy's
+    /// own `"switchboard|initialize:<N>"`.
     routed: String,
-    /// Which `initialize` handshake this request is, if it is one.
+    /// The proxy's request number `N` when this request is a handshake's `initialize`.
     initialize: Option<u64>,
+    /// Sent by the first client of handshake `N` (in flight then) under the id of its
+    /// `initialize`: the router must not take the answer for the handshake's.
+    reuses_first_initialize_id: Option<u64>,
 }
 
 /// A progress token the backend was sent.
@@ -124,11 +135,10 @@ struct Token {
 #[derive(Debug)]
 enum Init {
     Idle,
+    /// At the backend under `"switchboard|initialize:<request>"`; every asking client, the
+    /// first included, waits for its answer under its own id.
     InFlight {
-        /// Counts handshakes, so that the model knows which request answers this one.
-        attempt: u64,
-        owner: SessionId,
-        owner_id: String,
+        request: u64,
         waiting: Vec<(SessionId, String)>,
     },
     Ready {
@@ -184,14 +194,15 @@ struct Model {
     tokens: Vec<Token>,
     subscribers: BTreeMap<String, BTreeSet<SessionId>>,
     init: Init,
-    /// The number of the proxy's next own request (health pings and unsubscribes).
+    /// The number of the proxy's next own request (handshakes, health pings, unsubscribes).
     next_proxy: u64,
+    /// The handshake the current step's POST started, if any: the one `initialize` line
+    /// whose id may be the proxy's own (SPEC 6.2).
+    started_handshake: Option<u64>,
     pings: Vec<u64>,
     unsubscribes: Vec<u64>,
     next_marker: u64,
     markers: HashMap<u64, MarkerOwner>,
-    fresh_id: u64,
-    attempts: u64,
     coverage: BTreeMap<&'static str, u64>,
     log: Vec<String>,
 }
@@ -213,12 +224,11 @@ impl Model {
             subscribers: BTreeMap::new(),
             init: Init::Idle,
             next_proxy: 1,
+            started_handshake: None,
             pings: Vec::new(),
             unsubscribes: Vec::new(),
             next_marker: 0,
             markers: HashMap::new(),
-            fresh_id: 1_000,
-            attempts: 0,
             coverage: BTreeMap::new(),
             log: Vec::new(),
         }
@@ -245,6 +255,7 @@ impl Model {
 
     fn step(&mut self) {
         let live_before: BTreeSet<SessionId> = self.live.keys().copied().collect();
+        self.started_handshake = None;
         let (input, expected) = if !self.backend_up && self.rng.u8(0..3) == 0 {
             self.backend_start()
         } else {
@@ -375,23 +386,29 @@ impl Model {
             "initialize",
         ]);
         let mut id = self.pick_id();
-        if !CLIENTS_REUSE_INITIALIZE_ID {
-            let collides = match &self.init {
-                Init::InFlight {
-                    owner, owner_id, ..
-                } => *owner == sender && same_id(owner_id, &id),
-                // Another request under the id of a pending one would be taken for it.
-                Init::Idle if method == "initialize" => self
-                    .pending
-                    .iter()
-                    .any(|p| p.origin == sender && same_id(&p.original, &id)),
-                _ => false,
-            };
-            if collides {
-                id = self.fresh_id.to_string();
-                self.fresh_id += 1;
-            }
+        // The sender's own initialize ids still in flight.
+        let own_waiting: Vec<String> = match &self.init {
+            Init::InFlight { waiting, .. } => waiting
+                .iter()
+                .filter(|(sid, _)| *sid == sender)
+                .map(|(_, id)| id.clone())
+                .collect(),
+            _ => Vec::new(),
+        };
+        if !own_waiting.is_empty() && self.rng.u8(0..REUSE_INITIALIZE_ID_ONE_IN) == 0 {
+            id = self.pick(&own_waiting).clone();
         }
+        let reuses_initialize_id = own_waiting.iter().any(|w| same_id(w, &id));
+        // The case the router once got wrong: the first client, whose initialize is at the
+        // backend, reusing that initialize's id.
+        let reuses_first_initialize_id = match &self.init {
+            Init::InFlight { request, waiting }
+                if waiting[0].0 == sender && same_id(&waiting[0].1, &id) =>
+            {
+                Some(*request)
+            }
+            _ => None,
+        };
         let token = self.rng.bool().then(|| self.pick_token());
         let uri = URIS[self.rng.usize(0..URIS.len())];
         // Written with escapes now and then: the router compares uris by value.
@@ -421,25 +438,27 @@ impl Model {
         let body = render(&id, token.as_deref(), client_caps);
         let result = self.post(sender, principal, body.as_bytes());
 
-        let routed = routed(&sender, &id);
+        let mut routed = routed(&sender, &id);
         let routed_token = token.as_deref().map(|t| route_if_id(&sender, t));
         let forwarded_caps = if method == "initialize" {
             "{}"
         } else {
             client_caps
         };
-        let rewrite = render(&routed, routed_token.as_deref(), forwarded_caps);
+        let mut handshake = None;
         let mut expected = Vec::new();
         let answer = match method {
             "initialize" => match &mut self.init {
                 Init::Idle => {
+                    // Forwarded under the proxy's own id; its progress token stays routed.
                     self.saw("initialize forwarded");
-                    self.attempts += 1;
+                    let n = self.next_proxy;
+                    self.next_proxy += 1;
+                    handshake = Some(n);
+                    routed = proxy_initialize_id(n);
                     self.init = Init::InFlight {
-                        attempt: self.attempts,
-                        owner: sender,
-                        owner_id: id.clone(),
-                        waiting: Vec::new(),
+                        request: n,
+                        waiting: vec![(sender, id.clone())],
                     };
                     Accepted::Forwarded
                 }
@@ -478,13 +497,19 @@ impl Model {
             _ => Accepted::Forwarded,
         };
         assert_eq!(result, Ok(answer), "the POST's answer");
+        self.started_handshake = handshake;
         if answer == Accepted::Forwarded {
+            if reuses_initialize_id {
+                self.saw("initialize id reused while in flight");
+            }
+            let rewrite = render(&routed, routed_token.as_deref(), forwarded_caps);
             expected.push(Expect::Rewrite(rewrite));
             self.pending.push(Pending {
                 origin: sender,
                 original: id,
                 routed,
-                initialize: (method == "initialize").then_some(self.attempts),
+                initialize: handshake,
+                reuses_first_initialize_id,
             });
             if let (Some(original), Some(routed)) = (token, routed_token) {
                 if is_id(&original) {
@@ -643,6 +668,13 @@ impl Model {
         } else {
             record.routed.clone()
         };
+        if record.initialize.is_some() {
+            // The proxy's own ids are ASCII without `& < >`: no encoder re-escapes them, so
+            // the handshake's answer always comes back under the id as sent.
+            assert_eq!(echoed, record.routed, "a proxy id has nothing to re-escape");
+        }
+        // Some encoders (Python dicts built in another order) write the id last.
+        let id_last = self.rng.u8(0..4) == 0;
         let success = self.rng.u8(0..5) > 0;
         let (member, value) = match (success, record.initialize.is_some()) {
             (true, true) => (
@@ -655,33 +687,38 @@ impl Model {
                 format!(r#"{{"code":-32000,"message":"no","data":{{"marker":{marker}}}}}"#),
             ),
         };
-        let line = response(&echoed, member, &value);
+        let line = response_in_order(&echoed, member, &value, id_last);
         self.backend_line(&line);
 
         let mut expected = Vec::new();
-        // Judged by which request this is, not by its id: the answer to any other request
-        // must reach its own session only (SPEC 6.1).
+        // Judged by which request this is, not by its id: only the answer to the handshake
+        // in flight is shared; the answer to any other request must reach its own session
+        // only (SPEC 6.1), even one sent under the id of its sender's initialize.
         let answers_initialize = matches!(
             (&self.init, record.initialize),
-            (Init::InFlight { attempt, .. }, Some(this)) if *attempt == this
+            (Init::InFlight { request, .. }, Some(this)) if *request == this
         );
         if answers_initialize {
             let Init::InFlight {
-                attempt: _,
-                owner,
-                owner_id,
+                request: _,
                 waiting,
             } = std::mem::replace(&mut self.init, Init::Idle)
             else {
                 unreachable!("matched above");
             };
-            if waiting.iter().any(|(sid, _)| self.live.contains_key(sid)) {
+            // Beyond the first client, which asked too.
+            if waiting
+                .iter()
+                .skip(1)
+                .any(|(sid, _)| self.live.contains_key(sid))
+            {
                 self.saw("initialize answered to waiters");
             }
-            if echoed != record.routed {
-                self.saw("initialize answered with a re-escaped id");
+            if id_last {
+                self.saw("initialize answered with its id last");
             }
-            for (sid, id) in std::iter::once((owner, owner_id)).chain(waiting) {
+            // Every waiter, the first included, gets a line rebuilt under its own id.
+            for (sid, id) in waiting {
                 if self.live.contains_key(&sid) {
                     expected.push(Expect::Deliver(sid, response(&id, member, &value)));
                 }
@@ -696,6 +733,11 @@ impl Model {
                 ));
             }
             self.markers.insert(marker, MarkerOwner::Shared);
+        } else if record.initialize.is_some() {
+            // A handshake already answered, or one of a backend process that has exited:
+            // the proxy's id is no longer in flight, and nobody is answered.
+            self.saw("initialize answer not in flight dropped");
+            expected.push(Expect::Drop(DropReason::UnroutedResponse));
         } else if self.live.contains_key(&record.origin) {
             let restored = if echoed == record.routed {
                 record.original.clone()
@@ -711,9 +753,16 @@ impl Model {
             if echoed != record.routed {
                 self.saw("response with a re-escaped id");
             }
+            if id_last {
+                self.saw("response with its id last");
+            }
+            let reused = record.reuses_first_initialize_id;
+            if matches!(self.init, Init::InFlight { request, .. } if Some(request) == reused) {
+                self.saw("first client's reused initialize id answered while in flight");
+            }
             expected.push(Expect::Deliver(
                 record.origin,
-                response(&restored, member, &value),
+                response_in_order(&restored, member, &value, id_last),
             ));
             self.markers
                 .insert(marker, MarkerOwner::Only(record.origin));
@@ -727,7 +776,7 @@ impl Model {
     fn forged_response(&mut self) -> (Input, Vec<Expect>) {
         let marker = self.marker();
         let n = FORGED + self.rng.u64(0..3);
-        let (id, expected) = match self.rng.u8(0..6) {
+        let (id, expected) = match self.rng.u8(0..8) {
             0 | 1 => match self.pick_live() {
                 Some(sid) => {
                     self.markers.insert(marker, MarkerOwner::Only(sid));
@@ -744,6 +793,37 @@ impl Model {
                 (
                     format!("\"{sid}|s:{n}\""),
                     Expect::Drop(DropReason::SessionGone),
+                )
+            }
+            3 | 4 => {
+                // Under the proxy's prefix but no request of its own in flight: a ping or an
+                // unsubscribe not yet sent, an initialize that is not the one in flight, an
+                // unknown kind, no number.
+                self.saw("forged proxy id dropped");
+                let unsent = self.next_proxy + self.rng.u64(0..3);
+                let in_flight = match &self.init {
+                    Init::InFlight { request, .. } => Some(*request),
+                    _ => None,
+                };
+                let not_in_flight = match self.rng.u64(0..self.next_proxy + 3) {
+                    n if Some(n) == in_flight => FORGED,
+                    n => n,
+                };
+                let id = self
+                    .pick(&[
+                        format!("ping:{unsent}"),
+                        format!("unsubscribe:{unsent}"),
+                        format!("initialize:{not_in_flight}"),
+                        format!("initialize:{not_in_flight}"),
+                        "pong:1".to_owned(),
+                        "initialize:".to_owned(),
+                        "ping:x".to_owned(),
+                        String::new(),
+                    ])
+                    .clone();
+                (
+                    format!("\"switchboard|{id}\""),
+                    Expect::Drop(DropReason::UnroutedResponse),
                 )
             }
             _ => {
@@ -962,7 +1042,11 @@ impl Model {
         self.live.clear();
         self.subscribers.clear();
         self.init = Init::Idle;
-        // Pending requests stay: late answers from the dead process must go nowhere.
+        // The proxy forgets its own requests to the dead process (the shell drops that
+        // process's late lines anyway); clients' pending requests stay: late answers from
+        // the dead process must go nowhere.
+        self.pings.clear();
+        self.unsubscribes.clear();
         (Input::BackendExit, expected)
     }
 
@@ -1084,7 +1168,11 @@ impl Model {
                 None => r#""b""#.to_owned(),
             },
             _ => self
-                .pick(&[r#""switchboard|ping:1""#, r#""switchboard|unsubscribe:1""#])
+                .pick(&[
+                    r#""switchboard|ping:1""#,
+                    r#""switchboard|unsubscribe:1""#,
+                    r#""switchboard|initialize:1""#,
+                ])
                 .to_string(),
         }
     }
@@ -1157,7 +1245,7 @@ impl Model {
                     let Input::Post(sender) = input else {
                         panic!("a Rewrite not caused by a client POST");
                     };
-                    check_routed(line, &sender);
+                    check_routed(line, &sender, self.started_handshake);
                 }
                 Action::Reply { line } => {
                     let body = line
@@ -1294,6 +1382,20 @@ fn response(id: &str, member: &str, value: &str) -> String {
     format!(r#"{{"jsonrpc":"2.0","id":{id},"{member}":{value}}}"#)
 }
 
+/// A response with its id first, or after the result or error when `id_last`.
+fn response_in_order(id: &str, member: &str, value: &str, id_last: bool) -> String {
+    if id_last {
+        format!(r#"{{"jsonrpc":"2.0","{member}":{value},"id":{id}}}"#)
+    } else {
+        response(id, member, value)
+    }
+}
+
+/// The id under which the proxy forwards the `initialize` of handshake `n`.
+fn proxy_initialize_id(n: u64) -> String {
+    format!("\"switchboard|initialize:{n}\"")
+}
+
 fn marker_value(marker: u64) -> String {
     format!(r#"{{"marker":{marker}}}"#)
 }
@@ -1320,8 +1422,10 @@ fn json_object(bytes: &[u8]) -> BTreeMap<String, Box<RawValue>> {
 
 /// SPEC 6.2 on one backend line: its id, `params.requestId` (of notifications/cancelled)
 /// and `params._meta.progressToken` are strings starting with the sender's session id
-/// and `|` whenever they are ids at all.
-fn check_routed(line: &[u8], sender: &SessionId) {
+/// and `|` whenever they are ids at all. The one exception is the id of an `initialize`
+/// that starts handshake `handshake`: exactly the proxy's own
+/// `"switchboard|initialize:<handshake>"`, written as such.
+fn check_routed(line: &[u8], sender: &SessionId, handshake: Option<u64>) {
     let body = line
         .strip_suffix(b"\n")
         .expect("a backend line ends in \\n");
@@ -1343,19 +1447,24 @@ fn check_routed(line: &[u8], sender: &SessionId) {
             assert!(!is_integer(raw), "6.2: {what} {raw} was not routed");
         }
     };
+    let method = message.get("method").map(|m| m.get());
     if let Some(id) = message.get("id") {
         assert!(
             id.get().starts_with('"'),
             "6.2: a request id was not routed"
         );
-        check("id", id);
+        let proxy_own = handshake.map(proxy_initialize_id);
+        if method == Some(r#""initialize""#) && proxy_own.as_deref() == Some(id.get()) {
+            // The handshake's initialize: the backend's answer is the proxy's, not a client's.
+        } else {
+            check("id", id);
+        }
     }
     let object =
         |raw: &RawValue| serde_json::from_str::<BTreeMap<String, Box<RawValue>>>(raw.get()).ok();
     let Some(params) = message.get("params").and_then(|p| object(p)) else {
         return;
     };
-    let method = message.get("method").map(|m| m.get());
     if method == Some(r#""notifications/cancelled""#) {
         if let Some(request_id) = params.get("requestId") {
             check("requestId", request_id);

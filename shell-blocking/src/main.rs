@@ -6,6 +6,7 @@ mod server;
 mod session;
 mod supervisor;
 
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::thread;
 
@@ -42,6 +43,9 @@ fn main() {
     }));
 }
 
+/// At exit, how long answers already under way get to reach their clients.
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(1);
+
 fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
     let gate = config.gate(|path| std::fs::read_to_string(path))?;
     let me = std::env::current_exe()?;
@@ -76,10 +80,14 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
         inputs,
         closed,
         permits: Permits::new(),
+        busy: AtomicUsize::new(0),
     });
     let accepting = http.clone();
+    let serving = server.clone();
     thread::Builder::new()
         .name("accept".into())
-        .spawn(move || server.serve(accepting))?;
-    Ok(supervisor.run(move || http.unblock()))
+        .spawn(move || serving.serve(accepting))?;
+    let status = supervisor.run(move || http.unblock());
+    server.drain(DRAIN);
+    Ok(status)
 }

@@ -33,6 +33,8 @@ pub struct Server {
     pub inputs: Sender<Input>,
     pub closed: Sender<SessionId>,
     pub permits: Permits,
+    /// Requests being handled now, so exit can let their answers out first.
+    pub busy: AtomicUsize,
 }
 
 impl Server {
@@ -54,6 +56,14 @@ impl Server {
         }
     }
 
+    /// Waits (at most `within`) for requests under way to be answered.
+    pub fn drain(&self, within: Duration) {
+        let deadline = std::time::Instant::now() + within;
+        while self.busy.load(Ordering::Acquire) > 0 && std::time::Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     fn spawn_handler(self: Arc<Self>, requests: Receiver<Request>, idle: Arc<AtomicUsize>) {
         let spawned = thread::Builder::new()
             .name("http".into())
@@ -62,7 +72,9 @@ impl Server {
                 idle.fetch_add(1, Ordering::AcqRel);
                 let Ok(request) = requests.recv() else { return };
                 idle.fetch_sub(1, Ordering::AcqRel);
+                self.busy.fetch_add(1, Ordering::AcqRel);
                 self.handle(request);
+                self.busy.fetch_sub(1, Ordering::AcqRel);
             });
         if let Err(e) = spawned {
             warn!("cannot start a handler thread: {e}");
@@ -86,7 +98,7 @@ impl Server {
             origin: header("Origin"),
             host: header("Host"),
         };
-        let admitted = self.gate.admit(&head);
+        let admitted = self.gate.admit(&head, unix_now());
         let session = http::session_param(Some(query)).to_owned();
         let result = match admitted {
             Err(rejection) => {
@@ -257,4 +269,11 @@ fn respond(request: Request, response: Reply) {
     if let Err(e) = request.respond(response) {
         debug!("response not delivered: {e}");
     }
+}
+
+/// Seconds since the Unix epoch, for token expiry.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }

@@ -77,20 +77,24 @@ fn write_stream(
 ) -> std::io::Result<()> {
     let mut out = request.into_writer();
     out.write_all(HEAD)?;
-    let mut body = Encoder::with_flush_after_write(out);
-    body.write_all(&sse::endpoint_event(endpoint_url))?;
-    body.get_mut().flush()?;
-    loop {
-        match stream.rx.recv_timeout(keepalive) {
-            Ok(frame) => {
-                let frame = hub::coalesce(frame, || stream.rx.try_recv().ok());
-                stream.budget.refund(frame.len());
-                body.write_all(frame.as_ref())?;
-            }
-            Err(RecvTimeoutError::Timeout) => body.write_all(sse::KEEPALIVE)?,
-            // The loop closed the session: end the chunked body (on drop).
-            Err(RecvTimeoutError::Disconnected) => return Ok(()),
-        }
+    {
+        let mut body = Encoder::with_flush_after_write(&mut out);
+        body.write_all(&sse::endpoint_event(endpoint_url))?;
         body.get_mut().flush()?;
+        loop {
+            match stream.rx.recv_timeout(keepalive) {
+                Ok(frame) => {
+                    let frame = hub::coalesce(frame, || stream.rx.try_recv().ok());
+                    stream.budget.refund(frame.len());
+                    body.write_all(frame.as_ref())?;
+                }
+                Err(RecvTimeoutError::Timeout) => body.write_all(sse::KEEPALIVE)?,
+                // The loop closed the session: end the chunked body.
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            body.get_mut().flush()?;
+        }
+        // Dropping the encoder writes the last, empty chunk.
     }
+    out.flush()
 }

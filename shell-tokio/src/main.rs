@@ -77,12 +77,15 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
             stdin,
         });
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
-        let accept = tokio::spawn(server.serve(listener, stop_rx));
+        let accept = tokio::spawn(server.serve(listener, stop_rx, DRAIN));
         let status = supervisor.run(shutdown_signal(), stop_tx).await;
-        accept.abort();
+        let _ = accept.await;
         Ok(status)
     })
 }
+
+/// At exit, how long answers already under way get to reach their clients.
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// SIGINT or SIGTERM.
 async fn shutdown_signal() {

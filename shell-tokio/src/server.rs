@@ -13,6 +13,7 @@ use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
 use switchboard_core::config::Config;
 use switchboard_core::http::{self, Endpoint, Gate, RequestHead};
 use switchboard_core::{Principal, Rejection, SessionId};
@@ -39,11 +40,19 @@ pub struct Server {
 
 impl Server {
     /// Accepts connections until `stop` fires.
-    pub async fn serve(self: Arc<Self>, listener: TcpListener, stop: oneshot::Receiver<()>) {
+    /// Accepts connections until `stop` fires, then lets answers already under way reach
+    /// their clients (for at most `drain`) before returning.
+    pub async fn serve(
+        self: Arc<Self>,
+        listener: TcpListener,
+        stop: oneshot::Receiver<()>,
+        drain: Duration,
+    ) {
+        let graceful = GracefulShutdown::new();
         tokio::pin!(stop);
         loop {
             let (stream, peer) = tokio::select! {
-                _ = &mut stop => return,
+                _ = &mut stop => break,
                 accepted = listener.accept() => match accepted {
                     Ok(accepted) => accepted,
                     Err(e) => {
@@ -56,19 +65,27 @@ impl Server {
             };
             let _ = stream.set_nodelay(true);
             let server = self.clone();
+            let service = hyper::service::service_fn(move |req| {
+                let server = server.clone();
+                async move { Ok::<_, Infallible>(server.handle(req, peer).await) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(30))
+                .serve_connection(TokioIo::new(stream), service);
+            let conn = graceful.watch(conn);
             tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req| {
-                    let server = server.clone();
-                    async move { Ok::<_, Infallible>(server.handle(req, peer).await) }
-                });
-                let conn = hyper::server::conn::http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(Duration::from_secs(30))
-                    .serve_connection(TokioIo::new(stream), service);
                 if let Err(e) = conn.await {
                     debug!(%peer, "connection ended: {e}");
                 }
             });
+        }
+        drop(listener);
+        if tokio::time::timeout(drain, graceful.shutdown())
+            .await
+            .is_err()
+        {
+            debug!("connections still open after the drain period");
         }
     }
 
@@ -88,7 +105,7 @@ impl Server {
             origin: text(header::ORIGIN),
             host: text(header::HOST).or(req.uri().authority().map(|a| a.as_str())),
         };
-        let result = match self.gate.admit(&head) {
+        let result = match self.gate.admit(&head, unix_now()) {
             Err(rejection) => {
                 // Counting is best effort: never wait on the loop for it.
                 let _ = self.inputs.try_send(Input::Refused(rejection));
@@ -274,4 +291,11 @@ fn refusal(rejection: Rejection) -> Response<ResponseBody> {
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     response
+}
+
+/// Seconds since the Unix epoch, for token expiry.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }

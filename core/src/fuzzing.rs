@@ -1,0 +1,1779 @@
+//! The properties the `fuzz/` targets check, kept in the core so that ordinary tests replay
+//! the committed corpus through exactly the same code on stable (`tests/fuzz_corpus.rs`).
+//!
+//! Each entry point takes the fuzzer's raw bytes and panics when a property fails. No input
+//! is "invalid" here: a panic is a router bug (or a wrong property), never bad input.
+//!
+//! | entry point | property |
+//! |---|---|
+//! | [`client_body`] | any POST body: no panic; a rejected body produces no action; an accepted one produces exactly one backend line (or the proxy's documented answer) whose ids are routed for the poster and round-trip; every other byte passes unchanged |
+//! | [`backend_line`] | any backend line with several live sessions: no panic; every Deliver names a live session and is justified by the line; broadcasts are the three bare `list_changed`; every Reply answers the request's id |
+//! | [`session_ops`] | any sequence of [`Op`]s: SPEC section 6 properties 1, 2, 4 and 5 after every step, against a small reference model; the same sequence on a fresh router gives the same actions |
+//!
+//! The checks parse JSON independently of `message.rs` (with `serde_json` maps of raw
+//! values), so a parsing bug there shows up as a disagreement here.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use arbitrary::{Arbitrary, Unstructured};
+use serde_json::value::RawValue;
+
+use crate::action::Action;
+use crate::auth::Principal;
+use crate::http::Rejection;
+use crate::routed_id::{self, SessionId};
+use crate::router::{Accepted, Body, Router};
+
+/// The only methods a broadcast may carry, each rebuilt as `{"jsonrpc":"2.0","method":M}`.
+pub const LIST_CHANGED: [&str; 3] = [
+    "notifications/tools/list_changed",
+    "notifications/resources/list_changed",
+    "notifications/prompts/list_changed",
+];
+
+/// The proxy's own end of the handshake, written once when the first `initialize` succeeds.
+const INITIALIZED_LINE: &[u8] = b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n";
+
+/// Prefix of the ids the proxy mints for its own requests.
+const PROXY_ID_PREFIX: &str = "switchboard|";
+/// The proxy's own id for the backend's single `initialize` (`<prefix><n>`), when the
+/// router forwards the first client's `initialize` under an id of its own rather than the
+/// client's routed id. Either is accepted: neither can name another session.
+const PROXY_INITIALIZE_PREFIX: &str = "switchboard|initialize:";
+
+fn is_proxy_initialize_id(value: &str) -> bool {
+    value
+        .strip_prefix(PROXY_INITIALIZE_PREFIX)
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The string value of a backend line's `id`, when it is the proxy's `initialize` id.
+fn proxy_initialize_id(line: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(line).ok()?;
+    let id = string_of(members(text)?.get("id")?)?;
+    is_proxy_initialize_id(&id).then_some(id)
+}
+
+/// The id of the fixtures' `n`-th session: `SessionId::from_random([n; 16])`, numbered as
+/// the scenario harness numbers its labels, so `<A>` in a scenario is `fixture_sid(1)`.
+pub fn fixture_sid(n: u8) -> SessionId {
+    SessionId::from_random([n; 16])
+}
+
+// ---------------------------------------------------------------------------------------
+// client_body
+
+/// The `initialize` result the warmed fixture cached.
+const CACHED_RESULT: &str = r#"{"protocolVersion":"2024-11-05","capabilities":{"resources":{"subscribe":true}},"serverInfo":{"name":"fixture","version":"1"}}"#;
+/// A resource both fixture sessions watch, so the poster's unsubscribe is answered by the proxy.
+pub const SHARED_URI: &str = "file:///shared";
+
+/// `data` POSTed to a live session, in each of the three `initialize` states: no panic; a
+/// rejected body produces no action; an accepted body produces exactly one `Rewrite`
+/// (one line, ids routed for the poster, every other member unchanged, the routed id and
+/// progress token restored exactly when the backend echoes them) or the documented proxy
+/// answer (`initialize` from the cache or after the in-flight one, `resources/unsubscribe`
+/// while another session still watches, `notifications/initialized` absorbed).
+pub fn client_body(data: &[u8]) {
+    for init in [InitState::Idle, InitState::InFlight, InitState::Ready] {
+        ClientFixture::new(init).check(data);
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InitState {
+    /// No `initialize` yet: the poster's goes to the backend.
+    Idle,
+    /// The other session's `initialize` is at the backend.
+    InFlight,
+    /// The backend answered; both sessions watch [`SHARED_URI`].
+    Ready,
+}
+
+struct ClientFixture {
+    router: Router,
+    init: InitState,
+    poster: SessionId,
+    alice: Principal,
+    /// The raw id the other session's `initialize` reached the backend under.
+    init_id: String,
+}
+
+impl ClientFixture {
+    fn new(init: InitState) -> Self {
+        let mut router = Router::new(16);
+        router.backend_started();
+        let (poster, other) = (fixture_sid(1), fixture_sid(2));
+        let (alice, bob) = (Principal::new("alice"), Principal::new("bob"));
+        setup_open(&mut router, poster, &alice);
+        setup_open(&mut router, other, &bob);
+        let mut init_id = String::new();
+        if init != InitState::Idle {
+            let actions = setup_post(
+                &mut router,
+                other,
+                &bob,
+                r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{}}}"#,
+            );
+            let Some(Action::Rewrite { line }) = actions.first() else {
+                panic!("the first initialize is forwarded: {actions:?}");
+            };
+            let text = std::str::from_utf8(line).expect("backend lines are UTF-8");
+            init_id = members(text).expect("one object")["id"].get().to_owned();
+        }
+        if init == InitState::Ready {
+            router.backend_line(
+                format!(r#"{{"jsonrpc":"2.0","id":{init_id},"result":{CACHED_RESULT}}}"#)
+                    .as_bytes(),
+            );
+            drain(&mut router);
+            let subscribe = format!(
+                r#"{{"jsonrpc":"2.0","id":"sub","method":"resources/subscribe","params":{{"uri":"{SHARED_URI}"}}}}"#
+            );
+            setup_post(&mut router, poster, &alice, &subscribe);
+            setup_post(&mut router, other, &bob, &subscribe);
+        }
+        ClientFixture {
+            router,
+            init,
+            poster,
+            alice,
+            init_id,
+        }
+    }
+
+    fn check(mut self, body: &[u8]) {
+        let result =
+            self.router
+                .client_message(self.poster.as_str(), &self.alice, Body::Complete(body));
+        let actions = drain(&mut self.router);
+        let accepted = match result {
+            Err(rejection) => {
+                assert!(
+                    actions.is_empty(),
+                    "a rejected body ({rejection:?}) produced {actions:?}"
+                );
+                assert!(
+                    matches!(rejection, Rejection::Invalid(_)),
+                    "a live session's body was refused with {rejection:?}"
+                );
+                assert!(
+                    self.router.is_live(&self.poster),
+                    "a rejected body disturbed its session"
+                );
+                return;
+            }
+            Ok(accepted) => accepted,
+        };
+        let text = std::str::from_utf8(body).expect("an accepted body is UTF-8");
+        let m = members(text).expect("an accepted body is one JSON object");
+        assert_eq!(
+            m.get("jsonrpc").and_then(|v| string_of(v)).as_deref(),
+            Some("2.0"),
+            "accepted without jsonrpc 2.0"
+        );
+        let method = m
+            .get("method")
+            .and_then(|v| string_of(v))
+            .expect("an accepted body has a string method");
+        assert!(
+            !m.contains_key("result") && !m.contains_key("error"),
+            "accepted a body with a method and a result or error"
+        );
+        let id = m.get("id").copied();
+        if let Some(id) = id {
+            assert!(is_id_like(id), "accepted the id {}", id.get());
+            assert!(
+                id.get().len() <= 256,
+                "accepted a {}-byte id",
+                id.get().len()
+            );
+        }
+        match accepted {
+            Accepted::Forwarded => {
+                let [Action::Rewrite { line }] = &actions[..] else {
+                    panic!("a forwarded body produced {actions:?}");
+                };
+                assert!(
+                    id.is_some() || method != "notifications/initialized",
+                    "a client's notifications/initialized reached the backend"
+                );
+                let first_initialize =
+                    self.init == InitState::Idle && method == "initialize" && id.is_some();
+                let routed = check_rewrite(&self.poster, text, &m, first_initialize, line);
+                self.round_trip(&m, &routed, first_initialize);
+            }
+            Accepted::Answered => self.check_answered(&method, id, &m, &actions),
+            Accepted::Absorbed => {
+                assert_eq!(method, "notifications/initialized", "absorbed {method}");
+                assert!(id.is_none(), "absorbed a request");
+                assert!(actions.is_empty(), "absorbed with {actions:?}");
+            }
+        }
+    }
+
+    /// The proxy answered the poster itself: `initialize` (from the cache, or after the
+    /// in-flight one) or an unsubscribe another session still needs.
+    fn check_answered(
+        &mut self,
+        method: &str,
+        id: Option<&RawValue>,
+        m: &Members<'_>,
+        actions: &[Action],
+    ) {
+        let id = id.expect("only requests are answered");
+        let expected = match (method, self.init) {
+            ("initialize", InitState::InFlight) => {
+                assert!(actions.is_empty(), "a waiting initialize got {actions:?}");
+                // The backend answers the first client's initialize: this one is answered too.
+                let line = format!(
+                    r#"{{"jsonrpc":"2.0","id":{},"result":{CACHED_RESULT}}}"#,
+                    self.init_id
+                );
+                self.router.backend_line(line.as_bytes());
+                let after = drain(&mut self.router);
+                let mine: Vec<&Vec<u8>> = after
+                    .iter()
+                    .filter_map(|a| match a {
+                        Action::Deliver { session, message } if *session == self.poster => {
+                            Some(message)
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                let [message] = mine[..] else {
+                    panic!("a waiting initialize was answered with {after:?}");
+                };
+                check_answer(message, id, "result", CACHED_RESULT);
+                return;
+            }
+            ("initialize", InitState::Ready) => CACHED_RESULT,
+            ("resources/unsubscribe", InitState::Ready) => {
+                let uri = at(m, &["params", "uri"]).and_then(string_of);
+                assert_eq!(
+                    uri.as_deref(),
+                    Some(SHARED_URI),
+                    "answered an unsubscribe the proxy does not share"
+                );
+                "{}"
+            }
+            _ => panic!(
+                "{method} was answered by the proxy in state {:?}",
+                self.init
+            ),
+        };
+        let [Action::Deliver { session, message }] = actions else {
+            panic!("an answered {method} produced {actions:?}");
+        };
+        assert_eq!(*session, self.poster, "an answer went to another session");
+        check_answer(message, id, "result", expected);
+    }
+
+    /// The backend echoes what the rewrite routed: the poster gets its own id (and
+    /// progress token) back exactly, whether the backend kept the routed string's bytes or
+    /// re-escaped every character.
+    fn round_trip(&mut self, original: &Members<'_>, routed: &Routed, first_initialize: bool) {
+        if let Some(id) = &routed.id {
+            let original_id = original["id"];
+            // The proxy's own id is echoed as sent: its answer completes the handshake once.
+            let forms = if routed.proxy_initialize {
+                vec![id.get().to_owned()]
+            } else {
+                echoes(id)
+            };
+            for echoed in forms {
+                let line = format!(r#"{{"jsonrpc":"2.0","id":{echoed},"result":{{"echo":1}}}}"#);
+                self.router.backend_line(line.as_bytes());
+                let actions = drain(&mut self.router);
+                let mut delivered = None;
+                for action in &actions {
+                    match action {
+                        Action::Deliver { session, message } if *session == self.poster => {
+                            assert!(delivered.is_none(), "two answers for one id: {actions:?}");
+                            delivered = Some(message);
+                        }
+                        Action::Reply { line } if first_initialize => {
+                            assert_eq!(line, INITIALIZED_LINE, "unexpected proxy line");
+                        }
+                        other => panic!("echoing {echoed} produced {other:?}"),
+                    }
+                }
+                let message = delivered
+                    .unwrap_or_else(|| panic!("echoing {echoed} reached nobody: {actions:?}"));
+                let d = one_line_object(message);
+                let back = d.get("id").expect("a delivered response has an id");
+                if echoed == id.get() {
+                    assert_eq!(
+                        back.get(),
+                        original_id.get(),
+                        "the id did not come back byte for byte"
+                    );
+                } else {
+                    assert_same_id(original_id, back);
+                }
+            }
+        }
+        if let Some(token) = &routed.progress_token {
+            let original_token = at(original, &["params", "_meta", "progressToken"])
+                .expect("a routed token was in the body");
+            for echoed in echoes(token) {
+                let line = format!(
+                    r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":{echoed},"progress":1}}}}"#
+                );
+                self.router.backend_line(line.as_bytes());
+                let actions = drain(&mut self.router);
+                let [Action::Deliver { session, message }] = &actions[..] else {
+                    panic!("progress for {echoed} produced {actions:?}");
+                };
+                assert_eq!(*session, self.poster, "progress went to another session");
+                let d = one_line_object(message);
+                let back = at(&d, &["params", "progressToken"]).expect("the token is kept");
+                if echoed == token.get() {
+                    assert_eq!(back.get(), original_token.get(), "token not restored");
+                } else {
+                    assert_same_id(original_token, back);
+                }
+            }
+        }
+    }
+}
+
+/// What a rewrite routed, as raw JSON text in the backend line.
+#[derive(Default)]
+struct Routed {
+    id: Option<Box<RawValue>>,
+    /// The id is the proxy's own `initialize` id, not a routed one.
+    proxy_initialize: bool,
+    progress_token: Option<Box<RawValue>>,
+}
+
+/// Checks one rewritten line against the body it came from: one line; the id, an integer
+/// or string `_meta.progressToken` and a cancelled `requestId` routed for `sid`; the first
+/// `initialize`'s capabilities emptied; every other member unchanged.
+fn check_rewrite(
+    sid: &SessionId,
+    body: &str,
+    m: &Members<'_>,
+    first_initialize: bool,
+    line: &[u8],
+) -> Routed {
+    let text = backend_line_text(line);
+    let r = members(text).expect("a rewritten line is one JSON object");
+    assert!(
+        m.keys().eq(r.keys()),
+        "members changed: {:?} -> {:?}",
+        m.keys().collect::<Vec<_>>(),
+        r.keys().collect::<Vec<_>>()
+    );
+    let method = m
+        .get("method")
+        .and_then(|v| string_of(v))
+        .unwrap_or_default();
+    let mut edited: Vec<&[&str]> = Vec::new();
+    let mut routed = Routed::default();
+    if let Some(id) = m.get("id") {
+        let proxy_id = string_of(r["id"]).filter(|v| is_proxy_initialize_id(v));
+        if first_initialize && proxy_id.is_some() {
+            routed.proxy_initialize = true;
+        } else {
+            assert_routed(sid, id, r["id"], "id");
+        }
+        routed.id = Some(r["id"].to_owned());
+        edited.push(&["id"]);
+    }
+    const TOKEN: &[&str] = &["params", "_meta", "progressToken"];
+    const REQUEST_ID: &[&str] = &["params", "requestId"];
+    const CAPABILITIES: &[&str] = &["params", "capabilities"];
+    if let Some(token) = at(m, TOKEN).filter(|t| is_id_like(t)) {
+        let now = at(&r, TOKEN).expect("the token is kept");
+        assert_routed(sid, token, now, "_meta.progressToken");
+        routed.progress_token = Some(now.to_owned());
+        edited.push(TOKEN);
+    }
+    if method == "notifications/cancelled" {
+        if let Some(request_id) = at(m, REQUEST_ID).filter(|t| is_id_like(t)) {
+            let now = at(&r, REQUEST_ID).expect("requestId is kept");
+            assert_routed(sid, request_id, now, "requestId");
+            edited.push(REQUEST_ID);
+        }
+    }
+    if first_initialize && at(m, CAPABILITIES).is_some() {
+        let now = at(&r, CAPABILITIES).expect("capabilities are kept");
+        assert_eq!(
+            now.get(),
+            "{}",
+            "the first initialize kept client capabilities"
+        );
+        edited.push(CAPABILITIES);
+    }
+    let (mut before, mut after) = (canon_text(body), canon_text(text));
+    for path in edited {
+        blank(&mut before, path);
+        blank(&mut after, path);
+    }
+    assert_eq!(before, after, "bytes other than the routed ids changed");
+    routed
+}
+
+/// Asserts `routed` is `original` (an integer or string id) routed for `sid`: the string
+/// `<sid>|n:<digits>` or `<sid>|s:<value>`, which `routed_id::decode` takes back apart.
+fn assert_routed(sid: &SessionId, original: &RawValue, routed: &RawValue, what: &str) {
+    let integer = is_integer(original);
+    let value = string_of(routed);
+    match string_of(original) {
+        Some(text) => assert_eq!(
+            value,
+            Some(format!("{sid}|s:{text}")),
+            "{what} {} routed as {}",
+            original.get(),
+            routed.get()
+        ),
+        None if integer => assert_eq!(
+            value,
+            Some(format!("{sid}|n:{}", original.get())),
+            "{what} {} routed as {}",
+            original.get(),
+            routed.get()
+        ),
+        // A string whose escapes serde_json refuses (a lone surrogate): the raw text
+        // must still be carried over unchanged.
+        None => assert_eq!(
+            routed.get(),
+            format!("\"{sid}|s:{}", &original.get()[1..]),
+            "{what} routed wrongly"
+        ),
+    }
+    let decoded = routed_id::decode(routed.get())
+        .unwrap_or_else(|| panic!("routed {what} {} does not decode", routed.get()));
+    assert_eq!(decoded.session, *sid, "routed {what} names another session");
+    assert_eq!(decoded.is_integer, integer, "routed {what} changed type");
+    if integer {
+        assert_eq!(decoded.original, original.get(), "integer {what} changed");
+    } else {
+        let back = RawValue::from_string(decoded.original.into_owned())
+            .expect("decode gives back a JSON string");
+        assert_same_id(original, &back);
+    }
+}
+
+/// The same id value: exact digit text for integers, the parsed value for strings.
+fn assert_same_id(original: &RawValue, back: &RawValue) {
+    if is_integer(original) {
+        assert_eq!(back.get(), original.get(), "integer id changed");
+        return;
+    }
+    match (string_of(original), string_of(back)) {
+        (Some(a), Some(b)) => assert_eq!(a, b, "string id changed"),
+        _ => assert_eq!(back.get(), original.get(), "string id changed"),
+    }
+}
+
+/// The forms a backend may echo a routed string in: its exact bytes, and every character
+/// `\u`-escaped (what a re-serialising backend may do, and the decoder's slow path).
+fn echoes(routed: &RawValue) -> Vec<String> {
+    let mut out = vec![routed.get().to_owned()];
+    if let Some(value) = string_of(routed) {
+        let mut escaped = String::from("\"");
+        for unit in value.encode_utf16() {
+            escaped.push_str(&format!("\\u{unit:04x}"));
+        }
+        escaped.push('"');
+        out.push(escaped);
+    }
+    out
+}
+
+/// A proxy answer: one line, the client's own id, and `member` equal to `expected`.
+fn check_answer(message: &[u8], id: &RawValue, member: &str, expected: &str) {
+    let d = one_line_object(message);
+    assert_eq!(
+        d.get("id").map(|v| v.get()),
+        Some(id.get()),
+        "answered under another id"
+    );
+    let value = d
+        .get(member)
+        .unwrap_or_else(|| panic!("answer without {member}"));
+    assert_eq!(
+        canon_text(value.get()),
+        canon_text(expected),
+        "unexpected answer"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// backend_line
+
+/// `data` as a backend line while sessions A, B (alice) and C (bob) are live, D (carol) has
+/// closed, C's `initialize` is in flight with B waiting behind it, A and B have requests
+/// out and watch resources: no panic; every Deliver names a live session and is justified
+/// by the line (its routed id or token names that session, it watches the updated uri, or
+/// it waits for the `initialize` being answered), with the original id restored and every
+/// other member unchanged; every Broadcast is one of the three bare `list_changed`; every
+/// Reply is one JSON-RPC line answering the backend request's id; nothing is rewritten.
+pub fn backend_line(data: &[u8]) {
+    let mut fixture = BackendFixture::new();
+    fixture.router.backend_line(data);
+    let actions = drain(&mut fixture.router);
+    check_backend_actions(&fixture.world(), data, &actions);
+}
+
+/// What the backend-line fixture set up, for seeds and tests: `(session, principal, posts)`
+/// in order, then session D is closed and a health ping is sent.
+pub fn backend_fixture_posts() -> Vec<(SessionId, &'static str, Vec<String>)> {
+    let (a, b, c, d) = (
+        fixture_sid(1),
+        fixture_sid(2),
+        fixture_sid(3),
+        fixture_sid(4),
+    );
+    let posts = |bodies: &[&str]| bodies.iter().map(|b| (*b).to_owned()).collect();
+    vec![
+        (
+            c,
+            "bob",
+            posts(&[
+                r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{"sampling":{}},"clientInfo":{"name":"c","version":"1"}}}"#,
+            ]),
+        ),
+        (
+            b,
+            "alice",
+            posts(&[
+                r#"{"jsonrpc":"2.0","id":"init-b","method":"initialize","params":{"capabilities":{}}}"#,
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","_meta":{"progressToken":"p"}}}"#,
+                r#"{"jsonrpc":"2.0","id":3,"method":"resources/subscribe","params":{"uri":"file:///b"}}"#,
+                r#"{"jsonrpc":"2.0","id":4,"method":"resources/subscribe","params":{"uri":"file:///a"}}"#,
+            ]),
+        ),
+        (
+            a,
+            "alice",
+            posts(&[
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","_meta":{"progressToken":7}}}"#,
+                r#"{"jsonrpc":"2.0","id":"x|y","method":"tools/list"}"#,
+                r#"{"jsonrpc":"2.0","id":9007199254740993,"method":"tools/list"}"#,
+                r#"{"jsonrpc":"2.0","id":2,"method":"resources/subscribe","params":{"uri":"file:///a"}}"#,
+            ]),
+        ),
+        (
+            d,
+            "carol",
+            posts(&[
+                r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"t"}}"#,
+                r#"{"jsonrpc":"2.0","id":6,"method":"resources/subscribe","params":{"uri":"file:///d"}}"#,
+            ]),
+        ),
+    ]
+}
+
+struct BackendFixture {
+    router: Router,
+    live: BTreeSet<SessionId>,
+    subs: BTreeMap<SessionId, BTreeSet<String>>,
+    init_askers: BTreeSet<(SessionId, String)>,
+    init_ids: BTreeSet<String>,
+}
+
+impl BackendFixture {
+    fn new() -> Self {
+        let mut router = Router::new(16);
+        router.backend_started();
+        let mut live = BTreeSet::new();
+        let setup = backend_fixture_posts();
+        for (sid, principal, _) in &setup {
+            setup_open(&mut router, *sid, &Principal::new(principal));
+            live.insert(*sid);
+        }
+        let mut init_ids = BTreeSet::new();
+        for (sid, principal, bodies) in &setup {
+            for body in bodies {
+                for action in setup_post(&mut router, *sid, &Principal::new(principal), body) {
+                    if let Action::Rewrite { line } = action {
+                        init_ids.extend(proxy_initialize_id(&line));
+                    }
+                }
+            }
+        }
+        let closed = fixture_sid(4);
+        router.close_session(&closed);
+        live.remove(&closed);
+        drain(&mut router);
+        let _ = router.health_ping();
+        drain(&mut router);
+        let set = |uris: &[&str]| uris.iter().map(|u| (*u).to_owned()).collect();
+        BackendFixture {
+            router,
+            live,
+            subs: BTreeMap::from([
+                (fixture_sid(1), set(&["file:///a"])),
+                (fixture_sid(2), set(&["file:///a", "file:///b"])),
+            ]),
+            init_askers: BTreeSet::from([
+                (fixture_sid(3), "0".to_owned()),
+                (fixture_sid(2), "\"init-b\"".to_owned()),
+            ]),
+            init_ids,
+        }
+    }
+
+    fn world(&self) -> World<'_> {
+        World {
+            live: &self.live,
+            subs: &self.subs,
+            init_askers: &self.init_askers,
+            init_ids: &self.init_ids,
+        }
+    }
+}
+
+/// The state a backend line's actions are judged against.
+struct World<'a> {
+    live: &'a BTreeSet<SessionId>,
+    /// Each live session's watched uris (string values).
+    subs: &'a BTreeMap<SessionId, BTreeSet<String>>,
+    /// Sessions that asked `initialize`, with their raw ids: the first one's answer may be
+    /// fanned out to all of them.
+    init_askers: &'a BTreeSet<(SessionId, String)>,
+    /// String values of the proxy's own ids the `initialize` went out under.
+    init_ids: &'a BTreeSet<String>,
+}
+
+impl World<'_> {
+    /// Does a response with this id value answer the backend's single `initialize`?
+    fn answers_initialize(&self, id: &str) -> bool {
+        self.init_ids.contains(id)
+            || self
+                .init_askers
+                .iter()
+                .any(|(s, i)| is_routed_form(id, s, i))
+    }
+}
+
+/// What one backend line may cause, whatever its bytes. Returns the sessions delivered to.
+fn check_backend_actions(
+    world: &World<'_>,
+    data: &[u8],
+    actions: &[Action],
+) -> BTreeSet<SessionId> {
+    let line = std::str::from_utf8(data)
+        .ok()
+        .map(|t| t.strip_suffix('\r').unwrap_or(t))
+        .and_then(members);
+    let mut delivered = BTreeSet::new();
+    for action in actions {
+        match action {
+            Action::Deliver { session, message } => {
+                assert!(
+                    world.live.contains(session),
+                    "delivered to {session}, which is not live"
+                );
+                assert!(
+                    delivered.insert(*session),
+                    "two deliveries to one session for one line"
+                );
+                let line = line
+                    .as_ref()
+                    .unwrap_or_else(|| panic!("delivered from a line that is not an object"));
+                justify_delivery(world, line, session, message);
+            }
+            Action::Broadcast { message } => {
+                let method = line
+                    .as_ref()
+                    .and_then(|m| m.get("method"))
+                    .and_then(|v| string_of(v));
+                check_broadcast(message, method.as_deref());
+                assert!(!world.live.is_empty(), "broadcast with no live session");
+            }
+            Action::Reply { line: reply } => check_reply(world, line.as_ref(), reply),
+            Action::Pong { .. } => {
+                let id = line
+                    .as_ref()
+                    .and_then(|m| m.get("id"))
+                    .and_then(|v| string_of(v))
+                    .unwrap_or_default();
+                assert!(id.starts_with(PROXY_ID_PREFIX), "a pong for id {id:?}");
+            }
+            Action::Drop { .. } => {}
+            Action::Rewrite { .. } | Action::CloseSession { .. } => {
+                panic!("a backend line produced {action:?}")
+            }
+        }
+    }
+    delivered
+}
+
+/// A Deliver to `session` must be explained by the line itself (SPEC section 3).
+fn justify_delivery(world: &World<'_>, m: &Members<'_>, session: &SessionId, message: &[u8]) {
+    let d = one_line_object(message);
+    let method = m.get("method").map(|v| string_of(v));
+    match method {
+        // A response: the first initialize's answer fanned out to a session that asked
+        // initialize, or routed to `session` by its id.
+        None => {
+            if is_initialize_answer(world, m, session, &d) {
+                return;
+            }
+            let id = m.get("id").and_then(|v| string_of(v)).unwrap_or_default();
+            let rest = routed_rest(&id, session)
+                .unwrap_or_else(|| panic!("response {id:?} delivered to {session}"));
+            check_restored(m, &d, &["id"], rest);
+        }
+        Some(Some(method)) if method == "notifications/progress" => {
+            let token = at(m, &["params", "progressToken"])
+                .and_then(string_of)
+                .unwrap_or_default();
+            let rest = routed_rest(&token, session)
+                .unwrap_or_else(|| panic!("progress {token:?} delivered to {session}"));
+            check_restored(m, &d, &["params", "progressToken"], rest);
+        }
+        Some(Some(method)) if method == "notifications/resources/updated" => {
+            let uri = at(m, &["params", "uri"]).and_then(string_of);
+            let watched = uri
+                .as_ref()
+                .is_some_and(|u| world.subs.get(session).is_some_and(|s| s.contains(u)));
+            assert!(watched, "update of {uri:?} delivered to {session}");
+            assert_eq!(
+                canon_text(std::str::from_utf8(message).expect("checked")),
+                canon_members(m),
+                "resources/updated changed on the way"
+            );
+        }
+        other => panic!("{other:?} delivered to {session}"),
+    }
+}
+
+/// Is `d` (delivered to `session`) the proxy's rebuilt answer to the first `initialize`:
+/// the line answers some asker's routed id, and `session` asked under `d`'s id?
+fn is_initialize_answer(
+    world: &World<'_>,
+    m: &Members<'_>,
+    session: &SessionId,
+    d: &Members<'_>,
+) -> bool {
+    let id = m.get("id").and_then(|v| string_of(v)).unwrap_or_default();
+    let asker = d.get("id").map(|v| v.get().to_owned()).unwrap_or_default();
+    let member = if m.contains_key("result") {
+        "result"
+    } else {
+        "error"
+    };
+    let mut keys = vec!["id", "jsonrpc", member];
+    keys.sort_unstable();
+    world.init_askers.contains(&(*session, asker))
+        && world.answers_initialize(&id)
+        && d.keys().map(String::as_str).eq(keys)
+        && d["jsonrpc"].get() == "\"2.0\""
+        && m.get(member).map(|v| canon(v, 0)) == Some(canon(d[member], 0))
+}
+
+/// `value` split as a routed id of `session`: what follows `<sid>|`.
+fn routed_rest<'v>(value: &'v str, session: &SessionId) -> Option<&'v str> {
+    let (sid, rest) = value.split_once('|')?;
+    (sid == session.as_str()).then_some(rest)
+}
+
+/// Is `value` the routed form of the raw id `original` of `session`?
+fn is_routed_form(value: &str, session: &SessionId, original: &str) -> bool {
+    let Some(rest) = routed_rest(value, session) else {
+        return false;
+    };
+    match (rest.strip_prefix("n:"), rest.strip_prefix("s:")) {
+        (Some(digits), _) => digits == original,
+        (_, Some(text)) => serde_json::from_str::<String>(original).is_ok_and(|o| o == text),
+        _ => false,
+    }
+}
+
+/// The delivered `d` is the line `m` with the routed value at `path` restored from `rest`
+/// (`n:<digits>` or `s:<string>`) and nothing else changed.
+fn check_restored(m: &Members<'_>, d: &Members<'_>, path: &[&str], rest: &str) {
+    let restored = at(d, path).expect("the restored member is there");
+    if let Some(digits) = rest.strip_prefix("n:") {
+        assert_eq!(restored.get(), digits, "integer not restored");
+    } else if let Some(text) = rest.strip_prefix("s:") {
+        assert_eq!(
+            string_of(restored).as_deref(),
+            Some(text),
+            "string not restored"
+        );
+    } else {
+        panic!("delivered a routed value of unknown kind {rest:?}");
+    }
+    let mut before = Canon::Object(m.iter().map(|(k, v)| (k.clone(), canon(v, 0))).collect());
+    let mut after = Canon::Object(d.iter().map(|(k, v)| (k.clone(), canon(v, 0))).collect());
+    blank(&mut before, path);
+    blank(&mut after, path);
+    assert_eq!(
+        before, after,
+        "a delivered message changed beyond its routed value"
+    );
+}
+
+fn check_broadcast(message: &[u8], line_method: Option<&str>) {
+    let ok = LIST_CHANGED.iter().any(|m| {
+        message == format!(r#"{{"jsonrpc":"2.0","method":"{m}"}}"#).as_bytes()
+            && line_method == Some(*m)
+    });
+    assert!(
+        ok,
+        "broadcast {:?} for a line with method {line_method:?}",
+        String::from_utf8_lossy(message)
+    );
+}
+
+/// A proxy line to the backend: the answer to a backend request (same id; `{}` for ping,
+/// -32601 otherwise) or, after the first `initialize` succeeded, `notifications/initialized`.
+fn check_reply(world: &World<'_>, line: Option<&Members<'_>>, reply: &[u8]) {
+    let text = backend_line_text(reply);
+    serde_json::from_str::<&RawValue>(text).expect("a reply is valid JSON");
+    let r = members(text).expect("a reply is one JSON object");
+    assert_eq!(
+        r.get("jsonrpc").and_then(|v| string_of(v)).as_deref(),
+        Some("2.0")
+    );
+    let m = line.expect("a reply answers a JSON object");
+    let method = m.get("method").and_then(|v| string_of(v));
+    let Some(method) = method else {
+        // The answer to the first initialize: the proxy completes the handshake once.
+        assert_eq!(reply, INITIALIZED_LINE, "unexpected proxy line");
+        let id = m.get("id").and_then(|v| string_of(v)).unwrap_or_default();
+        assert!(
+            world.answers_initialize(&id),
+            "initialized sent for response {id:?}"
+        );
+        assert!(m.contains_key("result"), "initialized after an error");
+        return;
+    };
+    let id = m.get("id").expect("only requests are answered");
+    assert_eq!(
+        canon(r.get("id").expect("a reply has an id"), 0),
+        canon(id, 0),
+        "a reply answers another id"
+    );
+    if method == "ping" {
+        assert_eq!(r.get("result").map(|v| v.get()), Some("{}"), "ping answer");
+        assert!(!r.contains_key("error"));
+    } else {
+        assert!(!r.contains_key("result"), "a server request got a result");
+        let code = r
+            .get("error")
+            .and_then(|e| at(&members(e.get())?, &["code"]));
+        assert_eq!(
+            code.map(|c| c.get()),
+            Some("-32601"),
+            "server request answer"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// session_ops
+
+/// The sessions slots [`Op`]s address; a slot holds one session at a time.
+const SLOTS: usize = 4;
+const PRINCIPALS: [&str; 3] = ["alice", "bob", "carol"];
+/// Resources the structured ops subscribe to (a `|` and a quote included).
+const URIS: [&str; 4] = ["file:///a", "file:///b", "file:///a|\"b\"", "urn:x"];
+
+/// One input to the router, as `arbitrary` decodes it from the fuzzer's bytes.
+#[derive(Debug, Clone, Arbitrary)]
+pub enum Op {
+    /// `open_session` in an empty slot as `PRINCIPALS[principal % 3]`.
+    Open {
+        slot: u8,
+        principal: u8,
+    },
+    /// `close_session` of the slot's session (or of its last, already closed one).
+    Close {
+        slot: u8,
+    },
+    /// `client_message` to the slot's session, as its owner or (`impostor`) someone else.
+    Post {
+        slot: u8,
+        impostor: bool,
+        body: ClientBody,
+    },
+    Subscribe {
+        slot: u8,
+        uri: u8,
+        id: Id,
+    },
+    Unsubscribe {
+        slot: u8,
+        uri: u8,
+        id: Id,
+    },
+    /// `backend_line`.
+    Backend(BackendMsg),
+    BackendExit,
+    BackendStart,
+    /// `health_ping`.
+    Ping,
+}
+
+/// A JSON-RPC id as a client or backend may write it.
+#[derive(Debug, Clone, Arbitrary)]
+pub enum Id {
+    Small(i8),
+    Int(i64),
+    /// An integer of 1 to 60 digits, past what f64 holds.
+    Digits(u8),
+    NegZero,
+    Str(String),
+    /// A string shaped like another slot's routed id.
+    Spoof {
+        slot: u8,
+        n: i8,
+        string: bool,
+    },
+    /// A string shaped like the proxy's own ping id.
+    ProxyLike(u8),
+    Fraction,
+    Null,
+}
+
+#[derive(Debug, Clone, Arbitrary)]
+pub enum Method {
+    ToolsCall,
+    Initialize,
+    Ping,
+    Subscribe,
+    Unsubscribe,
+    Cancelled,
+    Initialized,
+    Progress,
+    RootsListChanged,
+    Custom(String),
+}
+
+#[derive(Debug, Clone, Arbitrary)]
+pub enum ClientBody {
+    Request {
+        id: Id,
+        method: Method,
+        uri: Option<u8>,
+        request_id: Option<Id>,
+        progress: Option<Id>,
+    },
+    Notification {
+        method: Method,
+        uri: Option<u8>,
+        request_id: Option<Id>,
+        progress: Option<Id>,
+    },
+    Raw(String),
+}
+
+#[derive(Debug, Clone, Arbitrary)]
+pub enum BackendMsg {
+    /// A response to a routed id (or token) the router wrote earlier, picked by index.
+    Answer {
+        pick: u16,
+        error: bool,
+        escaped: bool,
+    },
+    /// `notifications/progress` for a routed id or token written earlier.
+    Progress {
+        pick: u16,
+        escaped: bool,
+    },
+    /// A response with an id the backend made up (or a slot's spoofed routed id).
+    Forged {
+        id: Id,
+    },
+    ListChanged {
+        which: u8,
+        params: bool,
+    },
+    Updated {
+        uri: u8,
+    },
+    /// A backend request: `ping` or `sampling/createMessage`.
+    Request {
+        id: Id,
+        ping: bool,
+    },
+    /// An answer to the proxy's ping number `n`.
+    Pong {
+        n: u8,
+    },
+    Raw(String),
+}
+
+/// Decodes the fuzzer's bytes into the operations [`session_ops`] runs (every byte string
+/// decodes to some sequence).
+pub fn decode_ops(data: &[u8]) -> Vec<Op> {
+    Vec::<Op>::arbitrary_take_rest(Unstructured::new(data)).unwrap_or_default()
+}
+
+/// Runs [`decode_ops`]`(data)` through [`check_session_ops`].
+pub fn session_ops(data: &[u8]) {
+    check_session_ops(&decode_ops(data));
+}
+
+/// Runs `ops` against a router and a reference model, checking SPEC section 6 properties 1,
+/// 2, 4 and 5 after every step (and 3 for impostor posts), then replays them on a fresh
+/// router and requires identical actions. Returns one label per step (for corpus tools).
+pub fn check_session_ops(ops: &[Op]) -> Vec<String> {
+    let (first, labels) = Model::run(ops);
+    let (second, _) = Model::run(ops);
+    assert!(
+        first == second,
+        "replaying the same operations gave different actions"
+    );
+    labels
+}
+
+/// One step's visible result, compared between two runs.
+#[derive(Debug, PartialEq)]
+enum Outcome {
+    None,
+    Opened(Result<(), Rejection>),
+    Posted(Result<Accepted, Rejection>),
+    Pinged(u64),
+}
+
+#[derive(Default, Clone, Copy)]
+struct Slot {
+    current: Option<SessionId>,
+    last: Option<SessionId>,
+}
+
+/// The reference model: what the router should believe, kept by the simplest means.
+struct Model {
+    router: Router,
+    backend_up: bool,
+    slots: [Slot; SLOTS],
+    opened: u32,
+    live: BTreeMap<SessionId, Principal>,
+    live_ids: BTreeSet<SessionId>,
+    subs: BTreeMap<SessionId, BTreeSet<String>>,
+    /// Every routed id and token (raw JSON) a Rewrite carried, with its session.
+    minted: Vec<(SessionId, String)>,
+    init_askers: BTreeSet<(SessionId, String)>,
+    /// Raw proxy ids the backend's `initialize` went out under (answered by [`BackendMsg::Answer`]
+    /// picks past `minted`).
+    init_ids: Vec<String>,
+}
+
+impl Model {
+    fn run(ops: &[Op]) -> (Vec<(Outcome, Vec<Action>)>, Vec<String>) {
+        let mut model = Model {
+            router: Router::new(64),
+            backend_up: true,
+            slots: [Slot::default(); SLOTS],
+            opened: 0,
+            live: BTreeMap::new(),
+            live_ids: BTreeSet::new(),
+            subs: BTreeMap::new(),
+            minted: Vec::new(),
+            init_askers: BTreeSet::new(),
+            init_ids: Vec::new(),
+        };
+        model.router.backend_started();
+        assert!(model.router.poll_action().is_none());
+        let mut transcript = Vec::with_capacity(ops.len());
+        let mut labels = Vec::with_capacity(ops.len());
+        for op in ops {
+            let (outcome, actions, label) = model.step(op);
+            assert_eq!(
+                model.router.live_sessions(),
+                model.live.len(),
+                "live sessions disagree with the model after {op:?}"
+            );
+            for sid in model.live.keys() {
+                assert!(
+                    model.router.is_live(sid),
+                    "{sid} should be live after {op:?}"
+                );
+            }
+            transcript.push((outcome, actions));
+            labels.push(label);
+        }
+        (transcript, labels)
+    }
+
+    fn slot(&mut self, slot: u8) -> &mut Slot {
+        &mut self.slots[usize::from(slot) % SLOTS]
+    }
+
+    /// The slot's session, else its last one, else a session never opened.
+    fn target(&mut self, slot: u8) -> SessionId {
+        let s = *self.slot(slot);
+        s.current
+            .or(s.last)
+            .unwrap_or_else(|| SessionId::from_random([0xee; 16]))
+    }
+
+    fn step(&mut self, op: &Op) -> (Outcome, Vec<Action>, String) {
+        match op {
+            Op::Open { slot, principal } => self.open(*slot, *principal),
+            Op::Close { slot } => self.close(*slot),
+            Op::Post {
+                slot,
+                impostor,
+                body,
+            } => {
+                let bytes = self.render_body(body);
+                self.post(*slot, *impostor, &bytes)
+            }
+            Op::Subscribe { slot, uri, id } | Op::Unsubscribe { slot, uri, id } => {
+                let method = if matches!(op, Op::Subscribe { .. }) {
+                    "resources/subscribe"
+                } else {
+                    "resources/unsubscribe"
+                };
+                let body = format!(
+                    r#"{{"jsonrpc":"2.0","id":{},"method":"{method}","params":{{"uri":{}}}}}"#,
+                    self.render_id(id),
+                    json_string(URIS[usize::from(*uri) % URIS.len()])
+                );
+                self.post(*slot, false, body.as_bytes())
+            }
+            Op::Backend(msg) => self.backend(msg),
+            Op::BackendExit => {
+                self.router.backend_exited();
+                let actions = drain(&mut self.router);
+                let closed: BTreeSet<SessionId> = actions
+                    .iter()
+                    .map(|a| match a {
+                        Action::CloseSession { session } => *session,
+                        other => panic!("backend exit produced {other:?}"),
+                    })
+                    .collect();
+                assert_eq!(
+                    closed, self.live_ids,
+                    "backend exit closes every live session"
+                );
+                assert_eq!(closed.len(), actions.len(), "a session closed twice");
+                self.backend_up = false;
+                self.live.clear();
+                self.live_ids.clear();
+                self.subs.clear();
+                self.init_askers.clear();
+                self.init_ids.clear();
+                for slot in &mut self.slots {
+                    slot.last = slot.current.take().or(slot.last);
+                }
+                (Outcome::None, actions, "exit".into())
+            }
+            Op::BackendStart => {
+                if !self.backend_up {
+                    self.router.backend_started();
+                    self.backend_up = true;
+                }
+                let actions = drain(&mut self.router);
+                assert!(actions.is_empty(), "backend start produced {actions:?}");
+                (Outcome::None, actions, "start".into())
+            }
+            Op::Ping => {
+                let n = self.router.health_ping();
+                let actions = drain(&mut self.router);
+                let expected = format!(
+                    "{{\"jsonrpc\":\"2.0\",\"id\":\"{PROXY_ID_PREFIX}ping:{n}\",\"method\":\"ping\"}}\n"
+                );
+                assert!(
+                    matches!(&actions[..], [Action::Reply { line }] if *line == expected.as_bytes()),
+                    "a health ping produced {actions:?}"
+                );
+                (Outcome::Pinged(n), actions, "ping".into())
+            }
+        }
+    }
+
+    fn open(&mut self, slot: u8, principal: u8) -> (Outcome, Vec<Action>, String) {
+        if self.slot(slot).current.is_some() {
+            return (Outcome::None, Vec::new(), "open:occupied".into());
+        }
+        self.opened += 1;
+        let mut bytes = [0x5a; 16];
+        bytes[..4].copy_from_slice(&self.opened.to_le_bytes());
+        let sid = SessionId::from_random(bytes);
+        let principal = Principal::new(PRINCIPALS[usize::from(principal) % PRINCIPALS.len()]);
+        let result = self.router.open_session(sid, principal.clone());
+        let actions = drain(&mut self.router);
+        assert!(actions.is_empty(), "opening a session produced {actions:?}");
+        assert_eq!(
+            result.is_ok(),
+            self.backend_up,
+            "open_session gave {result:?} with the backend up = {}",
+            self.backend_up
+        );
+        if result.is_ok() {
+            self.live.insert(sid, principal);
+            self.live_ids.insert(sid);
+            let s = self.slot(slot);
+            s.last = s.current.replace(sid).or(s.last);
+        }
+        let label = format!("open:{}", result.is_ok());
+        (Outcome::Opened(result), actions, label)
+    }
+
+    fn close(&mut self, slot: u8) -> (Outcome, Vec<Action>, String) {
+        let s = *self.slot(slot);
+        let Some(sid) = s.current.or(s.last) else {
+            return (Outcome::None, Vec::new(), "close:none".into());
+        };
+        let was_live = self.live.remove(&sid).is_some();
+        self.live_ids.remove(&sid);
+        let watched = self.subs.remove(&sid).unwrap_or_default();
+        self.router.close_session(&sid);
+        let actions = drain(&mut self.router);
+        // The proxy unsubscribes exactly the resources no live session watches any more.
+        let mut left: BTreeSet<String> = watched
+            .into_iter()
+            .filter(|uri| !self.subs.values().any(|s| s.contains(uri)))
+            .collect();
+        for action in &actions {
+            let Action::Reply { line } = action else {
+                panic!("closing a session produced {action:?}");
+            };
+            let r = members(backend_line_text(line)).expect("an unsubscribe is one object");
+            assert_eq!(
+                r.get("method").and_then(|v| string_of(v)).as_deref(),
+                Some("resources/unsubscribe")
+            );
+            let id = r.get("id").and_then(|v| string_of(v)).unwrap_or_default();
+            assert!(
+                id.starts_with(PROXY_ID_PREFIX),
+                "unsubscribe under id {id:?}"
+            );
+            let uri = at(&r, &["params", "uri"]).and_then(string_of);
+            assert!(
+                uri.as_ref().is_some_and(|u| left.remove(u)),
+                "unsubscribed {uri:?}, which others still watch or nobody watched"
+            );
+        }
+        assert!(left.is_empty(), "no unsubscribe for {left:?}");
+        let s = self.slot(slot);
+        if s.current == Some(sid) {
+            s.last = s.current.take();
+        }
+        let label = format!("close:{was_live}:{}", actions.len());
+        (Outcome::None, actions, label)
+    }
+
+    fn post(&mut self, slot: u8, impostor: bool, body: &[u8]) -> (Outcome, Vec<Action>, String) {
+        let sid = self.target(slot);
+        let owner = self.live.get(&sid).cloned();
+        let principal = match (&owner, impostor) {
+            (Some(owner), true) => {
+                let at = PRINCIPALS.iter().position(|p| *p == owner.as_str());
+                Principal::new(PRINCIPALS[at.map_or(0, |i| (i + 1) % PRINCIPALS.len())])
+            }
+            (Some(owner), false) => owner.clone(),
+            (None, _) => Principal::new(PRINCIPALS[0]),
+        };
+        let result = self
+            .router
+            .client_message(sid.as_str(), &principal, Body::Complete(body));
+        let actions = drain(&mut self.router);
+        if owner.is_none() || impostor {
+            assert_eq!(
+                result,
+                Err(Rejection::SessionNotFound),
+                "a post to a session that is not the caller's"
+            );
+        }
+        let Ok(accepted) = result else {
+            assert!(actions.is_empty(), "a rejected post produced {actions:?}");
+            return (Outcome::Posted(result), actions, "post:rejected".into());
+        };
+        let text = std::str::from_utf8(body).expect("an accepted body is UTF-8");
+        let m = members(text).expect("an accepted body is one object");
+        let method = m
+            .get("method")
+            .and_then(|v| string_of(v))
+            .unwrap_or_default();
+        let id = m.get("id").map(|v| v.get().to_owned());
+        let mut rewrites = 0;
+        let mut answered = false;
+        for action in &actions {
+            match action {
+                Action::Rewrite { line } => {
+                    rewrites += 1;
+                    self.check_prefixed(&sid, line);
+                }
+                Action::Deliver { session, message } => {
+                    assert_eq!(*session, sid, "a post was answered into another session");
+                    let d = one_line_object(message);
+                    assert_eq!(
+                        d.get("id").map(|v| v.get()),
+                        id.as_deref(),
+                        "a proxy answer under another id"
+                    );
+                    answered = true;
+                }
+                other => panic!("a post produced {other:?}"),
+            }
+        }
+        assert_eq!(
+            rewrites,
+            usize::from(accepted == Accepted::Forwarded),
+            "{accepted:?} with {actions:?}"
+        );
+        let uri = at(&m, &["params", "uri"]).and_then(string_of);
+        match (method.as_str(), &id, uri) {
+            ("resources/subscribe", Some(_), Some(uri)) if accepted == Accepted::Forwarded => {
+                self.subs.entry(sid).or_default().insert(uri);
+            }
+            ("resources/unsubscribe", Some(_), Some(uri)) => {
+                if let Some(set) = self.subs.get_mut(&sid) {
+                    set.remove(&uri);
+                }
+            }
+            ("initialize", Some(id), _) if !answered => {
+                self.init_askers.insert((sid, id.clone()));
+            }
+            _ => {}
+        }
+        let known = matches!(
+            method.as_str(),
+            "tools/call"
+                | "initialize"
+                | "ping"
+                | "resources/subscribe"
+                | "resources/unsubscribe"
+                | "notifications/cancelled"
+                | "notifications/initialized"
+                | "notifications/progress"
+                | "notifications/roots/list_changed"
+        );
+        let method = if known { method.as_str() } else { "other" };
+        let label = format!("post:{accepted:?}:{method}:{}", actions.len());
+        (Outcome::Posted(Ok(accepted)), actions, label)
+    }
+
+    /// SPEC 6.2: every id, cancelled requestId and progress token in a client's line is a
+    /// routed id of that client's own session. Records them for later backend answers.
+    fn check_prefixed(&mut self, sid: &SessionId, line: &[u8]) {
+        let text = backend_line_text(line);
+        let r = members(text).expect("a rewritten line is one object");
+        let method = r
+            .get("method")
+            .and_then(|v| string_of(v))
+            .unwrap_or_default();
+        let mut routed = Vec::new();
+        if let Some(id) = r.get("id") {
+            routed.push(("id", *id));
+        }
+        if let Some(token) = at(&r, &["params", "_meta", "progressToken"]) {
+            routed.push(("progressToken", token));
+        }
+        if method == "notifications/cancelled" {
+            if let Some(request_id) = at(&r, &["params", "requestId"]) {
+                routed.push(("requestId", request_id));
+            }
+        }
+        for (what, value) in routed {
+            if !is_id_like(value) && what != "id" {
+                continue; // Not an id type: passes unchanged and can never be routed.
+            }
+            let text = string_of(value).unwrap_or_default();
+            if what == "id" && method == "initialize" && is_proxy_initialize_id(&text) {
+                self.init_ids.push(value.get().to_owned());
+                continue;
+            }
+            assert!(
+                routed_rest(&text, sid).is_some(),
+                "{what} {} reached the backend without the sender's sid",
+                value.get()
+            );
+            self.minted.push((*sid, value.get().to_owned()));
+        }
+    }
+
+    fn backend(&mut self, msg: &BackendMsg) -> (Outcome, Vec<Action>, String) {
+        // The session a structured line must reach when it is live (completeness).
+        let mut must_reach: BTreeSet<SessionId> = BTreeSet::new();
+        let (line, kind) = match msg {
+            BackendMsg::Answer {
+                pick,
+                error,
+                escaped,
+            } => {
+                let picked = if usize::from(*pick) % 2 == 1 && !self.init_ids.is_empty() {
+                    // The proxy's own initialize id: whoever waits for the handshake.
+                    let ids = &self.init_ids;
+                    Some((None, ids[usize::from(*pick / 2) % ids.len()].clone()))
+                } else {
+                    self.pick(*pick, *escaped).map(|(sid, id)| (Some(sid), id))
+                };
+                let Some((sid, id)) = picked else {
+                    return (Outcome::None, Vec::new(), "backend:none".into());
+                };
+                if let Some(sid) = sid.filter(|sid| self.live.contains_key(sid)) {
+                    must_reach.insert(sid);
+                }
+                let member = if *error {
+                    r#""error":{"code":-1,"message":"no"}"#
+                } else {
+                    r#""result":{"content":[]}"#
+                };
+                (
+                    format!(r#"{{"jsonrpc":"2.0","id":{id},{member}}}"#),
+                    "answer",
+                )
+            }
+            BackendMsg::Progress { pick, escaped } => {
+                let Some((sid, token)) = self.pick(*pick, *escaped) else {
+                    return (Outcome::None, Vec::new(), "backend:none".into());
+                };
+                if self.live.contains_key(&sid) {
+                    must_reach.insert(sid);
+                }
+                (
+                    format!(
+                        r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":{token},"progress":1,"total":2}}}}"#
+                    ),
+                    "progress",
+                )
+            }
+            BackendMsg::Forged { id } => (
+                format!(
+                    r#"{{"jsonrpc":"2.0","id":{},"result":{{}}}}"#,
+                    self.render_id(id)
+                ),
+                "forged",
+            ),
+            BackendMsg::ListChanged { which, params } => {
+                let method = LIST_CHANGED[usize::from(*which) % 3];
+                let params = if *params {
+                    r#","params":{"_meta":{"x":"<script>"},"injected":true}"#
+                } else {
+                    ""
+                };
+                (
+                    format!(r#"{{"jsonrpc":"2.0","method":"{method}"{params}}}"#),
+                    "list_changed",
+                )
+            }
+            BackendMsg::Updated { uri } => {
+                let uri = URIS[usize::from(*uri) % URIS.len()];
+                must_reach.extend(
+                    self.subs
+                        .iter()
+                        .filter(|(_, s)| s.contains(uri))
+                        .map(|(sid, _)| *sid),
+                );
+                (
+                    format!(
+                        r#"{{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{{"uri":{}}}}}"#,
+                        json_string(uri)
+                    ),
+                    "updated",
+                )
+            }
+            BackendMsg::Request { id, ping } => {
+                let method = if *ping {
+                    "ping"
+                } else {
+                    "sampling/createMessage"
+                };
+                (
+                    format!(
+                        r#"{{"jsonrpc":"2.0","id":{},"method":"{method}","params":{{}}}}"#,
+                        self.render_id(id)
+                    ),
+                    "request",
+                )
+            }
+            BackendMsg::Pong { n } => (
+                format!(r#"{{"jsonrpc":"2.0","id":"{PROXY_ID_PREFIX}ping:{n}","result":{{}}}}"#),
+                "pong",
+            ),
+            BackendMsg::Raw(text) => (text.clone(), "raw"),
+        };
+        self.router.backend_line(line.as_bytes());
+        let actions = drain(&mut self.router);
+        let init_ids: BTreeSet<String> = self
+            .init_ids
+            .iter()
+            .filter_map(|raw| serde_json::from_str(raw).ok())
+            .collect();
+        let world = World {
+            live: &self.live_ids,
+            subs: &self.subs,
+            init_askers: &self.init_askers,
+            init_ids: &init_ids,
+        };
+        let delivered = check_backend_actions(&world, line.as_bytes(), &actions);
+        assert!(
+            must_reach.is_subset(&delivered),
+            "{line} reached {delivered:?}, not all of {must_reach:?}"
+        );
+        if kind == "updated" {
+            assert_eq!(delivered, must_reach, "{line} reached other sessions");
+        }
+        let label = format!("backend:{kind}:{}", action_kinds(&actions));
+        (Outcome::None, actions, label)
+    }
+
+    /// A routed id or token written earlier, as the backend echoes it, with its session.
+    fn pick(&self, pick: u16, escaped: bool) -> Option<(SessionId, String)> {
+        if self.minted.is_empty() {
+            return None;
+        }
+        let (sid, raw) = &self.minted[usize::from(pick) % self.minted.len()];
+        let raw = RawValue::from_string(raw.clone()).expect("minted ids are JSON");
+        let echoed = echoes(&raw);
+        let text = if escaped {
+            echoed.last()
+        } else {
+            echoed.first()
+        };
+        Some((*sid, text.expect("at least the raw form").clone()))
+    }
+
+    fn render_id(&mut self, id: &Id) -> String {
+        match id {
+            Id::Small(n) => n.to_string(),
+            Id::Int(n) => n.to_string(),
+            Id::Digits(n) => {
+                let len = 1 + usize::from(*n % 60);
+                let digits: String = "9007199254740993".chars().cycle().take(len).collect();
+                if n % 2 == 1 {
+                    format!("-{digits}")
+                } else {
+                    digits
+                }
+            }
+            Id::NegZero => "-0".into(),
+            Id::Str(s) => json_string(s),
+            Id::Spoof { slot, n, string } => {
+                let sid = self.target(*slot);
+                let kind = if *string { 's' } else { 'n' };
+                json_string(&format!("{sid}|{kind}:{n}"))
+            }
+            Id::ProxyLike(n) => json_string(&format!("{PROXY_ID_PREFIX}ping:{n}")),
+            Id::Fraction => "1.5".into(),
+            Id::Null => "null".into(),
+        }
+    }
+
+    fn render_body(&mut self, body: &ClientBody) -> Vec<u8> {
+        let (id, method, uri, request_id, progress) = match body {
+            ClientBody::Raw(text) => return text.clone().into_bytes(),
+            ClientBody::Request {
+                id,
+                method,
+                uri,
+                request_id,
+                progress,
+            } => (Some(id), method, uri, request_id, progress),
+            ClientBody::Notification {
+                method,
+                uri,
+                request_id,
+                progress,
+            } => (None, method, uri, request_id, progress),
+        };
+        let method = match method {
+            Method::ToolsCall => "tools/call",
+            Method::Initialize => "initialize",
+            Method::Ping => "ping",
+            Method::Subscribe => "resources/subscribe",
+            Method::Unsubscribe => "resources/unsubscribe",
+            Method::Cancelled => "notifications/cancelled",
+            Method::Initialized => "notifications/initialized",
+            Method::Progress => "notifications/progress",
+            Method::RootsListChanged => "notifications/roots/list_changed",
+            Method::Custom(name) => name.as_str(),
+        };
+        let mut params = Vec::new();
+        if let Some(uri) = uri {
+            params.push(format!(
+                r#""uri":{}"#,
+                json_string(URIS[usize::from(*uri) % URIS.len()])
+            ));
+        }
+        if let Some(request_id) = request_id {
+            params.push(format!(r#""requestId":{}"#, self.render_id(request_id)));
+        }
+        if let Some(progress) = progress {
+            params.push(format!(
+                r#""_meta":{{"progressToken":{}}}"#,
+                self.render_id(progress)
+            ));
+        }
+        if method == "initialize" {
+            params.push(r#""capabilities":{"sampling":{}}"#.into());
+        }
+        let mut out = String::from(r#"{"jsonrpc":"2.0","#);
+        if let Some(id) = id {
+            out.push_str(&format!(r#""id":{},"#, self.render_id(id)));
+        }
+        out.push_str(&format!(r#""method":{}"#, json_string(method)));
+        if !params.is_empty() {
+            out.push_str(&format!(r#","params":{{{}}}"#, params.join(",")));
+        }
+        out.push('}');
+        out.into_bytes()
+    }
+}
+
+fn action_kinds(actions: &[Action]) -> String {
+    let kinds: Vec<&str> = actions
+        .iter()
+        .map(|a| match a {
+            Action::Rewrite { .. } => "rewrite",
+            Action::Reply { .. } => "reply",
+            Action::Deliver { .. } => "deliver",
+            Action::Broadcast { .. } => "broadcast",
+            Action::Drop { .. } => "drop",
+            Action::CloseSession { .. } => "close",
+            Action::Pong { .. } => "pong",
+        })
+        .collect();
+    kinds.join("+")
+}
+
+// ---------------------------------------------------------------------------------------
+// Shared helpers: fixture set-up and an independent reading of JSON.
+
+fn drain(router: &mut Router) -> Vec<Action> {
+    std::iter::from_fn(|| router.poll_action()).collect()
+}
+
+fn setup_open(router: &mut Router, sid: SessionId, principal: &Principal) {
+    router
+        .open_session(sid, principal.clone())
+        .expect("the fixture's backend is up");
+    drain(router);
+}
+
+fn setup_post(
+    router: &mut Router,
+    sid: SessionId,
+    principal: &Principal,
+    body: &str,
+) -> Vec<Action> {
+    router
+        .client_message(sid.as_str(), principal, Body::Complete(body.as_bytes()))
+        .expect("fixture bodies are accepted");
+    drain(router)
+}
+
+/// A backend line's text: UTF-8, one `\n` at the end and no other raw CR or LF.
+fn backend_line_text(line: &[u8]) -> &str {
+    let body = line
+        .strip_suffix(b"\n")
+        .expect("a backend line ends in \\n");
+    assert!(
+        !body.contains(&b'\n') && !body.contains(&b'\r'),
+        "a raw newline inside a backend line"
+    );
+    std::str::from_utf8(body).expect("a backend line is UTF-8")
+}
+
+/// A message for a client: one JSON object, no raw CR or LF (one SSE `data:` line).
+fn one_line_object(message: &[u8]) -> Members<'_> {
+    assert!(
+        !message.contains(&b'\n') && !message.contains(&b'\r'),
+        "a raw newline in a client message"
+    );
+    let text = std::str::from_utf8(message).expect("a client message is UTF-8");
+    serde_json::from_str::<&RawValue>(text).expect("a client message is valid JSON");
+    members(text).expect("a client message is one JSON object")
+}
+
+/// An object's members as raw values (the last of duplicate keys wins).
+type Members<'a> = BTreeMap<String, &'a RawValue>;
+
+fn members(text: &str) -> Option<Members<'_>> {
+    serde_json::from_str(text).ok()
+}
+
+/// The value at `path` of nested objects.
+fn at<'a>(m: &Members<'a>, path: &[&str]) -> Option<&'a RawValue> {
+    let (first, rest) = path.split_first()?;
+    let mut value = *m.get(*first)?;
+    for key in rest {
+        value = *members(value.get())?.get(*key)?;
+    }
+    Some(value)
+}
+
+fn string_of(raw: &RawValue) -> Option<String> {
+    serde_json::from_str(raw.get()).ok()
+}
+
+fn json_string(s: &str) -> String {
+    serde_json::to_string(s).expect("strings serialise")
+}
+
+/// An integer literal: a JSON number without fraction or exponent.
+fn is_integer(raw: &RawValue) -> bool {
+    let text = raw.get();
+    matches!(text.as_bytes().first(), Some(b'-' | b'0'..=b'9'))
+        && !text.bytes().any(|b| matches!(b, b'.' | b'e' | b'E'))
+}
+
+/// An integer or a string: the id types the proxy routes.
+fn is_id_like(raw: &RawValue) -> bool {
+    is_integer(raw) || raw.get().starts_with('"')
+}
+
+/// A JSON value with whitespace and member order made irrelevant; leaves keep their raw
+/// text (so escapes and number spellings must match exactly).
+#[derive(Debug, PartialEq)]
+enum Canon {
+    Object(BTreeMap<String, Canon>),
+    Array(Vec<Canon>),
+    Leaf(String),
+    /// A member the proxy was allowed to change.
+    Edited,
+}
+
+const MAX_CANON_DEPTH: usize = 48;
+
+fn canon(raw: &RawValue, depth: usize) -> Canon {
+    canon_str(raw.get(), depth)
+}
+
+fn canon_text(text: &str) -> Canon {
+    canon_str(text, 0)
+}
+
+fn canon_members(m: &Members<'_>) -> Canon {
+    Canon::Object(m.iter().map(|(k, v)| (k.clone(), canon(v, 1))).collect())
+}
+
+fn canon_str(text: &str, depth: usize) -> Canon {
+    let text = text.trim_matches([' ', '\t', '\n', '\r']);
+    // Past the depth limit, compare the text itself: the proxy only ever turns raw CR and
+    // LF (whitespace) into spaces.
+    let leaf = || Canon::Leaf(text.replace(['\r', '\n'], " "));
+    if depth > MAX_CANON_DEPTH {
+        return leaf();
+    }
+    match text.as_bytes().first() {
+        Some(b'{') => match serde_json::from_str::<BTreeMap<String, &RawValue>>(text) {
+            Ok(m) => Canon::Object(
+                m.into_iter()
+                    .map(|(k, v)| (k, canon(v, depth + 1)))
+                    .collect(),
+            ),
+            Err(_) => leaf(),
+        },
+        Some(b'[') => match serde_json::from_str::<Vec<&RawValue>>(text) {
+            Ok(items) => Canon::Array(items.into_iter().map(|v| canon(v, depth + 1)).collect()),
+            Err(_) => leaf(),
+        },
+        _ => leaf(),
+    }
+}
+
+/// Marks the member at `path` (if present) as one the proxy may change.
+fn blank(canon: &mut Canon, path: &[&str]) {
+    let Some((first, rest)) = path.split_first() else {
+        *canon = Canon::Edited;
+        return;
+    };
+    if let Canon::Object(members) = canon {
+        if let Some(next) = members.get_mut(*first) {
+            blank(next, rest);
+        }
+    }
+}

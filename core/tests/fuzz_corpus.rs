@@ -1,0 +1,541 @@
+//! Replays the committed fuzz corpus (`fuzz/corpus/<target>/*`) through the same property
+//! checks the fuzz targets run (`switchboard_core::fuzzing`), on stable, so every `cargo
+//! test` holds the targets to their properties, and mutates it a little with a fixed seed.
+//!
+//! The seeds are written by the ignored test `generate_seed_corpus`:
+//! `cargo test -p switchboard-core --test fuzz_corpus -- --ignored generate_seed_corpus`.
+//! It rewrites only the `seed-*` files; inputs libFuzzer found are kept.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+
+use switchboard_core::fuzzing::{self, fixture_sid, SHARED_URI};
+
+/// A target's property check over the fuzzer's bytes.
+type Check = fn(&[u8]);
+
+/// Each target's name (its corpus folder) and property check.
+const TARGETS: [(&str, Check); 3] = [
+    ("client_body", fuzzing::client_body),
+    ("backend_line", fuzzing::backend_line),
+    ("session_ops", fuzzing::session_ops),
+];
+
+fn corpus_dir(target: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/corpus")
+        .join(target)
+}
+
+fn corpus_files(target: &str) -> Vec<PathBuf> {
+    let dir = corpus_dir(target);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| entry.expect("readable corpus folder").path())
+        .filter(|path| path.is_file())
+        .collect();
+    files.sort();
+    files
+}
+
+/// Runs `check` on `data`, turning a failed property into `Err(message)`.
+fn run(check: fn(&[u8]), data: &[u8]) -> Result<(), String> {
+    catch_unwind(AssertUnwindSafe(|| check(data))).map_err(|panic| {
+        panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_default()
+    })
+}
+
+#[test]
+fn committed_corpus_holds_every_property() {
+    let mut failures = Vec::new();
+    for (target, check) in TARGETS {
+        let files = corpus_files(target);
+        assert!(
+            files.len() >= 20,
+            "{target}: only {} corpus files; regenerate the seeds",
+            files.len()
+        );
+        for path in files {
+            let data = std::fs::read(&path).expect("readable corpus file");
+            if let Err(message) = run(check, &data) {
+                failures.push(format!("{}: {message}", path.display()));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A few thousand cheap mutations of the corpus (byte flips, truncations, splices), with a
+/// fixed seed: a small fuzzing run on stable in every test run.
+#[test]
+fn mutated_corpus_holds_every_property() {
+    let mut rng = fastrand::Rng::with_seed(0x005b_0a2d);
+    let mut failures = Vec::new();
+    for (target, check) in TARGETS {
+        let corpus: Vec<Vec<u8>> = corpus_files(target)
+            .iter()
+            .map(|p| std::fs::read(p).expect("readable corpus file"))
+            .collect();
+        for _ in 0..600 {
+            let mut data = corpus[rng.usize(..corpus.len())].clone();
+            for _ in 0..rng.usize(1..4) {
+                mutate(&mut rng, &mut data, &corpus);
+            }
+            if let Err(message) = run(check, &data) {
+                failures.push(format!(
+                    "{target} {:?}: {message}",
+                    String::from_utf8_lossy(&data)
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+fn mutate(rng: &mut fastrand::Rng, data: &mut Vec<u8>, corpus: &[Vec<u8>]) {
+    const INTERESTING: [&[u8]; 10] = [
+        b"\"",
+        b"\\",
+        b"|",
+        b"\\u0000",
+        b"{",
+        b"}",
+        b"-0",
+        b"\n",
+        b"\xff",
+        b"99999999999999999999",
+    ];
+    match rng.u8(..5) {
+        0 if !data.is_empty() => {
+            let at = rng.usize(..data.len());
+            data[at] = rng.u8(..);
+        }
+        1 if !data.is_empty() => data.truncate(rng.usize(..data.len())),
+        2 => {
+            let at = rng.usize(..=data.len());
+            let piece = INTERESTING[rng.usize(..INTERESTING.len())];
+            data.splice(at..at, piece.iter().copied());
+        }
+        3 if !data.is_empty() => {
+            let at = rng.usize(..data.len());
+            data.remove(at);
+        }
+        _ => {
+            let other = &corpus[rng.usize(..corpus.len())];
+            if !other.is_empty() {
+                let from = rng.usize(..other.len());
+                let to = rng.usize(from..=other.len());
+                let at = rng.usize(..=data.len());
+                data.splice(at..at, other[from..to].iter().copied());
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The seed generator.
+
+#[test]
+#[ignore = "writes fuzz/corpus/*/seed-*; run by hand to regenerate the seeds"]
+fn generate_seed_corpus() {
+    let scenarios = scenario_lines();
+    let mut client: Vec<(String, Vec<u8>)> = client_seeds()
+        .into_iter()
+        .map(|(n, b)| (n.to_owned(), b.into_bytes()))
+        .collect();
+    client.push((
+        "invalid-utf8".into(),
+        unescape(r#"{"jsonrpc":"2.0","id":1,"method":"\xff"}"#),
+    ));
+    client.extend(pick_scenarios(&scenarios.posts, 25));
+    let mut backend: Vec<(String, Vec<u8>)> = backend_seeds()
+        .into_iter()
+        .map(|(n, b)| (n.to_owned(), b.into_bytes()))
+        .collect();
+    backend.push((
+        "invalid-utf8".into(),
+        unescape(r#"{"jsonrpc":"2.0","method":"\xff"}"#),
+    ));
+    backend.extend(pick_scenarios(&scenarios.backend, 25));
+    let mut failures = write_seeds("client_body", fuzzing::client_body, client);
+    failures.extend(write_seeds("backend_line", fuzzing::backend_line, backend));
+    failures.extend(write_seeds(
+        "session_ops",
+        fuzzing::session_ops,
+        session_seeds(40),
+    ));
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Replaces the target's `seed-*` files with `seeds` (first of identical contents wins),
+/// returning those that fail their property.
+fn write_seeds(target: &str, check: fn(&[u8]), seeds: Vec<(String, Vec<u8>)>) -> Vec<String> {
+    let dir = corpus_dir(target);
+    std::fs::create_dir_all(&dir).expect("corpus folder");
+    for path in corpus_files(target) {
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if name.starts_with("seed-") {
+            std::fs::remove_file(&path).expect("remove an old seed");
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let mut failures = Vec::new();
+    for (name, data) in seeds {
+        if !seen.insert(data.clone()) {
+            continue;
+        }
+        if let Err(e) = run(check, &data) {
+            failures.push(format!("{target} seed {name} fails: {e}"));
+        }
+        std::fs::write(dir.join(format!("seed-{name}")), &data).expect("write a seed");
+    }
+    println!("{target}: {} seeds", seen.len());
+    failures
+}
+
+fn client_seeds() -> Vec<(&'static str, String)> {
+    let req = |id: &str, method: &str| {
+        format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{{}}}}"#)
+    };
+    let sid = fixture_sid(2);
+    vec![
+        ("id-zero", req("0", "tools/list")),
+        ("id-minus-one", req("-1", "tools/list")),
+        ("id-2pow53-plus-1", req("9007199254740993", "tools/list")),
+        ("id-40-digits", req(&"1234567890".repeat(4), "tools/list")),
+        ("id-negative-40-digits", req(&format!("-{}", "9".repeat(40)), "tools/list")),
+        ("id-minus-zero", req("-0", "tools/list")),
+        ("id-string-escapes", req(r#""a\"b\\c\u00e9\n\t""#, "tools/list")),
+        ("id-string-bars", req(r#""a|n:5|s:x""#, "tools/list")),
+        ("id-string-empty", req(r#""""#, "tools/list")),
+        ("id-string-unicode", req("\"é😀\"", "tools/list")),
+        ("id-string-surrogate-pair", req(r#""\ud83d\ude00""#, "tools/list")),
+        ("id-string-lone-surrogate", req(r#""\ud800""#, "tools/list")),
+        ("id-spoofed-routed", req(&format!(r#""{sid}|n:1""#), "tools/list")),
+        ("id-proxy-like", req(r#""switchboard|ping:1""#, "tools/list")),
+        ("id-257-bytes", req(&format!("\"{}\"", "a".repeat(255)), "tools/list")),
+        ("id-null", req("null", "tools/list")),
+        ("id-fraction", req("1.5", "tools/list")),
+        ("id-exponent", req("1e3", "tools/list")),
+        ("id-bool", req("true", "tools/list")),
+        ("id-object", req(r#"{"a":1}"#, "tools/list")),
+        ("id-array", req("[1]", "tools/list")),
+        ("duplicate-id", r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"x"}"#.into()),
+        ("duplicate-nested", r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"_meta":{"a":1,"\u0061":2}}}"#.into()),
+        ("batch", r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#.into()),
+        ("not-json", "{\"jsonrpc\":\"2.0\",".into()),
+        ("not-object", "\"2.0\"".into()),
+        ("version-1", r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#.into()),
+        ("version-escaped", r#"{"jsonrpc":"\u0032.0","id":1,"method":"ping"}"#.into()),
+        ("client-response", r#"{"jsonrpc":"2.0","id":1,"result":{}}"#.into()),
+        ("method-and-result", r#"{"jsonrpc":"2.0","id":1,"method":"x","result":{}}"#.into()),
+        ("method-not-string", r#"{"jsonrpc":"2.0","id":1,"method":5}"#.into()),
+        ("no-method", r#"{"jsonrpc":"2.0","id":1}"#.into()),
+        ("cancelled-int", r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7,"reason":"user"}}"#.into()),
+        ("cancelled-string", r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"a|b"}}"#.into()),
+        ("cancelled-spoofed", format!(r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":"{sid}|n:1"}}}}"#)),
+        ("cancelled-null", r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":null}}"#.into()),
+        ("cancelled-as-request", r#"{"jsonrpc":"2.0","id":3,"method":"notifications/cancelled","params":{"requestId":1}}"#.into()),
+        ("progress-int", r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","_meta":{"progressToken":7}}}"#.into()),
+        ("progress-string", r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"_meta":{"progressToken":"p|q","x":1},"name":"t"}}"#.into()),
+        ("progress-big", r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"_meta":{"progressToken":-9223372036854775809}}}"#.into()),
+        ("progress-object", r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"_meta":{"progressToken":{"t":1}}}}"#.into()),
+        ("progress-in-notification", format!(r#"{{"jsonrpc":"2.0","method":"notifications/custom","params":{{"_meta":{{"progressToken":"{sid}|n:1"}}}}}}"#)),
+        ("progress-not-meta", r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"progressToken":1,"arguments":{"_meta":{"progressToken":1}}}}"#.into()),
+        ("initialize", r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{"sampling":{},"roots":{"listChanged":true}},"clientInfo":{"name":"c","version":"1"}}}"#.into()),
+        ("initialize-string-id", r#"{"jsonrpc":"2.0","id":"a&b","method":"initialize","params":{"capabilities":{"sampling":{}}}}"#.into()),
+        ("initialize-no-params", r#"{"jsonrpc":"2.0","id":1,"method":"initialize"}"#.into()),
+        ("initialize-notification", r#"{"jsonrpc":"2.0","method":"initialize","params":{"capabilities":{}}}"#.into()),
+        ("initialized", r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.into()),
+        ("initialized-as-request", r#"{"jsonrpc":"2.0","id":9,"method":"notifications/initialized"}"#.into()),
+        ("subscribe", r#"{"jsonrpc":"2.0","id":6,"method":"resources/subscribe","params":{"uri":"file:///a"}}"#.into()),
+        ("unsubscribe-shared", format!(r#"{{"jsonrpc":"2.0","id":7,"method":"resources/unsubscribe","params":{{"uri":"{SHARED_URI}"}}}}"#)),
+        ("unsubscribe-shared-escaped", r#"{"jsonrpc":"2.0","id":"u","method":"resources/unsubscribe","params":{"uri":"file:\/\/\/shared"}}"#.into()),
+        ("unsubscribe-other", r#"{"jsonrpc":"2.0","id":8,"method":"resources/unsubscribe","params":{"uri":"file:///other"}}"#.into()),
+        ("crlf-whitespace", "{\r\n  \"jsonrpc\": \"2.0\",\r\n  \"id\": 1,\r\n  \"method\": \"tools/list\"\r\n}\r\n".into()),
+        ("tabs", "{\"jsonrpc\":\"2.0\",\t\"id\":2,\t\"method\":\"tools/list\"}".into()),
+        ("deep-params", format!(r#"{{"jsonrpc":"2.0","id":1,"method":"x","params":{}1{}}}"#, "[".repeat(100), "]".repeat(100))),
+        ("huge-exponent", r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"n":1e400}}"#.into()),
+    ]
+}
+
+fn backend_seeds() -> Vec<(&'static str, String)> {
+    let (a, b, c, d) = (
+        fixture_sid(1),
+        fixture_sid(2),
+        fixture_sid(3),
+        fixture_sid(4),
+    );
+    let escaped_a: String = format!("{a}|n:1")
+        .encode_utf16()
+        .map(|u| format!("\\u{u:04x}"))
+        .collect();
+    vec![
+        ("response-a-int", format!(r#"{{"jsonrpc":"2.0","id":"{a}|n:1","result":{{"content":[]}}}}"#)),
+        ("response-a-string-bars", format!(r#"{{"jsonrpc":"2.0","id":"{a}|s:x|y","result":{{}}}}"#)),
+        ("response-a-big", format!(r#"{{"jsonrpc":"2.0","id":"{a}|n:9007199254740993","result":{{}}}}"#)),
+        ("response-a-escaped", format!(r#"{{"jsonrpc":"2.0","id":"{escaped_a}","result":{{}}}}"#)),
+        ("response-a-error", format!(r#"{{"jsonrpc":"2.0","id":"{a}|n:1","error":{{"code":-32000,"message":"no"}}}}"#)),
+        ("response-a-extra-members", format!(r#"{{"extra":[1,{{"x":null}}],"id":"{a}|n:1","jsonrpc":"2.0","result":{{}}}}"#)),
+        ("response-b-collides", format!(r#"{{"jsonrpc":"2.0","id":"{b}|n:1","result":{{}}}}"#)),
+        ("response-b-string", format!(r#"{{"jsonrpc":"2.0","id":"{b}|s:init-b","result":{{}}}}"#)),
+        ("response-closed-d", format!(r#"{{"jsonrpc":"2.0","id":"{d}|n:5","result":{{}}}}"#)),
+        ("response-unknown-sid", r#"{"jsonrpc":"2.0","id":"00000000-0000-4000-8000-000000000000|n:1","result":{}}"#.into()),
+        ("response-bad-kind", format!(r#"{{"jsonrpc":"2.0","id":"{a}|x:1","result":{{}}}}"#)),
+        ("response-bad-digits", format!(r#"{{"jsonrpc":"2.0","id":"{a}|n:1.5","result":{{}}}}"#)),
+        ("response-int-id", r#"{"jsonrpc":"2.0","id":1,"result":{}}"#.into()),
+        ("response-null-id", r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse"}}"#.into()),
+        ("initialize-answer", format!(r#"{{"jsonrpc":"2.0","id":"{c}|n:0","result":{{"protocolVersion":"2024-11-05","capabilities":{{}},"serverInfo":{{"name":"s","version":"1"}}}}}}"#)),
+        ("initialize-error", format!(r#"{{"jsonrpc":"2.0","id":"{c}|n:0","error":{{"code":-32602,"message":"bad"}}}}"#)),
+        ("initialize-answer-extra", format!(r#"{{"id":"{c}|n:0","result":{{}},"extra":1}}"#)),
+        ("proxy-ping-answer", r#"{"jsonrpc":"2.0","id":"switchboard|ping:1","result":{}}"#.into()),
+        ("proxy-ping-unknown", r#"{"jsonrpc":"2.0","id":"switchboard|ping:99","result":{}}"#.into()),
+        ("proxy-unsubscribe-answer", r#"{"jsonrpc":"2.0","id":"switchboard|unsubscribe:1","result":{}}"#.into()),
+        ("tools-list-changed", r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#.into()),
+        ("resources-list-changed-params", r#"{"jsonrpc":"2.0","method":"notifications/resources/list_changed","params":{"_meta":{"inject":"<script>"}}}"#.into()),
+        ("prompts-list-changed-escaped", r#"{"jsonrpc":"2.0","method":"notifications\/prompts\/list_changed"}"#.into()),
+        ("progress-a", format!(r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":"{a}|n:7","progress":1,"total":2}}}}"#)),
+        ("progress-b-string", format!(r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":"{b}|s:p","progress":1}}}}"#)),
+        ("progress-closed-d", format!(r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":"{d}|n:5","progress":1}}}}"#)),
+        ("progress-unrouted", r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":7,"progress":1}}"#.into()),
+        ("updated-a", r#"{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///a"}}"#.into()),
+        ("updated-b", r#"{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///b","title":"x"}}"#.into()),
+        ("updated-closed-d", r#"{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///d"}}"#.into()),
+        ("log-message", r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"secret"}}"#.into()),
+        ("ping-request", r#"{"jsonrpc":"2.0","id":42,"method":"ping"}"#.into()),
+        ("ping-request-object-id", "{\"jsonrpc\":\"2.0\",\"id\":{\"a\":\r\n[1]},\"method\":\"ping\"}".into()),
+        ("sampling-request", r#"{"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params":{"messages":[]}}"#.into()),
+        ("roots-request", r#"{"jsonrpc":"2.0","id":-0,"method":"roots/list"}"#.into()),
+        ("elicitation-request", r#"{"jsonrpc":"2.0","id":1e400,"method":"elicitation/create"}"#.into()),
+        ("batch", format!(r#"[{{"jsonrpc":"2.0","id":"{a}|n:1","result":{{}}}}]"#)),
+        ("duplicate-id", format!(r#"{{"jsonrpc":"2.0","id":"{a}|n:1","id":"{b}|n:1","result":{{}}}}"#)),
+        ("not-json", "{\"jsonrpc\":".into()),
+        ("crlf", format!("{{\"jsonrpc\":\"2.0\",\"id\":\"{a}|n:1\",\"result\":{{}}}}\r")),
+    ]
+}
+
+/// The JSON of the scenario files' `post` and `backend` lines, `<A>` and `${N*x}` expanded
+/// as the scenario harness does (labels numbered by first use, so `<A>` is usually
+/// `fixture_sid(1)`), raw lines unescaped.
+struct ScenarioLines {
+    posts: Vec<(String, Vec<u8>)>,
+    backend: Vec<(String, Vec<u8>)>,
+}
+
+fn scenario_lines() -> ScenarioLines {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios");
+    let mut out = ScenarioLines {
+        posts: Vec::new(),
+        backend: Vec::new(),
+    };
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return out;
+    };
+    let mut files: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    files.sort();
+    for path in files {
+        let stem = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("x")
+            .to_owned();
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let mut labels: Vec<String> = Vec::new();
+        for (n, line) in text.lines().enumerate() {
+            let name = format!("scenario-{stem}-{}", n + 1);
+            let words: Vec<&str> = line.splitn(3, ' ').collect();
+            let (command, rest) = match words[..] {
+                ["post", label, body] => ("post", label_then(&mut labels, label, body)),
+                ["post-raw", label, body] => ("post-raw", label_then(&mut labels, label, body)),
+                ["post-as", _, rest] => match rest.split_once(' ') {
+                    Some((label, body)) => ("post", label_then(&mut labels, label, body)),
+                    None => continue,
+                },
+                ["backend", first, more] => ("backend", format!("{first} {more}")),
+                ["backend", body] => ("backend", body.to_owned()),
+                ["backend-raw", first, more] => ("backend-raw", format!("{first} {more}")),
+                ["backend-raw", body] => ("backend-raw", body.to_owned()),
+                ["open", label, _] => {
+                    label_then(&mut labels, label, "");
+                    continue;
+                }
+                _ => continue,
+            };
+            let expanded = expand(&mut labels, &rest);
+            let bytes = if command.ends_with("-raw") {
+                unescape(&expanded)
+            } else {
+                expanded.into_bytes()
+            };
+            if command.starts_with("post") {
+                out.posts.push((name, bytes));
+            } else {
+                out.backend.push((name, bytes));
+            }
+        }
+    }
+    out
+}
+
+/// Registers `label` (numbering labels by first use) and returns `rest`.
+fn label_then(labels: &mut Vec<String>, label: &str, rest: &str) -> String {
+    if !labels.iter().any(|l| l == label) {
+        labels.push(label.to_owned());
+    }
+    rest.to_owned()
+}
+
+fn expand(labels: &mut Vec<String>, text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(['<', '$']) {
+        out.push_str(&rest[..at]);
+        rest = &rest[at..];
+        if let Some(inner) = rest.strip_prefix('<') {
+            if let Some(end) = inner.find('>') {
+                let label = &inner[..end];
+                let is_label = label.starts_with(|c: char| c.is_ascii_uppercase())
+                    && label
+                        .chars()
+                        .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit());
+                if is_label {
+                    label_then(labels, label, "");
+                    let n = labels.iter().position(|l| l == label).expect("just added") + 1;
+                    out.push_str(fixture_sid(u8::try_from(n).unwrap_or(1)).as_str());
+                    rest = &inner[end + 1..];
+                    continue;
+                }
+            }
+        } else if let Some(inner) = rest.strip_prefix("${") {
+            if let Some((count, tail)) = inner.split_once('*') {
+                if let (Ok(count), Some(end)) = (count.parse::<usize>(), tail.find('}')) {
+                    out.push_str(&tail[..end].repeat(count.min(4096)));
+                    rest = &tail[end + 1..];
+                    continue;
+                }
+            }
+        }
+        out.push_str(&rest[..1]);
+        rest = &rest[1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `\xHH`, `\r`, `\n`, `\t` and `\\` decoded; any other `\` kept.
+fn unescape(text: &str) -> Vec<u8> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' && i + 1 < bytes.len() {
+            let decoded = match bytes[i + 1] {
+                b'r' => Some((b'\r', 2)),
+                b'n' => Some((b'\n', 2)),
+                b't' => Some((b'\t', 2)),
+                b'\\' => Some((b'\\', 2)),
+                b'x' => text
+                    .get(i + 2..i + 4)
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .map(|b| (b, 4)),
+                _ => None,
+            };
+            if let Some((b, len)) = decoded {
+                out.push(b);
+                i += len;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    out
+}
+
+/// Up to `max` lines, spread evenly over the scenario files' order, at most 2 KiB each.
+fn pick_scenarios(lines: &[(String, Vec<u8>)], max: usize) -> Vec<(String, Vec<u8>)> {
+    let small: Vec<&(String, Vec<u8>)> = lines.iter().filter(|(_, b)| b.len() <= 2048).collect();
+    let step = small.len().div_ceil(max.max(1)).max(1);
+    small.into_iter().step_by(step).cloned().collect()
+}
+
+/// `session_ops` inputs are `arbitrary` byte strings, which have no inverse. A small
+/// coverage-guided search with a fixed seed stands in: random inputs, then mutations
+/// (appended bytes, concatenations) of those kept, keeping any input that adds a step
+/// label or a pair of consecutive labels. The seeds are then the fewest inputs covering
+/// what was found, shortest first: opening, posting, answers, progress, subscriptions,
+/// spoofing and restarts.
+fn session_seeds(max: usize) -> Vec<(String, Vec<u8>)> {
+    let mut rng = fastrand::Rng::with_seed(0x0005_e551_0115);
+    let features = |data: &[u8]| -> std::collections::BTreeSet<String> {
+        let labels = fuzzing::check_session_ops(&fuzzing::decode_ops(data));
+        let pairs = labels.windows(2).map(|w| format!("{} -> {}", w[0], w[1]));
+        labels.iter().cloned().chain(pairs).collect()
+    };
+    let mut covered = std::collections::BTreeSet::new();
+    let mut pool: Vec<(Vec<u8>, std::collections::BTreeSet<String>)> = Vec::new();
+    for round in 0..30_000 {
+        let data: Vec<u8> = if round < 3_000 || pool.is_empty() {
+            let len = rng.usize(4..120);
+            (0..len).map(|_| rng.u8(..)).collect()
+        } else {
+            let mut data = pool[rng.usize(..pool.len())].0.clone();
+            if rng.bool() {
+                let extra = rng.usize(1..40);
+                data.extend((0..extra).map(|_| rng.u8(..)));
+            } else {
+                data.extend_from_slice(&pool[rng.usize(..pool.len())].0);
+            }
+            if data.len() > 600 {
+                continue;
+            }
+            data
+        };
+        let found = features(&data);
+        if found.iter().any(|f| !covered.contains(f)) {
+            covered.extend(found.iter().cloned());
+            pool.push((data, found));
+        }
+    }
+    // Greedy cover: repeatedly take the input adding the most uncovered features.
+    let mut seeds = Vec::new();
+    let mut left = covered.clone();
+    while seeds.len() < max && !left.is_empty() {
+        let best = pool
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, (data, f))| {
+                (f.intersection(&left).count(), std::cmp::Reverse(data.len()))
+            })
+            .map(|(i, _)| i)
+            .expect("the pool covers every feature");
+        let (data, f) = pool.swap_remove(best);
+        left.retain(|x| !f.contains(x));
+        seeds.push(data);
+    }
+    let labels: std::collections::BTreeSet<&str> = covered
+        .iter()
+        .filter(|f| !f.contains(" -> "))
+        .map(String::as_str)
+        .collect();
+    println!(
+        "session_ops: {} features found, {} uncovered by the seeds; step labels:",
+        covered.len(),
+        left.len()
+    );
+    for label in labels {
+        println!("  {label}");
+    }
+    seeds
+        .into_iter()
+        .enumerate()
+        .map(|(i, data)| (format!("search-{i:02}"), data))
+        .collect()
+}

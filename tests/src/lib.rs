@@ -1,0 +1,75 @@
+//! # switchboard-tests
+//!
+//! End-to-end harness: start a Switchboard binary as a real process on a free loopback
+//! port, talk HTTP and SSE to it, and read what its backend received.
+//!
+//! One suite, two targets: every test is written once as `fn name(target: Target)` and
+//! [`suite!`] generates a `#[test]` per [`Target`] (`tokio::name`, `blocking::name`). A
+//! missing `switchboard` binary fails with the command to build it; a missing
+//! `switchboard-blocking` skips with a message.
+//!
+//! ```no_run
+//! use serde_json::json;
+//! use switchboard_tests::{open_session, Proxy, Target};
+//!
+//! fn echo_round_trip(target: Target) {
+//!     let proxy = Proxy::builder(target).backend(["/path/to/test-backend"]).start();
+//!     let mut s = open_session(&proxy, None);
+//!     s.initialize();
+//!     let m = s.call("echo", json!({"hello": 1}));
+//!     assert_eq!(m["result"]["content"][0]["text"], r#"{"hello":1}"#);
+//! }
+//! ```
+
+use std::time::Duration;
+
+pub mod http;
+pub mod proxy;
+pub mod sse;
+
+pub use http::{Body, Conn, Response};
+pub use proxy::{
+    parse_metric, proc_status_kb, run, target_dir, workspace_root, Proxy, ProxyBuilder, Target,
+    TempDir,
+};
+pub use sse::{open_session, raw_member, try_open_session, Frame, OpenOptions, Session};
+
+/// The longest any single wait for something that should happen may take.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// How long to watch for something that must not happen when no in-order barrier proves it.
+pub const QUIET: Duration = Duration::from_millis(300);
+
+/// The body of every 404 for a session that is unknown, closed or someone else's.
+pub const SESSION_NOT_FOUND: &str =
+    r#"{"jsonrpc":"2.0","error":{"code":-32001,"message":"Session not found"}}"#;
+
+/// POSTs `body` to `session`'s endpoint with extra `headers` (the session's token is added
+/// unless they carry an Authorization); the answer keeps its raw status and headers.
+pub fn post(session: &Session, body: &str, headers: &[(&str, &str)]) -> Response {
+    session.post_with(Body::json(body), headers)
+}
+
+/// Generates one `#[test]` per [`Target`] for each listed `fn(Target)`:
+/// `tokio::<name>` and `blocking::<name>`.
+#[macro_export]
+macro_rules! suite {
+    ($($test:ident),+ $(,)?) => {
+        mod tokio {
+            $(
+                #[test]
+                fn $test() {
+                    $crate::run($crate::Target::Tokio, stringify!($test), super::$test);
+                }
+            )+
+        }
+        mod blocking {
+            $(
+                #[test]
+                fn $test() {
+                    $crate::run($crate::Target::Blocking, stringify!($test), super::$test);
+                }
+            )+
+        }
+    };
+}

@@ -1,0 +1,191 @@
+//! Interop with the official Python MCP SDK client (`mcp.client.sse.sse_client` +
+//! `ClientSession`) through the real binary: against the real `mcp-server-time` and against
+//! `test-backend --fail-second-initialize` (a server that, like the Go SDK's, rejects a
+//! second handshake), one client at a time and several at once.
+//!
+//! Needs `SWITCHBOARD_PYTHON` pointing at a Python with `mcp` (and `mcp-server-time` beside
+//! it); `tests/run.sh` sets that up. Without it the tests skip loudly, or fail when `CI=true`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use switchboard_tests::{suite, workspace_root, Proxy, Target};
+
+const BACKEND: &str = env!("CARGO_BIN_EXE_test-backend");
+
+/// The Python to run the SDK with, or `None` (after saying why) when the test must skip.
+fn python() -> Option<PathBuf> {
+    let why = match std::env::var_os("SWITCHBOARD_PYTHON") {
+        None => "SWITCHBOARD_PYTHON is not set (run tests/run.sh)".to_owned(),
+        Some(p) => {
+            let p = PathBuf::from(p);
+            let probe = Command::new(&p)
+                .args(["-c", "import mcp.client.sse, mcp"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .output();
+            match probe {
+                Ok(o) if o.status.success() => return Some(p),
+                Ok(o) => format!(
+                    "{} cannot import the mcp package: {}",
+                    p.display(),
+                    String::from_utf8_lossy(&o.stderr).trim()
+                ),
+                Err(e) => format!("cannot run SWITCHBOARD_PYTHON={}: {e}", p.display()),
+            }
+        }
+    };
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("Python SDK interop cannot run in CI: {why}");
+    }
+    // Straight to the stream, past the test harness's capture, so a skip is never silent.
+    let msg = format!("\n**********\nSKIPPED: Python SDK interop test: {why}\n**********\n");
+    let _ = std::io::stderr().write_all(msg.as_bytes());
+    None
+}
+
+/// `mcp-server-time` installed beside the Python (a venv's `bin/`).
+fn mcp_server_time(python: &Path) -> PathBuf {
+    let exe = python
+        .parent()
+        .map(|d| d.join("mcp-server-time"))
+        .filter(|p| p.is_file());
+    match exe {
+        Some(p) => p,
+        None => panic!(
+            "mcp-server-time is not installed beside {} (pip install mcp-server-time)",
+            python.display()
+        ),
+    }
+}
+
+/// Runs `sdk_client.py` with one SDK client per `args` (all at once); returns each client's
+/// summary in order.
+fn sdk_clients(python: &Path, proxy: &Proxy, tool: &str, args: &[Value]) -> Vec<Value> {
+    let script = workspace_root().join("tests/python/sdk_client.py");
+    let url = format!("http://{}/sse", proxy.addr);
+    let out_path = proxy.dir().file("sdk-stdout.txt");
+    let err_path = proxy.dir().file("sdk-stderr.txt");
+    let mut child = Command::new(python)
+        .arg(&script)
+        .arg(&url)
+        .arg(tool)
+        .args(args.iter().map(Value::to_string))
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out_path).expect("stdout file"))
+        .stderr(std::fs::File::create(&err_path).expect("stderr file"))
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait for the SDK client") {
+            break s;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "the SDK client did not finish within 90 s:\n{}",
+                std::fs::read_to_string(&err_path).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stdout = std::fs::read_to_string(&out_path).unwrap_or_default();
+    let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
+    assert!(
+        status.success(),
+        "the SDK client failed ({status}):\n{stderr}\n--- stdout ---\n{stdout}"
+    );
+    let summary: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("SDK client output is not JSON ({e}): {stdout:?}\n{stderr}"));
+    let clients = summary["clients"].as_array().cloned().unwrap_or_default();
+    assert_eq!(clients.len(), args.len(), "{summary}");
+    clients
+}
+
+fn time_result(client: &Value) -> Value {
+    assert_eq!(client["is_error"], false, "{client}");
+    let text = client["texts"][0]
+        .as_str()
+        .unwrap_or_else(|| panic!("{client}"));
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+fn sdk_through_proxy_to_mcp_server_time(target: Target) {
+    let Some(python) = python() else { return };
+    let server = mcp_server_time(&python);
+    let p = Proxy::builder(target)
+        .backend([server.display().to_string()])
+        .start();
+    let one = sdk_clients(
+        &python,
+        &p,
+        "get_current_time",
+        &[json!({"timezone": "UTC"})],
+    );
+    assert_eq!(one[0]["server"], "mcp-time", "{}", one[0]);
+    let tools: Vec<&str> = one[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(tools.contains(&"get_current_time"), "{tools:?}");
+    assert_eq!(time_result(&one[0])["timezone"], "UTC", "{}", one[0]);
+
+    // Two SDK clients at once, each must get its own timezone back.
+    let zones = ["UTC", "Asia/Tokyo"];
+    let both = sdk_clients(
+        &python,
+        &p,
+        "get_current_time",
+        &zones.map(|z| json!({"timezone": z})),
+    );
+    for (client, zone) in both.iter().zip(zones) {
+        assert_eq!(time_result(client)["timezone"], zone, "{client}");
+    }
+}
+
+fn sdk_clients_share_a_server_that_rejects_a_second_initialize(target: Target) {
+    let Some(python) = python() else { return };
+    let p = Proxy::builder(target)
+        .backend([BACKEND, "--fail-second-initialize"])
+        .record()
+        .start();
+    // Three clients one after another...
+    for i in 0..3 {
+        let args = json!({"client": i, "mode": "sequential"});
+        let out = sdk_clients(&python, &p, "echo", std::slice::from_ref(&args));
+        assert_eq!(out[0]["server"], "test-backend", "{}", out[0]);
+        assert_eq!(out[0]["is_error"], false, "{}", out[0]);
+        let echoed: Value = serde_json::from_str(out[0]["texts"][0].as_str().unwrap()).unwrap();
+        assert_eq!(echoed, args, "client {i} got someone else's answer");
+    }
+    // ...and three at once.
+    let args: Vec<Value> = (0..3)
+        .map(|i| json!({"client": i, "mode": "concurrent"}))
+        .collect();
+    let out = sdk_clients(&python, &p, "echo", &args);
+    for (client, want) in out.iter().zip(&args) {
+        let echoed: Value = serde_json::from_str(client["texts"][0].as_str().unwrap()).unwrap();
+        assert_eq!(&echoed, want, "{client}");
+    }
+    let inits = p
+        .recorded()
+        .iter()
+        .filter(|l| l.contains("\"method\":\"initialize\""))
+        .count();
+    assert_eq!(
+        inits, 1,
+        "six SDK clients must cause exactly one backend initialize"
+    );
+}
+
+suite!(
+    sdk_through_proxy_to_mcp_server_time,
+    sdk_clients_share_a_server_that_rejects_a_second_initialize,
+);
