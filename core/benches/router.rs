@@ -12,6 +12,13 @@ const ROUND_TRIPS: u64 = 500_000;
 const ROUNDS: usize = 5;
 
 fn main() {
+    // `ROUTER_BENCH_ROUND_TRIPS=20000 valgrind --tool=callgrind <bench>` counts instructions
+    // per message, repeatable on a busy machine.
+    let round_trips: u64 = std::env::var("ROUTER_BENCH_ROUND_TRIPS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(ROUND_TRIPS);
+    let rounds = if round_trips == ROUND_TRIPS { ROUNDS } else { 1 };
     let principal = Principal::new("alice");
     let mut router = Router::new(10_000);
     router.backend_started();
@@ -39,9 +46,9 @@ fn main() {
     let bodies: Vec<String> = (0..1000).map(request).collect();
     let mut best = Duration::MAX;
     let mut line = Vec::with_capacity(512);
-    for _ in 0..ROUNDS {
+    for _ in 0..rounds {
         let start = Instant::now();
-        for i in 0..ROUND_TRIPS {
+        for i in 0..round_trips {
             let s = (i % sessions.len() as u64) as usize;
             let body = &bodies[(i % 1000) as usize];
             router
@@ -67,10 +74,10 @@ fn main() {
         }
         best = best.min(start.elapsed());
     }
-    let messages = 2 * ROUND_TRIPS;
+    let messages = 2 * round_trips;
     let per_second = messages as f64 / best.as_secs_f64();
     println!(
-        "router: {messages} messages ({ROUND_TRIPS} round trips) in {best:?} (best of {ROUNDS}): {:.0} messages/s, {:.0} ns/message",
+        "router: {messages} messages ({round_trips} round trips) in {best:?} (best of {rounds}): {:.0} messages/s, {:.0} ns/message",
         per_second,
         best.as_nanos() as f64 / messages as f64
     );

@@ -100,6 +100,16 @@ impl JwtVerifier {
                         ))
                     }
                 };
+                // A key that names its algorithm is used with that one only.
+                let algorithms = match &jwk.common.key_algorithm {
+                    None => algorithms,
+                    Some(named) => match named.to_string().parse::<Algorithm>() {
+                        Ok(alg) if algorithms.contains(&alg) => vec![alg],
+                        _ => {
+                            return Err(format!("key {kid:?}: `alg` {named} does not fit the key"))
+                        }
+                    },
+                };
                 let key = DecodingKey::from_jwk(jwk).map_err(|e| format!("key {kid:?}: {e}"))?;
                 keys.push(Key {
                     kid,
@@ -128,8 +138,18 @@ impl JwtVerifier {
     /// The principal a token names, at `now` (seconds since the Unix epoch).
     pub fn authenticate(&self, token: &[u8], now: u64) -> Result<Principal, AuthFailure> {
         let header = jsonwebtoken::decode_header(token).map_err(|_| AuthFailure::Malformed)?;
+        // A token's `kid` must name a key, except when a single key has no id (a shared
+        // secret), which then serves every token.
+        let unnamed_single = match self.keys.as_slice() {
+            [only] if only.kid.is_none() => Some(only),
+            _ => None,
+        };
         let key = match &header.kid {
-            Some(kid) => self.keys.iter().find(|k| k.kid.as_deref() == Some(kid)),
+            Some(kid) => self
+                .keys
+                .iter()
+                .find(|k| k.kid.as_deref() == Some(kid))
+                .or(unnamed_single),
             None if self.keys.len() == 1 => self.keys.first(),
             None => self.keys.iter().find(|k| k.kid.is_none()),
         }

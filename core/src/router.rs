@@ -306,18 +306,16 @@ impl Router {
             Kind::Notification => match method {
                 "notifications/initialized" => Accepted::Absorbed,
                 "notifications/cancelled" => {
-                    let mut edits: Vec<_> = progress_token_edit(sid, &msg).into_iter().collect();
-                    if let Some(request_id) = msg.params.request_id {
-                        if let Some(id) = RawId::classify(request_id.get()) {
-                            edits.push((msg.span(request_id), routed_id::encoded(&sid, id)));
-                        }
-                    }
+                    let mut edits = Edits::default();
+                    edits.route(sid, &msg, msg.params.meta_progress_token);
+                    edits.route(sid, &msg, msg.params.request_id);
                     self.push_rewrite(&msg, edits);
                     Accepted::Forwarded
                 }
                 _ => {
                     // SPEC 6.2: every progressToken a client sends carries its own sid.
-                    let edits = progress_token_edit(sid, &msg).into_iter().collect();
+                    let mut edits = Edits::default();
+                    edits.route(sid, &msg, msg.params.meta_progress_token);
                     self.push_rewrite(&msg, edits);
                     Accepted::Forwarded
                 }
@@ -350,12 +348,13 @@ impl Router {
                 };
                 let id_raw = msg.id.expect("requests have ids");
                 let own_id = format!("\"{PROXY_ID_PREFIX}initialize:{request}\"");
-                let mut edits = vec![(msg.span(id_raw), own_id.into_bytes())];
-                edits.extend(progress_token_edit(sid, msg));
+                let mut edits = Edits::default();
+                edits.push(msg.span(id_raw), Patch::Owned(own_id.into_bytes()));
+                edits.route(sid, msg, msg.params.meta_progress_token);
                 if let Some(c) = msg.params.capabilities {
                     // A shared backend is offered no client capabilities: its sampling,
                     // roots or elicitation requests could not be attributed.
-                    edits.push((msg.span(c), b"{}".to_vec()));
+                    edits.push(msg.span(c), Patch::Text(b"{}"));
                 }
                 self.push_rewrite(msg, edits);
                 Accepted::Forwarded
@@ -393,19 +392,18 @@ impl Router {
 
     /// Forwards a client request with its id (and progress token) routed.
     fn forward_request(&mut self, sid: SessionId, msg: &Message<'_>) -> Accepted {
-        let id_raw = msg.id.expect("requests have ids");
-        let id = RawId::classify(id_raw.get()).expect("admission checked the id");
-        let mut edits = vec![(msg.span(id_raw), routed_id::encoded(&sid, id))];
-        edits.extend(progress_token_edit(sid, msg));
+        let mut edits = Edits::default();
+        edits.route(sid, msg, msg.id);
+        edits.route(sid, msg, msg.params.meta_progress_token);
         if msg.method.as_deref() == Some("notifications/cancelled") {
             // SPEC 6.2: a cancel sent with an id still names only the sender's requests.
-            edits.extend(request_id_edit(sid, msg));
+            edits.route(sid, msg, msg.params.request_id);
         }
         self.push_rewrite(msg, edits);
         Accepted::Forwarded
     }
 
-    fn push_rewrite(&mut self, msg: &Message<'_>, edits: Vec<(Range<usize>, Vec<u8>)>) {
+    fn push_rewrite(&mut self, msg: &Message<'_>, edits: Edits<'_>) {
         let line = splice(msg.text, edits, true);
         self.metrics.rewrites += 1;
         self.actions.push_back(Action::Rewrite { line });
@@ -489,12 +487,10 @@ impl Router {
         if !self.sessions.contains_key(&decoded.session) {
             return self.drop_message(DropReason::SessionGone, None);
         }
+        let mut edits = Edits::default();
         let span = msg.span(msg.id.expect("decoded from the id"));
-        let message = splice(
-            msg.text,
-            vec![(span, decoded.original.into_owned().into_bytes())],
-            false,
-        );
+        edits.push(span, Patch::Text(decoded.original.as_bytes()));
+        let message = splice(msg.text, edits, false);
         self.deliver(decoded.session, message);
     }
 
@@ -595,8 +591,9 @@ impl Router {
                 let decoded = token.and_then(|t| routed_id::decode(t.get()));
                 match (token, decoded) {
                     (Some(token), Some(d)) if self.sessions.contains_key(&d.session) => {
-                        let edit = (msg.span(token), d.original.into_owned().into_bytes());
-                        let message = splice(msg.text, vec![edit], false);
+                        let mut edits = Edits::default();
+                        edits.push(msg.span(token), Patch::Text(d.original.as_bytes()));
+                        let message = splice(msg.text, edits, false);
                         self.deliver(d.session, message);
                     }
                     (_, Some(_)) => self.drop_message(DropReason::SessionGone, Some(method)),
@@ -611,7 +608,7 @@ impl Router {
                 if watchers.is_empty() {
                     return self.drop_message(DropReason::NoSubscriber, Some(method));
                 }
-                let message = splice(msg.text, Vec::new(), false);
+                let message = splice(msg.text, Edits::default(), false);
                 for sid in watchers {
                     self.deliver(sid, message.clone());
                 }
@@ -681,20 +678,6 @@ impl Router {
     }
 }
 
-/// The edit routing `params._meta.progressToken` when it is an integer or a string.
-fn progress_token_edit(sid: SessionId, msg: &Message<'_>) -> Option<(Range<usize>, Vec<u8>)> {
-    let token = msg.params.meta_progress_token?;
-    let id = RawId::classify(token.get())?;
-    Some((msg.span(token), routed_id::encoded(&sid, id)))
-}
-
-/// The edit routing `params.requestId` when it is an integer or a string.
-fn request_id_edit(sid: SessionId, msg: &Message<'_>) -> Option<(Range<usize>, Vec<u8>)> {
-    let request_id = msg.params.request_id?;
-    let id = RawId::classify(request_id.get())?;
-    Some((msg.span(request_id), routed_id::encoded(&sid, id)))
-}
-
 /// The raw text of a client request's id (admission guarantees it is present).
 fn client_id<'a>(msg: &Message<'a>) -> &'a str {
     msg.id.map(RawValue::get).unwrap_or("null")
@@ -720,16 +703,57 @@ fn response_line(id: &str, member: &str, value: &str) -> Vec<u8> {
     out
 }
 
-/// Replaces `edits` (sorted or not, non-overlapping) in `text`, flattens raw newlines, and
-/// appends `\n` when the result is a backend line.
-fn splice(text: &str, mut edits: Vec<(Range<usize>, Vec<u8>)>, line: bool) -> Vec<u8> {
-    edits.sort_by_key(|(span, _)| span.start);
-    let extra: usize = edits.iter().map(|(_, r)| r.len()).sum();
-    let mut out = Vec::with_capacity(text.len() + extra + 1);
+/// What replaces a span of a message.
+#[derive(Debug)]
+enum Patch<'a> {
+    /// The routed id of this session's id (written straight into the output).
+    Routed(SessionId, RawId<'a>),
+    Text(&'a [u8]),
+    Owned(Vec<u8>),
+}
+
+/// The few spans one message needs rewritten (id, progress token, request id,
+/// capabilities), kept inline: the hot path allocates only its output.
+#[derive(Debug, Default)]
+struct Edits<'a> {
+    items: [Option<(Range<usize>, Patch<'a>)>; 4],
+}
+
+impl<'a> Edits<'a> {
+    fn push(&mut self, span: Range<usize>, patch: Patch<'a>) {
+        let free = self
+            .items
+            .iter_mut()
+            .find(|slot| slot.is_none())
+            .expect("a message has at most four rewritten spans");
+        *free = Some((span, patch));
+    }
+
+    /// Routes `value` (an id, request id or progress token) when it is an integer or a
+    /// string; any other type passes unchanged.
+    fn route(&mut self, sid: SessionId, msg: &Message<'a>, value: Option<&'a RawValue>) {
+        if let Some(value) = value {
+            if let Some(id) = RawId::classify(value.get()) {
+                self.push(msg.span(value), Patch::Routed(sid, id));
+            }
+        }
+    }
+}
+
+/// Replaces the `edits` (non-overlapping) in `text`, flattens raw newlines, and appends
+/// `\n` when the result is a backend line.
+fn splice(text: &str, edits: Edits<'_>, line: bool) -> Vec<u8> {
+    let mut edits = edits.items;
+    edits.sort_by_key(|edit| edit.as_ref().map_or(usize::MAX, |(span, _)| span.start));
+    let mut out = Vec::with_capacity(text.len() + 2 * 48 + 1);
     let mut at = 0;
-    for (span, replacement) in edits {
+    for (span, patch) in edits.into_iter().flatten() {
         out.extend_from_slice(&text.as_bytes()[at..span.start]);
-        out.extend_from_slice(&replacement);
+        match patch {
+            Patch::Routed(sid, id) => routed_id::encode(&sid, id, &mut out),
+            Patch::Text(bytes) => out.extend_from_slice(bytes),
+            Patch::Owned(bytes) => out.extend_from_slice(&bytes),
+        }
         at = span.end;
     }
     out.extend_from_slice(&text.as_bytes()[at..]);
