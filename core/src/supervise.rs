@@ -29,6 +29,17 @@ impl Exit {
     }
 }
 
+/// A signal the supervisor sends the backend while stopping it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    Terminate,
+    Kill,
+}
+
+/// SPEC section 5's way of stopping the backend once its stdin is closed: wait `--grace`
+/// for it to leave; then SIGTERM and wait again; then SIGKILL and wait a last time.
+pub const STOP_STEPS: [Option<Signal>; 3] = [None, Some(Signal::Terminate), Some(Signal::Kill)];
+
 /// What to do after the backend exited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AfterExit {

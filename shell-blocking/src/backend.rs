@@ -9,7 +9,7 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use switchboard_core::hub::{BackendPipe, Full};
 use switchboard_core::lines::{Line, LineFramer};
-use switchboard_core::supervise::Exit;
+use switchboard_core::supervise::{Exit, Signal};
 use tracing::{debug, info, warn};
 
 use crate::supervisor::Input;
@@ -84,13 +84,6 @@ impl BackendPipe for Backend {
         }
         self.stdin.try_send((line, None)).map_err(|_| Full)
     }
-}
-
-/// What the supervisor may ask of a running backend at shutdown.
-#[derive(Debug, Clone, Copy)]
-pub enum Signal {
-    Terminate,
-    Kill,
 }
 
 /// Starts `command` and the threads around it; every line and the exit are sent to

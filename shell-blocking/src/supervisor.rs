@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{after, never, select, tick, Receiver, Sender};
 use switchboard_core::config::Config;
 use switchboard_core::hub::{self, Hub, Level, PongWaiter, Reply};
-use switchboard_core::supervise::AfterExit;
+use switchboard_core::supervise::{self, AfterExit};
 use switchboard_core::SessionId;
 use tracing::{debug, error, info, warn};
 
-use crate::backend::{self, Backend, Permit, Signal};
+use crate::backend::{self, Backend, Permit};
 use crate::session::Queue;
 
 /// Wakes a `/health` request when the backend answers its ping.
@@ -167,7 +167,7 @@ impl Supervisor {
         };
         drop(stdin);
         let grace = self.config.grace;
-        for signal in [None, Some(Signal::Terminate), Some(Signal::Kill)] {
+        for signal in supervise::STOP_STEPS {
             if let Some(signal) = signal {
                 info!(pid, ?signal, "backend still running");
                 let _ = signals.send(signal);

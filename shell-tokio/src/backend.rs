@@ -5,7 +5,7 @@ use std::process::Stdio;
 
 use switchboard_core::hub::{BackendPipe, Full};
 use switchboard_core::lines::{Line, LineFramer};
-use switchboard_core::supervise::Exit;
+use switchboard_core::supervise::{Exit, Signal};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
@@ -43,13 +43,6 @@ impl BackendPipe for Backend {
     fn write_proxy_line(&mut self, line: Vec<u8>) -> Result<(), Full> {
         self.stdin.try_send(line).map_err(|_| Full)
     }
-}
-
-/// What the supervisor may ask of a running backend at shutdown.
-#[derive(Debug, Clone, Copy)]
-pub enum Signal {
-    Terminate,
-    Kill,
 }
 
 /// Starts `command` and the tasks around it; every line and the exit are sent to `inputs`

@@ -7,12 +7,12 @@ use std::time::Instant;
 
 use switchboard_core::config::Config;
 use switchboard_core::hub::{self, Hub, Level, PongWaiter, Reply};
-use switchboard_core::supervise::AfterExit;
+use switchboard_core::supervise::{self, AfterExit};
 use switchboard_core::SessionId;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, error, info, warn};
 
-use crate::backend::{self, Backend, Signal};
+use crate::backend::{self, Backend};
 use crate::session::Queue;
 
 /// The current backend's stdin queue, for POST handlers to reserve room in before the
@@ -183,7 +183,7 @@ impl Supervisor {
         };
         drop(stdin);
         let grace = self.config.grace;
-        for signal in [None, Some(Signal::Terminate), Some(Signal::Kill)] {
+        for signal in supervise::STOP_STEPS {
             if let Some(signal) = signal {
                 info!(pid, ?signal, "backend still running");
                 let _ = signals.send(signal);
