@@ -18,7 +18,11 @@ fn main() {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(ROUND_TRIPS);
-    let rounds = if round_trips == ROUND_TRIPS { ROUNDS } else { 1 };
+    let rounds = if round_trips == ROUND_TRIPS {
+        ROUNDS
+    } else {
+        1
+    };
     let principal = Principal::new("alice");
     let mut router = Router::new(10_000);
     router.backend_started();
