@@ -151,10 +151,13 @@ fn split_kind(session: SessionId, rest: &str, literal: bool) -> Option<Decoded<'
     })
 }
 
-/// `-?[0-9]+`: what the proxy ever writes after `n:`.
+/// `-?(0|[1-9][0-9]*)`: a JSON integer, what the proxy ever writes after `n:`. Anything
+/// else (`01`) would be spliced into the client's message as invalid JSON.
 fn is_integer_literal(s: &str) -> bool {
     let digits = s.strip_prefix('-').unwrap_or(s);
-    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+    !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'))
 }
 
 #[cfg(test)]
@@ -225,6 +228,8 @@ mod tests {
             &format!(r#""{}|n:""#, sid()),
             &format!(r#""{}|x:1""#, sid()),
             &format!(r#""{}|n:1,\"a\":2""#, sid()),
+            &format!(r#""{}|n:01""#, sid()),
+            &format!(r#""{}|n:-00""#, sid()),
         ] {
             assert_eq!(decode(raw), None, "{raw}");
         }

@@ -304,7 +304,9 @@ impl Router {
                 _ => self.forward_request(sid, &msg),
             },
             Kind::Notification => match method {
-                "notifications/initialized" => Accepted::Absorbed,
+                // The proxy alone completes the backend's one handshake: a client's
+                // `initialized`, or an `initialize` sent without an id, goes no further.
+                "notifications/initialized" | "initialize" => Accepted::Absorbed,
                 "notifications/cancelled" => {
                     let mut edits = Edits::default();
                     edits.route(sid, &msg, msg.params.meta_progress_token);
