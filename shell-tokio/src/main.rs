@@ -78,7 +78,11 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
         });
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
         let accept = tokio::spawn(server.serve(listener, stop_rx, DRAIN));
-        let status = supervisor.run(shutdown_signal(), stop_tx).await;
+        // On a runtime worker, not the thread blocked in `block_on`: every hand-off to and
+        // from the loop is then a task wake-up instead of a futex wake across threads.
+        let status = tokio::spawn(supervisor.run(shutdown_signal(), stop_tx))
+            .await
+            .unwrap_or(1);
         let _ = accept.await;
         Ok(status)
     })
