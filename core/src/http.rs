@@ -88,6 +88,10 @@ impl Gate {
     }
 }
 
+/// What the router is given when `session_id` and `sessionId` disagree: text no session id
+/// can equal, so the answer is the same 404 as for any unknown session.
+const CONFLICTING_SESSION_IDS: &str = "conflicting session_id and sessionId";
+
 /// The session a POST names: `session_id`, or `sessionId` (the TypeScript SDK's name).
 /// Both present and different, or a value needing percent-decoding, names no session (404).
 /// Empty when neither is present (400).
@@ -97,7 +101,7 @@ pub fn session_param(query: Option<&str>) -> &str {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         if key == "session_id" || key == "sessionId" {
             match found {
-                Some(prev) if prev != value => return "\u{0}conflict",
+                Some(prev) if prev != value => return CONFLICTING_SESSION_IDS,
                 _ => found = Some(value),
             }
         }
