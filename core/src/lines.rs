@@ -66,6 +66,19 @@ impl LineFramer {
         }
     }
 
+    /// Feeds the next chunk and returns the lines it completes as owned buffers, a line
+    /// that was too long as `None`: the batch a shell hands its loop in one message.
+    pub fn push_batch(&mut self, chunk: &[u8]) -> Vec<Option<Vec<u8>>> {
+        let mut batch = Vec::new();
+        self.push(chunk, |line| {
+            batch.push(match line {
+                Line::Complete(bytes) => Some(bytes.to_vec()),
+                Line::TooLong => None,
+            })
+        });
+        batch
+    }
+
     /// Bytes held for an unfinished line.
     pub fn buffered(&self) -> usize {
         self.buf.len()

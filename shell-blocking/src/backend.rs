@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use switchboard_core::hub::{BackendPipe, Full};
-use switchboard_core::lines::{Line, LineFramer};
+use switchboard_core::lines::LineFramer;
 use switchboard_core::supervise::{Exit, Signal};
 use tracing::{debug, info, warn};
 
@@ -172,13 +172,7 @@ fn read_stdout(mut stdout: ChildStdout, max_line: usize, generation: u64, inputs
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
-        let mut batch = Vec::new();
-        framer.push(&buf[..n], |line| {
-            batch.push(match line {
-                Line::Complete(bytes) => Some(bytes.to_vec()),
-                Line::TooLong => None,
-            })
-        });
+        let batch = framer.push_batch(&buf[..n]);
         if !batch.is_empty()
             && inputs
                 .send(Input::BackendLines { generation, batch })

@@ -4,7 +4,7 @@
 use std::process::Stdio;
 
 use switchboard_core::hub::{BackendPipe, Full};
-use switchboard_core::lines::{Line, LineFramer};
+use switchboard_core::lines::LineFramer;
 use switchboard_core::supervise::{Exit, Signal};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::process::{Child, ChildStdin, Command};
@@ -130,13 +130,7 @@ async fn read_stdout(
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        let mut batch = Vec::new();
-        framer.push(&buf[..n], |line| {
-            batch.push(match line {
-                Line::Complete(bytes) => Some(bytes.to_vec()),
-                Line::TooLong => None,
-            })
-        });
+        let batch = framer.push_batch(&buf[..n]);
         if !batch.is_empty()
             && inputs
                 .send(Input::BackendLines { generation, batch })

@@ -73,3 +73,23 @@ macro_rules! suite {
         }
     };
 }
+
+/// `Bearer <token>`, the value of an `Authorization` header.
+pub fn bearer(token: &str) -> String {
+    format!("Bearer {token}")
+}
+
+/// An echo `tools/call` request body (the test backend answers with its arguments).
+pub fn echo_body(id: &str, args: serde_json::Value) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{args}}}}}"#
+    )
+}
+
+/// The first text content of a tool result, parsed as JSON.
+pub fn echoed_args(message: &serde_json::Value) -> serde_json::Value {
+    let text = message["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not a tool result: {message}"));
+    serde_json::from_str(text).expect("echo text is JSON")
+}

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use switchboard_tests::{
-    open_session, raw_member, suite, try_open_session, Body, Frame, OpenOptions, Proxy, Session,
-    Target, QUIET, SESSION_NOT_FOUND, WAIT,
+    bearer, echo_body, echoed_args, open_session, raw_member, suite, try_open_session, Body, Frame,
+    OpenOptions, Proxy, Session, Target, QUIET, SESSION_NOT_FOUND, WAIT,
 };
 
 const BACKEND: &str = env!("CARGO_BIN_EXE_test-backend");
@@ -23,25 +23,6 @@ fn authed(target: Target) -> Proxy {
         .tokens(&[ALICE, BOB])
         .record()
         .start()
-}
-
-fn bearer(token: &str) -> String {
-    format!("Bearer {token}")
-}
-
-/// An echo `tools/call` request body.
-fn echo_body(id: &str, args: Value) -> String {
-    format!(
-        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{args}}}}}"#
-    )
-}
-
-/// The first text content of a tool result, parsed as JSON.
-fn echoed_args(message: &Value) -> Value {
-    let text = message["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_else(|| panic!("not a tool result: {message}"));
-    serde_json::from_str(text).expect("echo text is JSON")
 }
 
 /// The id the backend saw for this call (the echo tool's second content item).

@@ -13,8 +13,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{json, Value};
 use switchboard_tests::{
-    open_session, suite, try_open_session, Body, OpenOptions, Proxy, Response, Session, Target,
-    SESSION_NOT_FOUND,
+    bearer, echo_body, echoed_args, open_session, suite, try_open_session, Body, OpenOptions,
+    Proxy, Response, Session, Target, SESSION_NOT_FOUND,
 };
 
 const BACKEND: &str = env!("CARGO_BIN_EXE_test-backend");
@@ -196,25 +196,6 @@ fn hs_proxy(target: Target) -> Proxy {
         .args(["--log-level", "trace"])
         .record()
         .start()
-}
-
-fn bearer(token: &str) -> String {
-    format!("Bearer {token}")
-}
-
-/// An echo `tools/call` body; `MARK-REJECTED` in it shows if a refused POST got through.
-fn echo_body(id: &str, args: Value) -> String {
-    format!(
-        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{args}}}}}"#
-    )
-}
-
-/// The first text content of a tool result, parsed as JSON.
-fn echoed_args(message: &Value) -> Value {
-    let text = message["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_else(|| panic!("not a tool result: {message}"));
-    serde_json::from_str(text).expect("echo text is JSON")
 }
 
 fn opens_with(p: &Proxy, token: &str) -> Session {

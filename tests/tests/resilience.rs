@@ -3,20 +3,13 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
 use switchboard_tests::{
-    open_session, suite, try_open_session, Body, OpenOptions, Proxy, Session, Target, QUIET,
-    SESSION_NOT_FOUND, WAIT,
+    echoed_args, open_session, suite, try_open_session, Body, OpenOptions, Proxy, Session, Target,
+    QUIET, SESSION_NOT_FOUND, WAIT,
 };
 
 const BACKEND: &str = env!("CARGO_BIN_EXE_test-backend");
-
-fn echoed_args(message: &Value) -> Value {
-    let text = message["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_else(|| panic!("not a tool result: {message}"));
-    serde_json::from_str(text).expect("echo text is JSON")
-}
 
 /// A 100 MB body is refused with 413 whether announced or chunked, and the proxy never
 /// holds it: its peak RSS stays far below 100 MB.
