@@ -25,6 +25,9 @@ if [[ -z "${SWITCHBOARD_PYTHON:-}" ]]; then
     export SWITCHBOARD_PYTHON="$venv/bin/python"
 fi
 
+# The suites hold a thousand sessions open at once: allow the file descriptors they need.
+ulimit -Sn "$(ulimit -Hn)" 2>/dev/null || ulimit -Sn 8192 2>/dev/null || true
+
 echo "run.sh: building the binaries under test"
 cargo build -p switchboard
 if cargo metadata --no-deps --format-version 1 | grep -q '"name":"switchboard-blocking"'; then
