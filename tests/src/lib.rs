@@ -93,3 +93,65 @@ pub fn echoed_args(message: &serde_json::Value) -> serde_json::Value {
         .unwrap_or_else(|| panic!("not a tool result: {message}"));
     serde_json::from_str(text).expect("echo text is JSON")
 }
+
+/// The id the backend saw for an echo call (the test backend puts it in the second text).
+pub fn backend_seen_id(message: &serde_json::Value) -> serde_json::Value {
+    let text = message["result"]["content"][1]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not an echo result: {message}"));
+    serde_json::from_str(text).expect("id text is JSON")
+}
+
+/// Every session sends every one of `ids` as a delayed echo call (later ids answered sooner,
+/// so the backend answers out of order), then each must receive exactly its own answers:
+/// its own payload, under the id it sent, routed through its own sid, and nothing more.
+pub fn assert_colliding_ids_stay_isolated(
+    sessions: &mut [(&str, Session)],
+    ids: &[serde_json::Value],
+    step_ms: u64,
+) {
+    use serde_json::{json, Value};
+    for (i, id) in ids.iter().enumerate() {
+        for (n, (who, s)) in sessions.iter().enumerate() {
+            let ms = (ids.len() - i) as u64 * step_ms + n as u64 * (step_ms / 2);
+            s.send(&json!({
+                "jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": "delay", "arguments": {"ms": ms, "who": who, "id": id}},
+            }));
+        }
+    }
+    for (who, s) in sessions.iter_mut() {
+        let mut seen = Vec::new();
+        for _ in 0..ids.len() {
+            let m = s.expect_message(&format!("{who}'s delayed answers"));
+            let args = echoed_args(&m);
+            assert_eq!(
+                args["who"], *who,
+                "{who} received someone else's answer: {m}"
+            );
+            assert_eq!(
+                args["id"], m["id"],
+                "{who}: the answer's id does not match its call: {m}"
+            );
+            let seen_id = backend_seen_id(&m);
+            assert!(
+                seen_id
+                    .as_str()
+                    .is_some_and(|x| x.starts_with(&format!("{}|", s.sid))),
+                "{who}: the backend saw id {seen_id}, not one routed to {}",
+                s.sid
+            );
+            seen.push(m["id"].clone());
+        }
+        let mut got: Vec<String> = seen.iter().map(Value::to_string).collect();
+        let mut want: Vec<String> = ids.iter().map(Value::to_string).collect();
+        got.sort();
+        want.sort();
+        assert_eq!(got, want, "{who} got the wrong set of answers");
+        assert_ne!(
+            seen, ids,
+            "{who}: the answers did not come back reordered; the test proves less"
+        );
+        s.expect_silence(Duration::from_millis(200));
+    }
+}

@@ -368,6 +368,28 @@ impl Proxy {
     }
 
     /// Every line the backend received so far (with [`ProxyBuilder::record`]).
+    /// How many `initialize` requests the backend received.
+    pub fn recorded_initializes(&self) -> usize {
+        self.recorded()
+            .iter()
+            .filter(|l| l.contains("\"method\":\"initialize\""))
+            .count()
+    }
+
+    /// Tests mark bodies that must be refused with `MARK-REJECTED`: none may reach the
+    /// backend.
+    pub fn assert_nothing_rejected_reached_the_backend(&self) {
+        let leaked: Vec<String> = self
+            .recorded()
+            .into_iter()
+            .filter(|l| l.contains("MARK-REJECTED"))
+            .collect();
+        assert!(
+            leaked.is_empty(),
+            "refused requests reached the backend: {leaked:?}"
+        );
+    }
+
     pub fn recorded(&self) -> Vec<String> {
         let path = self
             .record

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use switchboard_tests::{
-    bearer, echo_body, echoed_args, open_session, raw_member, suite, try_open_session, Body, Frame,
-    OpenOptions, Proxy, Session, Target, QUIET, SESSION_NOT_FOUND, WAIT,
+    assert_colliding_ids_stay_isolated, backend_seen_id, bearer, echo_body, echoed_args,
+    open_session, raw_member, suite, try_open_session, Body, Frame, OpenOptions, Proxy, Session,
+    Target, QUIET, SESSION_NOT_FOUND, WAIT,
 };
 
 const BACKEND: &str = env!("CARGO_BIN_EXE_test-backend");
@@ -23,14 +24,6 @@ fn authed(target: Target) -> Proxy {
         .tokens(&[ALICE, BOB])
         .record()
         .start()
-}
-
-/// The id the backend saw for this call (the echo tool's second content item).
-fn backend_seen_id(message: &Value) -> Value {
-    let text = message["result"]["content"][1]["text"]
-        .as_str()
-        .unwrap_or_else(|| panic!("not an echo result: {message}"));
-    serde_json::from_str(text).expect("id text is JSON")
 }
 
 fn is_uuid_v4(s: &str) -> bool {
@@ -323,15 +316,7 @@ fn post_refusals_follow_spec_order(target: Target) {
     // Nothing refused reached the backend, and the sessions are undisturbed.
     a.sync();
     b.sync();
-    let leaked: Vec<String> = p
-        .recorded()
-        .into_iter()
-        .filter(|l| l.contains("MARK-REJECTED"))
-        .collect();
-    assert!(
-        leaked.is_empty(),
-        "refused bodies reached the backend: {leaked:?}"
-    );
+    p.assert_nothing_rejected_reached_the_backend();
 }
 
 fn closed_session_gets_404(target: Target) {
@@ -430,15 +415,7 @@ fn invalid_bodies_get_400_and_never_reach_the_backend(target: Target) {
         );
     }
     a.sync();
-    let leaked: Vec<String> = p
-        .recorded()
-        .into_iter()
-        .filter(|l| l.contains("MARK-REJECTED"))
-        .collect();
-    assert!(
-        leaked.is_empty(),
-        "rejected bodies reached the backend: {leaked:?}"
-    );
+    p.assert_nothing_rejected_reached_the_backend();
 }
 
 fn session_id_aliases(target: Target) {
@@ -576,48 +553,7 @@ fn colliding_ids_two_principals_reordered(target: Target) {
         .map(|n| json!(n))
         .chain([json!("same"), json!(0), json!(-3)])
         .collect();
-    for (i, id) in ids.iter().enumerate() {
-        for (who, s) in &sessions {
-            let ms = (ids.len() - i) as u64 * 15 + if *who == "alice" { 0 } else { 7 };
-            s.send(&json!({
-                "jsonrpc": "2.0", "id": id, "method": "tools/call",
-                "params": {"name": "delay", "arguments": {"ms": ms, "who": who, "id": id}},
-            }));
-        }
-    }
-    for (who, s) in sessions.iter_mut() {
-        let mut seen = Vec::new();
-        for _ in 0..ids.len() {
-            let m = s.expect_message(&format!("{who}'s delayed answers"));
-            let args = echoed_args(&m);
-            assert_eq!(
-                args["who"], *who,
-                "{who} received someone else's answer: {m}"
-            );
-            assert_eq!(
-                args["id"], m["id"],
-                "{who}: the answer's id does not match its call: {m}"
-            );
-            let seen_id = backend_seen_id(&m);
-            assert!(
-                seen_id
-                    .as_str()
-                    .is_some_and(|x| x.starts_with(&format!("{}|", s.sid))),
-                "{who}: the backend saw id {seen_id}, not one routed to {}",
-                s.sid
-            );
-            seen.push(m["id"].clone());
-        }
-        let mut got: Vec<String> = seen.iter().map(Value::to_string).collect();
-        let mut want: Vec<String> = ids.iter().map(Value::to_string).collect();
-        got.sort();
-        want.sort();
-        assert_eq!(got, want, "{who} got the wrong set of answers");
-        assert_ne!(
-            seen, ids,
-            "{who}: the answers did not come back reordered; the test proves less"
-        );
-    }
+    assert_colliding_ids_stay_isolated(&mut sessions, &ids, 15);
     for (_, s) in sessions.iter_mut() {
         s.sync();
     }

@@ -13,8 +13,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{json, Value};
 use switchboard_tests::{
-    bearer, echo_body, echoed_args, open_session, suite, try_open_session, Body, OpenOptions,
-    Proxy, Response, Session, Target, SESSION_NOT_FOUND,
+    assert_colliding_ids_stay_isolated, bearer, echo_body, echoed_args, open_session, suite,
+    try_open_session, Body, OpenOptions, Proxy, Response, Session, Target, SESSION_NOT_FOUND,
 };
 
 const BACKEND: &str = env!("CARGO_BIN_EXE_test-backend");
@@ -320,18 +320,6 @@ fn assert_not_logged(p: &Proxy, tokens: &[&str]) {
     }
 }
 
-fn assert_nothing_rejected_reached_the_backend(p: &Proxy) {
-    let leaked: Vec<String> = p
-        .recorded()
-        .into_iter()
-        .filter(|l| l.contains("MARK-REJECTED"))
-        .collect();
-    assert!(
-        leaked.is_empty(),
-        "refused requests reached the backend: {leaked:?}"
-    );
-}
-
 // ---------------------------------------------------------------------------------------
 // Refusals
 // ---------------------------------------------------------------------------------------
@@ -558,7 +546,7 @@ fn invalid_tokens_are_refused_with_their_reason(target: Target) {
     alice.sync();
     let m = alice.call("echo", json!({"still": "alice"}));
     assert_eq!(echoed_args(&m), json!({"still": "alice"}));
-    assert_nothing_rejected_reached_the_backend(&p);
+    p.assert_nothing_rejected_reached_the_backend();
     let mut all: Vec<&str> = cases.iter().map(|(_, t, _)| t.as_str()).collect();
     all.push(&alice_token);
     assert_not_logged(&p, &all);
@@ -645,7 +633,7 @@ fn hs256_refusals(target: Target) {
     }
     assert_missing(&p, &alice);
     alice.sync();
-    assert_nothing_rejected_reached_the_backend(&p);
+    p.assert_nothing_rejected_reached_the_backend();
     let mut all: Vec<&str> = cases.iter().map(|(_, t, _)| t.as_str()).collect();
     all.push(&alice_token);
     assert_not_logged(&p, &all);
@@ -788,7 +776,7 @@ fn refreshed_token_keeps_its_session(target: Target) {
     // The client now uses the refreshed token for everything.
     s.token = Some(later);
     s.sync();
-    assert_nothing_rejected_reached_the_backend(&p);
+    p.assert_nothing_rejected_reached_the_backend();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -809,35 +797,7 @@ fn two_subjects_stay_isolated(target: Target) {
         .map(|n| json!(n))
         .chain([json!("same"), json!(0)])
         .collect();
-    for (i, id) in ids.iter().enumerate() {
-        for (who, s) in &sessions {
-            let ms = (ids.len() - i) as u64 * 20 + if *who == "alice" { 0 } else { 9 };
-            s.send(&json!({
-                "jsonrpc": "2.0", "id": id, "method": "tools/call",
-                "params": {"name": "delay", "arguments": {"ms": ms, "who": who, "id": id}},
-            }));
-        }
-    }
-    for (who, s) in sessions.iter_mut() {
-        let mut seen = Vec::new();
-        for _ in 0..ids.len() {
-            let m = s.expect_message(&format!("{who}'s delayed answers"));
-            let args = echoed_args(&m);
-            assert_eq!(args["who"], *who, "{who} received another's answer: {m}");
-            assert_eq!(args["id"], m["id"], "{who}: answer under the wrong id: {m}");
-            seen.push(m["id"].clone());
-        }
-        let mut got: Vec<String> = seen.iter().map(Value::to_string).collect();
-        let mut want: Vec<String> = ids.iter().map(Value::to_string).collect();
-        got.sort();
-        want.sort();
-        assert_eq!(got, want, "{who} got the wrong set of answers");
-        assert_ne!(
-            seen, ids,
-            "{who}: the answers did not come back reordered; the test proves less"
-        );
-        s.expect_silence(Duration::from_millis(200));
-    }
+    assert_colliding_ids_stay_isolated(&mut sessions, &ids, 20);
 
     let [(_, alice), (_, bob)] = &mut sessions;
     // Bob, with any of his tokens, cannot post into alice's session: the unknown-session 404.
@@ -880,7 +840,7 @@ fn two_subjects_stay_isolated(target: Target) {
     alice.sync();
     bob.sync();
     bob.expect_silence(Duration::from_millis(200));
-    assert_nothing_rejected_reached_the_backend(&p);
+    p.assert_nothing_rejected_reached_the_backend();
 }
 
 /// Without `--jwt-issuer`, tokens of two issuers verify under the same key; the same
@@ -930,7 +890,7 @@ fn same_subject_other_issuer_is_another_principal(target: Target) {
     assert_eq!(echoed_args(&m), json!({"still": "alice"}));
     alice.sync();
     impostor.sync();
-    assert_nothing_rejected_reached_the_backend(&p);
+    p.assert_nothing_rejected_reached_the_backend();
 }
 
 suite!(

@@ -174,11 +174,7 @@ fn sdk_clients_share_a_server_that_rejects_a_second_initialize(target: Target) {
         let echoed: Value = serde_json::from_str(client["texts"][0].as_str().unwrap()).unwrap();
         assert_eq!(&echoed, want, "{client}");
     }
-    let inits = p
-        .recorded()
-        .iter()
-        .filter(|l| l.contains("\"method\":\"initialize\""))
-        .count();
+    let inits = p.recorded_initializes();
     assert_eq!(
         inits, 1,
         "six SDK clients must cause exactly one backend initialize"

@@ -139,11 +139,7 @@ fn backend_crash_closes_sessions_and_restarts(target: Target) {
     assert_eq!(init["serverInfo"]["name"], "test-backend");
     let m = c.call("echo", json!({"after": "restart"}));
     assert_eq!(echoed_args(&m), json!({"after": "restart"}));
-    let inits = p
-        .recorded()
-        .iter()
-        .filter(|l| l.contains("\"method\":\"initialize\""))
-        .count();
+    let inits = p.recorded_initializes();
     assert_eq!(
         inits, 2,
         "each backend process must be initialized exactly once"
