@@ -29,13 +29,7 @@ fi
 ulimit -Sn "$(ulimit -Hn)" 2>/dev/null || ulimit -Sn 8192 2>/dev/null || true
 
 echo "run.sh: building the binaries under test"
-cargo build -p switchboard
-if cargo metadata --no-deps --format-version 1 | grep -q '"name":"switchboard-blocking"'; then
-    cargo build -p switchboard-blocking
-else
-    echo "run.sh: no switchboard-blocking package yet; its suites will skip"
-fi
-cargo build -p switchboard-tests --bins
+cargo build -p switchboard -p switchboard-blocking -p switchboard-tests --bins
 
 echo "run.sh: cargo test --workspace (SWITCHBOARD_PYTHON=$SWITCHBOARD_PYTHON)"
 if [[ $# -gt 0 ]]; then

@@ -12,30 +12,43 @@ use crate::routed_id::SessionId;
 pub enum Action {
     /// Write `line` (one JSON-RPC message ending in `\n`) to the backend's stdin: a client's
     /// message with its ids rewritten, in the order accepted.
-    Rewrite { line: Vec<u8> },
+    Rewrite {
+        /// The line, newline included.
+        line: Vec<u8>,
+    },
     /// Write `line` (ending in `\n`) to the backend's stdin: the proxy's own message (an
     /// answer to a backend request, a health ping, `notifications/initialized`, an
     /// unsubscribe after the last subscriber left). Never delays a client's POST.
-    Reply { line: Vec<u8> },
-    /// Queue `message` (compact JSON, no raw newline) as one SSE `message` event on exactly
-    /// this session's stream. If it does not fit the session's buffer, close the session and
-    /// call [`Router::close_session`](crate::Router::close_session).
+    Reply {
+        /// The line, newline included.
+        line: Vec<u8>,
+    },
+    /// Send `message` (compact JSON, no raw newline) to exactly this session.
     Deliver {
+        /// The session it is for.
         session: SessionId,
+        /// The message, original ids restored.
         message: Vec<u8>,
     },
     /// Queue `message` on every live session's stream (the same bytes, shared).
-    Broadcast { message: Arc<[u8]> },
+    Broadcast {
+        /// `{"jsonrpc":"2.0","method":M}`, rebuilt by the router.
+        message: Arc<[u8]>,
+    },
     /// Count and log a message the proxy dropped or answered itself, at `level`.
     Drop {
+        /// Why.
         reason: DropReason,
+        /// The JSON-RPC method, when there was one.
         method: Option<String>,
+        /// How loud.
         level: LogLevel,
     },
-    /// End this session's stream now; the router has already forgotten the session.
-    CloseSession { session: SessionId },
     /// The backend answered health ping number `ping`: record it as alive now.
-    Pong { ping: u64 },
+    Pong {
+        /// The number the ping went out under.
+        ping: u64,
+    },
 }
 
 /// Why a backend line (or part of a client's message) went nowhere.
@@ -96,6 +109,8 @@ impl fmt::Display for DropReason {
 /// The level the router chose for a drop: the first of each (reason, method) warns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogLevel {
+    /// The first of its kind.
     Warn,
+    /// Seen before.
     Debug,
 }

@@ -11,6 +11,7 @@ use subtle::ConstantTimeEq;
 pub struct Principal(Arc<str>);
 
 impl Principal {
+    /// The principal called `name` (a token file's first column).
     pub fn new(name: &str) -> Self {
         Principal(Arc::from(name))
     }
@@ -26,6 +27,7 @@ impl Principal {
         Principal(Arc::from(format!("{issuer}\0{subject}")))
     }
 
+    /// The name, for logs.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -53,11 +55,17 @@ pub enum AuthFailure {
     Missing,
     /// A static token that is not in the table.
     UnknownToken,
+    /// Not a JWT, or not one this proxy can read.
     Malformed,
+    /// Past its `exp`.
     Expired,
+    /// Before its `nbf`.
     NotYetValid,
+    /// Not the `--jwt-issuer`.
     WrongIssuer,
+    /// No `--jwt-audience` it names.
     WrongAudience,
+    /// The signature does not verify with the key named by `kid`.
     BadSignature,
     /// No key with the token's `kid`.
     UnknownKey,
@@ -83,7 +91,9 @@ impl AuthFailure {
 /// A line of a token file that could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenFileError {
+    /// 1-based line number.
     pub line: usize,
+    /// What is wrong with it.
     pub reason: &'static str,
 }
 
@@ -110,6 +120,7 @@ impl fmt::Debug for TokenTable {
 }
 
 impl TokenTable {
+    /// Reads `principal token` lines (`#` comments and blank lines ignored).
     pub fn parse(text: &str) -> Result<Self, TokenFileError> {
         let mut entries: Vec<(Principal, Vec<u8>)> = Vec::new();
         for (i, raw) in text.lines().enumerate() {
@@ -172,7 +183,9 @@ pub enum Auth {
     /// Everyone is [`Principal::anonymous`].
     #[default]
     None,
+    /// Static bearer tokens (`--auth-tokens`).
     Tokens(TokenTable),
+    /// JWT bearer tokens (`--jwt-*`).
     #[cfg(feature = "jwt")]
     Jwt(std::sync::Arc<crate::jwt::JwtVerifier>),
 }

@@ -1,7 +1,8 @@
 //! Every flag of both binaries, defined once. With the `cli` feature the same struct is
 //! parsed by clap, so `--help` is written once for both shells.
 
-use std::net::SocketAddr;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 #[cfg(feature = "cli")]
@@ -23,11 +24,14 @@ pub enum Restart {
     Never,
 }
 
+/// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "cli", derive(ValueEnum))]
 pub enum LogFormat {
+    /// Human-readable lines.
     #[default]
     Text,
+    /// One JSON object per line.
     Json,
 }
 
@@ -43,17 +47,27 @@ pub enum LogFormat {
     feature = "cli",
     command(
         version,
-        after_help = "Example: switchboard --listen 127.0.0.1:8000 -- uvx mcp-server-time"
+        after_help = "Examples:\n  switchboard                                  # the built-in demo backend on http://127.0.0.1:8000/sse\n  switchboard --port 9000 -- uvx mcp-server-time\n  switchboard --host 0.0.0.0 --auth-tokens tokens.txt -- ./my-mcp-server --flag"
     )
 )]
 pub struct Config {
-    /// Address to listen on. Binding off loopback needs an auth mode other than none, or
-    /// --allow-unauthenticated.
+    /// Address to listen on (default 127.0.0.1:8000). Binding off loopback needs an auth
+    /// mode other than none, or --allow-unauthenticated.
     #[cfg_attr(
         feature = "cli",
-        arg(long, default_value = "127.0.0.1:8000", value_name = "ADDR")
+        arg(long, value_name = "ADDR", conflicts_with_all = ["host", "port"])
     )]
-    pub listen: SocketAddr,
+    pub listen: Option<SocketAddr>,
+
+    /// Interface to listen on, as an IP address or `localhost` (default 127.0.0.1); the
+    /// same as the host part of --listen.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "HOST", value_parser = parse_host))]
+    pub host: Option<IpAddr>,
+
+    /// Port to listen on (default 8000; 0 picks a free one); the same as the port part of
+    /// --listen.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "PORT"))]
+    pub port: Option<u16>,
 
     /// Serve under this path prefix (e.g. /mcp-proxy): /sse becomes /mcp-proxy/sse.
     #[cfg_attr(feature = "cli", arg(long, default_value = "", value_name = "PATH"))]
@@ -213,6 +227,19 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     })
 }
 
+/// `--host`: an IP address, or `localhost` for 127.0.0.1.
+pub fn parse_host(text: &str) -> Result<IpAddr, String> {
+    if text.eq_ignore_ascii_case("localhost") {
+        return Ok(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    }
+    let bare = text
+        .strip_prefix('[')
+        .and_then(|t| t.strip_suffix(']'))
+        .unwrap_or(text);
+    bare.parse()
+        .map_err(|_| format!("not an IP address or `localhost`: {text:?}"))
+}
+
 /// `K=V` for `--env`.
 pub fn parse_env(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
@@ -221,20 +248,132 @@ pub fn parse_env(text: &str) -> Result<(String, String), String> {
     }
 }
 
+/// A flag whose value the proxy refuses to run with; printed as `invalid value for
+/// --flag: problem` and exit status 2.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The flag, dashes included.
+    pub flag: &'static str,
+    /// What is wrong with its value.
+    pub problem: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid value for {}: {}", self.flag, self.problem)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// The default listen address.
+pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8000);
+
+const MS: Duration = Duration::from_millis(1);
+const HOUR: Duration = Duration::from_secs(3600);
+const KIB: usize = 1 << 10;
+const GIB: usize = 1 << 30;
+
 impl Config {
+    /// Parses the process arguments for the binary `name`, exiting with status 2 and a
+    /// message naming the flag when one is missing, malformed or out of range.
+    #[cfg(feature = "cli")]
+    pub fn from_args(name: &'static str) -> Config {
+        use clap::{CommandFactory, FromArgMatches};
+        let mut command = Config::command().name(name).bin_name(name);
+        let config = Config::from_arg_matches(&command.clone().get_matches())
+            .unwrap_or_else(|e| e.format(&mut command).exit());
+        if let Err(e) = config.validate() {
+            command
+                .error(clap::error::ErrorKind::ValueValidation, e)
+                .exit();
+        }
+        config
+    }
+
+    /// Refuses values no deployment means: zero or absurd durations and sizes.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let durations: [(&'static str, Duration, Duration, Duration); 5] = [
+            ("--keepalive", self.keepalive, 100 * MS, HOUR),
+            ("--ping-interval", self.ping_interval, 100 * MS, 24 * HOUR),
+            ("--ping-timeout", self.ping_timeout, 10 * MS, HOUR),
+            ("--grace", self.grace, 10 * MS, HOUR),
+            ("--jwt-leeway", self.jwt_leeway, Duration::ZERO, HOUR),
+        ];
+        for (flag, value, min, max) in durations {
+            if value < min || value > max {
+                return Err(ConfigError {
+                    flag,
+                    problem: format!(
+                        "{} is out of range ({} to {})",
+                        show_duration(value),
+                        show_duration(min),
+                        show_duration(max)
+                    ),
+                });
+            }
+        }
+        let sizes: [(&'static str, usize); 3] = [
+            ("--max-body", self.max_body),
+            ("--max-line", self.max_line),
+            ("--session-buffer", self.session_buffer),
+        ];
+        for (flag, value) in sizes {
+            if !(KIB..=GIB).contains(&value) {
+                return Err(ConfigError {
+                    flag,
+                    problem: format!("{value} bytes is out of range (1KiB to 1GiB)"),
+                });
+            }
+        }
+        if !(1..=1_000_000).contains(&self.max_sessions) {
+            return Err(ConfigError {
+                flag: "--max-sessions",
+                problem: format!("{} is out of range (1 to 1000000)", self.max_sessions),
+            });
+        }
+        if !self.base_path.is_empty() && !self.base_path.starts_with('/') {
+            return Err(ConfigError {
+                flag: "--base-path",
+                problem: format!("{:?} must start with /", self.base_path),
+            });
+        }
+        Ok(())
+    }
+
+    /// The address to listen on: --listen, or --host and --port, or the default.
+    pub fn listen_addr(&self) -> SocketAddr {
+        self.listen.unwrap_or_else(|| {
+            SocketAddr::new(
+                self.host.unwrap_or(DEFAULT_LISTEN.ip()),
+                self.port.unwrap_or(DEFAULT_LISTEN.port()),
+            )
+        })
+    }
+
     /// The path prefix without a trailing slash (`""` or `/prefix`).
     pub fn base_path(&self) -> &str {
         self.base_path.trim_end_matches('/')
     }
 
-    /// The URL announced in a session's `endpoint` event.
-    pub fn endpoint_url(&self, session: &crate::SessionId) -> String {
+    /// What the hub needs of these flags.
+    pub fn settings(&self) -> crate::hub::Settings {
         let base = self
             .public_url
             .as_deref()
             .unwrap_or("")
             .trim_end_matches('/');
-        format!("{base}{}/messages?session_id={session}", self.base_path())
+        crate::hub::Settings {
+            max_sessions: self.max_sessions,
+            session_buffer: self.session_buffer,
+            keepalive: self.keepalive,
+            ping_interval: self.ping_interval,
+            ping_timeout: self.ping_timeout,
+            grace: self.grace,
+            restart: self.restart,
+            stdin_queue: crate::hub::STDIN_QUEUE,
+            endpoint_prefix: format!("{base}{}", self.base_path()),
+        }
     }
 
     #[cfg(feature = "jwt")]
@@ -301,11 +440,11 @@ impl Config {
             (None, true) => self.jwt_auth(&mut read)?,
             (None, false) => Auth::None,
         };
-        let loopback = self.listen.ip().is_loopback();
+        let listen = self.listen_addr();
+        let loopback = listen.ip().is_loopback();
         if matches!(auth, Auth::None) && !loopback && !self.allow_unauthenticated {
             return Err(format!(
-                "refusing to serve {} without authentication: use --auth-tokens or --jwt-*, or --allow-unauthenticated",
-                self.listen
+                "refusing to serve {listen} without authentication: use --auth-tokens or --jwt-*, or --allow-unauthenticated"
             ));
         }
         Ok(Gate {
@@ -318,6 +457,17 @@ impl Config {
             base_path: self.base_path().to_owned(),
             metrics_auth: self.metrics_auth,
         })
+    }
+}
+
+/// `1500ms` as `1.5s`, for messages.
+fn show_duration(d: Duration) -> String {
+    if d.is_zero() {
+        "0s".to_owned()
+    } else if d.subsec_millis() != 0 || d < Duration::from_secs(1) {
+        format!("{}ms", d.as_millis())
+    } else {
+        format!("{}s", d.as_secs())
     }
 }
 

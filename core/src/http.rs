@@ -1,7 +1,10 @@
 //! The HTTP surface as data: which endpoint a request names, the Origin and Host checks,
 //! and every refusal as (status, headers, body). Shells only copy these onto the wire.
 
+use std::borrow::Cow;
+
 use crate::auth::{Auth, AuthFailure, Principal};
+use crate::hub::{Payload, Request};
 use crate::message::Invalid;
 
 /// What a request asks for, from its method and path.
@@ -35,15 +38,49 @@ impl Endpoint {
     }
 }
 
-/// The parts of a request head the gate looks at.
+/// The parts of a request head the gate looks at, borrowed from the shell's HTTP library.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RequestHead<'a> {
+    /// `GET`, `POST`, ...
     pub method: &'a str,
-    /// Path without the query.
-    pub path: &'a str,
+    /// The request target: origin form (`/messages?session_id=...`) or absolute form
+    /// (`http://host:port/sse`), as sent.
+    pub target: &'a str,
+    /// The target's authority when the HTTP library split it off the target already.
+    pub authority: Option<&'a str>,
+    /// The `Authorization` header.
     pub authorization: Option<&'a [u8]>,
+    /// The `Origin` header.
     pub origin: Option<&'a str>,
+    /// The `Host` header.
     pub host: Option<&'a str>,
+}
+
+impl<'a> RequestHead<'a> {
+    /// The target without scheme and authority, then split at `?`: (path, query).
+    fn path_and_query(&self) -> (&'a str, Option<&'a str>) {
+        let target = self.target;
+        let origin_form = target
+            .strip_prefix("http://")
+            .or_else(|| target.strip_prefix("https://"))
+            .map_or(target, |rest| rest.find('/').map_or("/", |at| &rest[at..]));
+        match origin_form.split_once('?') {
+            Some((path, query)) => (path, Some(query)),
+            None => (origin_form, None),
+        }
+    }
+
+    /// The host the client named: the `Host` header, else the target's authority (a
+    /// request in absolute form may carry it there alone).
+    fn host(&self) -> Option<&'a str> {
+        self.host.or(self.authority).or_else(|| {
+            let rest = self
+                .target
+                .strip_prefix("http://")
+                .or_else(|| self.target.strip_prefix("https://"))?;
+            Some(rest.split(['/', '?']).next().unwrap_or(rest))
+        })
+    }
 }
 
 /// Who may reach which endpoint: routing under `--base-path`, then auth, Origin and Host
@@ -51,22 +88,51 @@ pub struct RequestHead<'a> {
 /// `--metrics-auth`.
 #[derive(Debug, Clone)]
 pub struct Gate {
+    /// How callers are identified.
     pub auth: Auth,
+    /// The Origin and Host rules.
     pub origins: OriginPolicy,
+    /// `--base-path` without a trailing slash.
     pub base_path: String,
+    /// Whether `/metrics` needs credentials.
     pub metrics_auth: bool,
 }
 
+/// A request the gate let through: what it asks for, who asks, and the session it names.
+#[derive(Debug, Clone)]
+pub struct Admitted {
+    /// What it asks for.
+    pub endpoint: Endpoint,
+    /// Who asks ([`Principal::anonymous`] where no credentials are needed).
+    pub principal: Principal,
+    /// The session named by `session_id` (or `sessionId`), empty when none.
+    pub session: String,
+}
+
+impl Admitted {
+    /// The hub's input for this request with the body the shell read; `entropy` (16
+    /// random bytes from the OS) is called only for a request that may create a session.
+    pub fn into_request(self, body: Payload, entropy: impl FnOnce() -> [u8; 16]) -> Request {
+        let entropy = match self.endpoint {
+            Endpoint::Stream => entropy(),
+            Endpoint::Messages | Endpoint::Health | Endpoint::Metrics => [0; 16],
+        };
+        Request {
+            endpoint: self.endpoint,
+            principal: self.principal,
+            session: self.session,
+            body,
+            entropy,
+        }
+    }
+}
+
 impl Gate {
-    /// The endpoint and the caller's principal ([`Principal::anonymous`] where none is
-    /// required), or the refusal to send. `now` is seconds since the Unix epoch.
-    pub fn admit(
-        &self,
-        head: &RequestHead<'_>,
-        now: u64,
-    ) -> Result<(Endpoint, Principal), Rejection> {
-        let path = head
-            .path
+    /// What the request asks for and who asks, or the refusal to send at once. `now` is
+    /// seconds since the Unix epoch (token expiry).
+    pub fn admit(&self, head: &RequestHead<'_>, now: u64) -> Result<Admitted, Rejection> {
+        let (path, query) = head.path_and_query();
+        let path = path
             .strip_prefix(self.base_path.trim_end_matches('/'))
             .filter(|rest| rest.starts_with('/'))
             .ok_or(Rejection::NotFound)?;
@@ -76,15 +142,25 @@ impl Gate {
             Endpoint::Metrics => self.metrics_auth,
             Endpoint::Stream | Endpoint::Messages => true,
         };
-        if !checked {
-            return Ok((endpoint, Principal::anonymous()));
-        }
-        let principal = self
-            .auth
-            .authenticate(head.authorization, now)
-            .map_err(Rejection::Unauthorized)?;
-        self.origins.check(head.origin, head.host)?;
-        Ok((endpoint, principal))
+        let principal = if checked {
+            let principal = self
+                .auth
+                .authenticate(head.authorization, now)
+                .map_err(Rejection::Unauthorized)?;
+            self.origins.check(head.origin, head.host())?;
+            principal
+        } else {
+            Principal::anonymous()
+        };
+        let session = match endpoint {
+            Endpoint::Messages => session_param(query).to_owned(),
+            _ => String::new(),
+        };
+        Ok(Admitted {
+            endpoint,
+            principal,
+            session,
+        })
     }
 }
 
@@ -170,29 +246,95 @@ fn strip_port(authority: &str) -> &str {
 /// Every way the proxy refuses a request, each with its own status and body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Rejection {
+    /// 401: no or bad credentials.
     Unauthorized(AuthFailure),
+    /// 403: a browser Origin not allowed.
     OriginNotAllowed,
+    /// 403: a Host not allowed (DNS rebinding).
     HostNotAllowed,
+    /// 400: no `session_id`.
     MissingSessionId,
+    /// 404: unknown, closed or someone else's session (one answer for all three).
     SessionNotFound,
+    /// 413: over `--max-body`.
     BodyTooLarge,
+    /// 400: not one valid JSON-RPC request or notification.
     Invalid(Invalid),
+    /// 503: the backend is down or restarting.
     BackendDown,
+    /// 503: the backend's stdin stayed full.
     BackendBusy,
+    /// 503: `--max-sessions` are live.
     TooManySessions,
+    /// 404: no such path.
     NotFound,
-    MethodNotAllowed { allow: &'static str },
+    /// 405: the path exists for another method.
+    MethodNotAllowed {
+        /// The method it takes.
+        allow: &'static str,
+    },
 }
 
-/// A refusal ready for the wire.
+/// An answer ready for the wire: the shell copies status, headers and body as they are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Response {
+    /// The HTTP status.
     pub status: u16,
-    pub headers: Vec<(&'static str, String)>,
-    pub body: Vec<u8>,
+    /// Header names (lowercase) and values; most values are constants, borrowed.
+    pub headers: Vec<(&'static str, Cow<'static, str>)>,
+    /// The body (empty for a stream head); constant bodies are borrowed.
+    pub body: Cow<'static, [u8]>,
+}
+
+impl Response {
+    /// `status` with a body of `content_type`.
+    pub fn text(
+        status: u16,
+        content_type: &'static str,
+        body: impl Into<Cow<'static, [u8]>>,
+    ) -> Response {
+        Response {
+            status,
+            headers: vec![("content-type", Cow::Borrowed(content_type))],
+            body: body.into(),
+        }
+    }
+
+    /// `status` with a JSON body.
+    pub fn json(status: u16, body: impl Into<Cow<'static, [u8]>>) -> Response {
+        Response::text(status, "application/json", body)
+    }
+
+    /// The value of header `name` (lowercase), if present.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_ref())
+    }
+}
+
+/// `202 Accepted` for a POSTed message that was queued (or answered) by the proxy.
+pub fn accepted() -> Response {
+    Response::text(202, "text/plain", ACCEPTED_BODY)
+}
+
+/// The head of every SSE stream: `200 text/event-stream`, not cached, not buffered by
+/// proxies in front (`X-Accel-Buffering: no` for nginx).
+pub fn sse_head() -> Response {
+    Response {
+        status: 200,
+        headers: vec![
+            ("content-type", Cow::Borrowed("text/event-stream")),
+            ("cache-control", Cow::Borrowed("no-cache")),
+            ("x-accel-buffering", Cow::Borrowed("no")),
+        ],
+        body: Cow::Borrowed(&[]),
+    }
 }
 
 impl Rejection {
+    /// The HTTP status.
     pub fn status(&self) -> u16 {
         match self {
             Rejection::Unauthorized(_) => 401,
@@ -242,22 +384,24 @@ impl Rejection {
 
     /// Status, headers and a JSON-RPC error body (no id: none can be attributed).
     pub fn response(&self) -> Response {
-        let mut headers = vec![("content-type", "application/json".to_owned())];
+        let mut headers = vec![("content-type", Cow::Borrowed("application/json"))];
         match self {
             Rejection::Unauthorized(AuthFailure::Missing) => {
-                headers.push(("www-authenticate", "Bearer".to_owned()))
+                headers.push(("www-authenticate", Cow::Borrowed("Bearer")))
             }
             Rejection::Unauthorized(failure) => headers.push((
                 "www-authenticate",
-                format!(
+                Cow::Owned(format!(
                     "Bearer error=\"invalid_token\", error_description=\"{}\"",
                     failure.reason()
-                ),
+                )),
             )),
-            Rejection::MethodNotAllowed { allow } => headers.push(("allow", (*allow).to_owned())),
+            Rejection::MethodNotAllowed { allow } => headers.push(("allow", Cow::Borrowed(allow))),
             Rejection::BackendDown | Rejection::BackendBusy | Rejection::TooManySessions => {
-                headers.push(("retry-after", "1".to_owned()))
+                headers.push(("retry-after", Cow::Borrowed("1")))
             }
+            // The rest of the body was not read: the connection cannot be reused.
+            Rejection::BodyTooLarge => headers.push(("connection", Cow::Borrowed("close"))),
             _ => {}
         }
         let (code, message) = self.code_and_message();
@@ -268,7 +412,7 @@ impl Rejection {
         Response {
             status: self.status(),
             headers,
-            body: body.into_bytes(),
+            body: Cow::Owned(body.into_bytes()),
         }
     }
 }
@@ -339,8 +483,8 @@ mod tests {
         assert!(r.headers.contains(&("www-authenticate", "Bearer".into())));
         let r = Rejection::SessionNotFound.response();
         assert_eq!(
-            r.body,
-            br#"{"jsonrpc":"2.0","error":{"code":-32001,"message":"Session not found"}}"#
+            &r.body[..],
+            &br#"{"jsonrpc":"2.0","error":{"code":-32001,"message":"Session not found"}}"#[..]
         );
     }
 }

@@ -1,660 +1,960 @@
-//! The owner loop's state, shared by both shells: the [`Router`], the session queues, the
-//! running backend, supervision and health bookkeeping. A shell's loop feeds it one input
-//! at a time and only moves bytes: channels, sockets, pipes, timers and logging stay in the
-//! shell, behind three small traits.
+//! The whole owner loop as one sans-IO state machine: sessions and their streams, the
+//! backend's lifecycle (start, restart backoff, stop sequence), health pings, the stdin
+//! budget and every timer, around the message-level [`Router`].
+//!
+//! Every input takes `now`; after each one the shell drains [`Hub::poll_output`] and
+//! performs every [`Output`] in order, then sleeps until its next input or
+//! [`Hub::poll_timeout`], whichever comes first, and calls [`Hub::handle_timeout`] when the
+//! latter passes. The hub refers to the shell's things by the ids it hands out
+//! ([`RequestId`], [`StreamId`], [`BackendId`]); the shell keeps its own maps from those ids
+//! to senders, sockets and processes.
 
-use std::collections::{HashMap, VecDeque};
-use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::action::{Action, DropReason, LogLevel};
+use crate::action::Action;
 use crate::auth::Principal;
-use crate::config::Config;
-use crate::http::Rejection;
+use crate::config::Restart;
+use crate::http::{self, Endpoint, Rejection, Response};
 use crate::metrics::{self, ShellGauges};
+use crate::output::{BackendId, CloseReason, Event, Frame, Output, RequestId, StreamEnd, StreamId};
 use crate::routed_id::SessionId;
-use crate::router::{Accepted, Body, Router};
+use crate::router::{Body, Router};
 use crate::sse;
-use crate::supervise::{AfterExit, Exit, Health, Supervisor};
+use crate::supervise::{AfterExit, Exit, Health, Signal, Supervisor};
 
-/// One SSE frame for a session's stream: owned, or shared by every session of a broadcast.
+/// Client lines the hub lets wait in the backend's stdin queue by default; past it a POST
+/// waits for room (at most [`BACKEND_BUSY_WAIT`]). The proxy's own lines may use as much
+/// again.
+pub const STDIN_QUEUE: usize = 1024;
+
+/// How long a POST waits for room in the backend's stdin queue before 503.
+pub const BACKEND_BUSY_WAIT: Duration = Duration::from_secs(2);
+
+/// At exit, how long answers already under way get to reach their clients.
+pub const EXIT_DRAIN: Duration = Duration::from_secs(1);
+
+/// What the hub needs from the command line; see [`Config::settings`](crate::config::Config::settings).
 #[derive(Debug, Clone)]
-pub enum Frame {
-    Owned(Vec<u8>),
-    Shared(Arc<[u8]>),
+pub struct Settings {
+    /// Most live sessions.
+    pub max_sessions: usize,
+    /// Byte budget of each stream's queue in the shell.
+    pub session_buffer: usize,
+    /// Idle time after which a stream gets a keep-alive comment.
+    pub keepalive: Duration,
+    /// Interval of health pings.
+    pub ping_interval: Duration,
+    /// Silence after a ping that makes the backend unhealthy.
+    pub ping_timeout: Duration,
+    /// Each wait of the stop sequence.
+    pub grace: Duration,
+    /// When the backend is restarted.
+    pub restart: Restart,
+    /// Client lines that may wait in the backend's stdin queue ([`STDIN_QUEUE`]).
+    pub stdin_queue: usize,
+    /// Prefix of the POST URL in a session's `endpoint` event (`--public-url` and
+    /// `--base-path`), without a trailing slash.
+    pub endpoint_prefix: String,
 }
 
-impl Frame {
-    pub fn len(&self) -> usize {
-        match self {
-            Frame::Owned(v) => v.len(),
-            Frame::Shared(a) => a.len(),
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            max_sessions: 10_000,
+            session_buffer: 4 << 20,
+            keepalive: Duration::from_secs(30),
+            ping_interval: Duration::from_secs(30),
+            ping_timeout: Duration::from_secs(10),
+            grace: Duration::from_secs(5),
+            restart: Restart::OnFailure,
+            stdin_queue: STDIN_QUEUE,
+            endpoint_prefix: String::new(),
         }
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
-impl AsRef<[u8]> for Frame {
-    fn as_ref(&self) -> &[u8] {
-        match self {
-            Frame::Owned(v) => v,
-            Frame::Shared(a) => a,
-        }
-    }
-}
-
-/// Frames already waiting are joined into one write up to this size.
-pub const COALESCE_LIMIT: usize = 64 * 1024;
-
-/// Joins `first` with the frames already waiting (pulled from `next` until it gives
-/// `None`) into one write of about [`COALESCE_LIMIT`] bytes; a lone frame is not copied.
-pub fn coalesce(first: Frame, mut next: impl FnMut() -> Option<Frame>) -> Frame {
-    let Some(second) = next() else {
-        return first;
-    };
-    let mut buf = Vec::with_capacity(COALESCE_LIMIT.max(first.len() + second.len()));
-    buf.extend_from_slice(first.as_ref());
-    buf.extend_from_slice(second.as_ref());
-    while buf.len() < COALESCE_LIMIT {
-        let Some(more) = next() else { break };
-        buf.extend_from_slice(more.as_ref());
-    }
-    Frame::Owned(buf)
-}
-
-/// A queue or pipe that had no room (or whose reader is gone).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Full;
-
-/// A session's outbound queue in a shell. `push` never waits: a full queue is the
-/// slow-consumer rule and the hub closes the session.
-pub trait SessionQueue {
-    fn push(&self, frame: Frame) -> Result<(), Full>;
-}
-
-/// The running backend's stdin as a shell provides it.
-pub trait BackendPipe {
-    /// Room for one line, reserved by a POST handler before its message reached the loop.
-    type Permit;
-    fn pid(&self) -> u32;
-    /// Writes a client's line into the room its POST reserved.
-    fn write_client_line(&mut self, permit: Self::Permit, line: Vec<u8>);
-    /// Writes one of the proxy's own lines if there is room now.
-    fn write_proxy_line(&mut self, line: Vec<u8>) -> Result<(), Full>;
-}
-
-/// Whoever waits for the answer to a health ping (a `/health` request).
-pub trait PongWaiter {
-    fn answered(self);
-}
-
-/// The byte budget of one session queue: the loop charges each frame before queueing it,
-/// the stream writer refunds it once the frame is handed to the socket.
+/// An HTTP request the gate admitted ([`http::Gate::admit`]), with its body and fresh
+/// randomness for a session it may create.
 #[derive(Debug, Clone)]
-pub struct QueueBudget {
-    queued: Arc<AtomicUsize>,
-    limit: usize,
+pub struct Request {
+    /// What it asks for.
+    pub endpoint: Endpoint,
+    /// Who asks.
+    pub principal: Principal,
+    /// The session it names, as sent (empty when it names none).
+    pub session: String,
+    /// The body as far as the shell read it.
+    pub body: Payload,
+    /// 16 random bytes from the OS, for the id of a session this request may create.
+    pub entropy: [u8; 16],
 }
 
-impl QueueBudget {
-    pub fn new(limit: usize) -> Self {
-        QueueBudget {
-            queued: Arc::new(AtomicUsize::new(0)),
-            limit,
-        }
-    }
-
-    pub fn charge(&self, bytes: usize) -> Result<(), Full> {
-        let before = self.queued.fetch_add(bytes, Ordering::AcqRel);
-        if before + bytes > self.limit {
-            self.queued.fetch_sub(bytes, Ordering::AcqRel);
-            return Err(Full);
-        }
-        Ok(())
-    }
-
-    /// Charges `frame` and hands it to `send` (a non-blocking channel send); a frame that
-    /// does not fit, or whose receiver is gone, is refused and not charged.
-    pub fn admit<E>(
-        &self,
-        frame: Frame,
-        send: impl FnOnce(Frame) -> Result<(), E>,
-    ) -> Result<(), Full> {
-        let len = frame.len();
-        self.charge(len)?;
-        send(frame).map_err(|_| {
-            self.refund(len);
-            Full
-        })
-    }
-
-    pub fn refund(&self, bytes: usize) {
-        self.queued.fetch_sub(bytes, Ordering::AcqRel);
-    }
-}
-
-/// Why a session ended, for the log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CloseReason {
-    ClientGone,
-    SlowConsumer,
-    BackendExited,
-    Shutdown,
-}
-
-/// Something a shell should log, at [`Event::level`].
+/// A request body as the shell read it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Event {
-    SessionOpened {
-        session: SessionId,
-        principal: Principal,
-    },
-    SessionClosed {
-        session: SessionId,
-        reason: CloseReason,
-    },
-    Dropped {
-        reason: DropReason,
-        method: Option<String>,
-        level: LogLevel,
-    },
-    BackendStarted {
+pub enum Payload {
+    /// The whole body (empty for none).
+    Bytes(Vec<u8>),
+    /// Longer than `--max-body`; the rest was not read.
+    TooLarge,
+}
+
+impl Payload {
+    fn as_body(&self) -> Body<'_> {
+        match self {
+            Payload::Bytes(bytes) => Body::Complete(bytes),
+            Payload::TooLarge => Body::TooLarge,
+        }
+    }
+}
+
+/// A POST waiting for room in the backend's stdin queue.
+#[derive(Debug)]
+struct WaitingPost {
+    request: RequestId,
+    session: String,
+    principal: Principal,
+    body: Payload,
+    deadline: Instant,
+}
+
+/// A `/health` request waiting for the backend's answer to its ping.
+#[derive(Debug)]
+struct HealthWaiter {
+    request: RequestId,
+    ping: u64,
+    deadline: Instant,
+}
+
+#[derive(Debug)]
+struct Session {
+    id: SessionId,
+    stream: StreamId,
+}
+
+#[derive(Debug)]
+struct StreamState {
+    /// Creation number of the session it belongs to.
+    session: u64,
+    /// When a frame was last queued on it, for keep-alives.
+    last_frame: Instant,
+}
+
+/// The backend process as the hub knows it.
+#[derive(Debug)]
+enum Backend {
+    /// Spawn requested, not reported yet.
+    Spawning { id: BackendId },
+    /// Running since `started`.
+    Up {
+        id: BackendId,
         pid: u32,
+        started: Instant,
+        /// Lines queued for its stdin and not reported written.
+        queued: usize,
+        /// Stdin closed by the stop sequence.
+        stdin_closed: bool,
     },
-    BackendExited {
-        pid: u32,
-        exit: Exit,
-    },
-    Restarting {
-        after: Duration,
-    },
-    ShuttingDown {
-        status: i32,
-    },
-    Unresponsive {
-        silent: Duration,
-    },
+    /// Not running; started again at `restart_at` if set.
+    Down { restart_at: Option<Instant> },
 }
 
-/// Log levels the hub asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Level {
-    Warn,
-    Info,
-    Debug,
-}
-
-impl Event {
-    pub fn level(&self) -> Level {
-        match self {
-            Event::SessionClosed {
-                reason: CloseReason::SlowConsumer,
-                ..
-            }
-            | Event::BackendExited { .. }
-            | Event::Unresponsive { .. } => Level::Warn,
-            Event::Dropped {
-                level: LogLevel::Warn,
-                ..
-            } => Level::Warn,
-            Event::Dropped { .. } => Level::Debug,
-            _ => Level::Info,
-        }
-    }
-
-    /// The session the event is about, for the shell's per-session span or field.
-    pub fn session(&self) -> Option<SessionId> {
-        match self {
-            Event::SessionOpened { session, .. } | Event::SessionClosed { session, .. } => {
-                Some(*session)
-            }
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for Event {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Event::SessionOpened { principal, .. } => {
-                write!(f, "session opened for principal {principal}")
-            }
-            Event::SessionClosed { reason, .. } => match reason {
-                CloseReason::ClientGone => f.write_str("session closed: stream ended"),
-                CloseReason::SlowConsumer => {
-                    f.write_str("session closed: client is not reading its stream")
-                }
-                CloseReason::BackendExited => f.write_str("session closed: backend exited"),
-                CloseReason::Shutdown => f.write_str("session closed: shutting down"),
-            },
-            Event::Dropped { reason, method, .. } => write!(
-                f,
-                "backend message not delivered: reason={reason} method={}",
-                method.as_deref().unwrap_or("-")
-            ),
-            Event::BackendStarted { pid } => write!(f, "backend started, pid {pid}"),
-            Event::BackendExited { pid, exit } => match exit {
-                Exit::Code(code) => write!(f, "backend pid {pid} exited with status {code}"),
-                Exit::Signal => write!(f, "backend pid {pid} was killed by a signal"),
-            },
-            Event::Restarting { after } => {
-                write!(f, "restarting backend in {} ms", after.as_millis())
-            }
-            Event::ShuttingDown { status } => write!(
-                f,
-                "backend will not be restarted; shutting down with status {status}"
-            ),
-            Event::Unresponsive { silent } => write!(
-                f,
-                "backend has not answered a ping for {} ms",
-                silent.as_millis()
-            ),
-        }
-    }
-}
-
-/// A one-shot answer to a request handler waiting in the shell.
-pub type Reply<T> = Box<dyn FnOnce(T) + Send>;
-
-/// Everything a shell's loop feeds the hub, from its handlers and backend readers.
-pub enum Input<Q, P, W> {
-    /// `GET /sse`: the shell made the session's queue; the reply says whether it is open.
-    Open {
-        session: SessionId,
-        principal: Principal,
-        queue: Q,
-        reply: Reply<Result<(), Rejection>>,
-    },
-    /// `POST /messages`: `body` is `None` when larger than `--max-body`; `permit` is the
-    /// room reserved in the backend's stdin (`None` when none came in time).
-    Post {
-        session: String,
-        principal: Principal,
-        body: Option<Vec<u8>>,
-        permit: Option<P>,
-        reply: Reply<Result<Accepted, Rejection>>,
-    },
-    /// A refusal the HTTP layer decided on its own: counted only.
-    Refused(Rejection),
-    /// `GET /health`: the reply says whether a ping went out for `waiter` to wait on.
-    Health {
-        waiter: W,
-        reply: Reply<(Health, bool)>,
-    },
-    /// `GET /metrics`.
-    Metrics { reply: Reply<String> },
-    /// Lines the backend of `generation` wrote (`None`: a line over `--max-line`).
-    BackendLines {
-        generation: u64,
-        batch: Vec<Option<Vec<u8>>>,
-    },
-    /// The backend of `generation` exited.
-    BackendExited { generation: u64, exit: Exit },
-}
-
-struct Running<B> {
-    pipe: B,
-    generation: u64,
-    started: Instant,
-}
-
-/// The loop's state. Every input takes `now` from the shell's clock.
-pub struct Hub<Q, B: BackendPipe, W> {
-    router: Router,
-    sessions: HashMap<SessionId, Q>,
-    backend: Option<Running<B>>,
-    generation: u64,
-    supervisor: Supervisor,
-    ping_timeout: Duration,
-    pong_waiters: Vec<(u64, W)>,
-    last_pong: Option<Instant>,
+/// Health ping bookkeeping.
+#[derive(Debug, Default)]
+struct Pings {
+    next_at: Option<Instant>,
+    /// The first ping still unanswered was sent then.
     unanswered_since: Option<Instant>,
-    events: VecDeque<Event>,
+    last_pong: Option<Instant>,
+    /// Reported unresponsive for the current silence.
+    unresponsive: bool,
 }
 
-impl<Q: SessionQueue, B: BackendPipe, W: PongWaiter> Hub<Q, B, W> {
-    pub fn new(config: &Config) -> Self {
-        Hub {
-            router: Router::new(config.max_sessions),
-            sessions: HashMap::new(),
-            backend: None,
-            generation: 0,
-            supervisor: Supervisor::new(config.restart),
-            ping_timeout: config.ping_timeout,
-            pong_waiters: Vec::new(),
-            last_pong: None,
-            unanswered_since: None,
-            events: VecDeque::new(),
-        }
+/// The stop sequence (SPEC section 5).
+#[derive(Debug)]
+enum Phase {
+    Running,
+    /// Streams are ended; waiting for the backend to exit. `step` counts the waits done.
+    Stopping {
+        status: i32,
+        step: usize,
+        at: Instant,
+    },
+    /// [`Output::Exit`] was emitted; nothing more happens.
+    Exited,
+}
+
+/// The owner loop's state; see the [module docs](self) for the loop contract.
+#[derive(Debug)]
+pub struct Hub {
+    settings: Settings,
+    router: Router,
+    outputs: VecDeque<Output>,
+    next_id: u64,
+    next_session: u64,
+    /// Live sessions by creation number, so broadcasts and closes follow creation order.
+    sessions: BTreeMap<u64, Session>,
+    by_sid: BTreeMap<SessionId, u64>,
+    streams: BTreeMap<StreamId, StreamState>,
+    /// Keep-alive deadlines; an entry whose stream saw a frame since is moved on lazily.
+    keepalives: BTreeSet<(Instant, StreamId)>,
+    backend: Backend,
+    /// A backend has run at least once (a first spawn failure ends the proxy).
+    ever_started: bool,
+    waiting_posts: VecDeque<WaitingPost>,
+    health_waiters: Vec<HealthWaiter>,
+    pings: Pings,
+    supervisor: Supervisor,
+    phase: Phase,
+}
+
+impl Hub {
+    /// A hub that starts the backend at once ([`Output::SpawnBackend`]).
+    pub fn new(settings: Settings, now: Instant) -> Self {
+        let mut hub = Hub {
+            router: Router::new(settings.max_sessions),
+            supervisor: Supervisor::new(settings.restart),
+            settings,
+            outputs: VecDeque::new(),
+            next_id: 1,
+            next_session: 1,
+            sessions: BTreeMap::new(),
+            by_sid: BTreeMap::new(),
+            streams: BTreeMap::new(),
+            keepalives: BTreeSet::new(),
+            backend: Backend::Down { restart_at: None },
+            ever_started: false,
+            waiting_posts: VecDeque::new(),
+            health_waiters: Vec::new(),
+            pings: Pings::default(),
+            phase: Phase::Running,
+        };
+        hub.spawn_backend(now);
+        hub
     }
 
-    /// The next thing to log; drain after every input.
+    /// The next thing to do; drain until `None` after every input.
     #[must_use]
-    pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.outputs.pop_front()
     }
 
-    /// The generation number for the backend about to be spawned; lines and exits tagged
-    /// with an older one are ignored.
-    pub fn next_generation(&mut self) -> u64 {
-        self.generation += 1;
-        self.generation
+    /// When [`Hub::handle_timeout`] must be called next, if any timer is set.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if matches!(self.phase, Phase::Exited) {
+            return None;
+        }
+        let backend = match self.backend {
+            Backend::Down { restart_at } => restart_at,
+            _ => None,
+        };
+        let stop = match self.phase {
+            Phase::Stopping { at, .. } => Some(at),
+            _ => None,
+        };
+        let ping_silence = match self.pings.unanswered_since {
+            Some(since) if !self.pings.unresponsive => Some(since + self.settings.ping_timeout),
+            _ => None,
+        };
+        [
+            backend,
+            stop,
+            self.pings.next_at,
+            ping_silence,
+            self.waiting_posts.front().map(|p| p.deadline),
+            self.health_waiters.iter().map(|w| w.deadline).min(),
+            self.keepalives.first().map(|(at, _)| *at),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
-    pub fn is_current(&self, generation: u64) -> bool {
-        self.backend
-            .as_ref()
-            .is_some_and(|r| r.generation == generation)
+    /// Runs every timer due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if matches!(self.phase, Phase::Exited) {
+            return;
+        }
+        if let Backend::Down {
+            restart_at: Some(at),
+        } = self.backend
+        {
+            if at <= now {
+                self.spawn_backend(now);
+            }
+        }
+        if let Phase::Stopping { status, step, at } = self.phase {
+            if at <= now {
+                self.stop_step(status, step, now);
+            }
+        }
+        if self.pings.next_at.is_some_and(|at| at <= now) {
+            self.periodic_ping(now);
+        }
+        if let Some(since) = self.pings.unanswered_since {
+            let silent = now.saturating_duration_since(since);
+            if !self.pings.unresponsive && silent >= self.settings.ping_timeout {
+                self.pings.unresponsive = true;
+                self.log(Event::Unresponsive { silent });
+            }
+        }
+        while self
+            .waiting_posts
+            .front()
+            .is_some_and(|p| p.deadline <= now)
+        {
+            let post = self.waiting_posts.pop_front().expect("checked above");
+            self.refuse(post.request, Rejection::BackendBusy);
+        }
+        let due: Vec<HealthWaiter>;
+        (due, self.health_waiters) = std::mem::take(&mut self.health_waiters)
+            .into_iter()
+            .partition(|w| w.deadline <= now);
+        for waiter in due {
+            let report = self.health_report(now, false);
+            self.respond_health(waiter.request, &report);
+        }
+        while let Some(&(at, stream)) = self.keepalives.first() {
+            if at > now {
+                break;
+            }
+            self.keepalives.pop_first();
+            let Some(state) = self.streams.get_mut(&stream) else {
+                continue;
+            };
+            let idle_until = state.last_frame + self.settings.keepalive;
+            if idle_until > now {
+                self.keepalives.insert((idle_until, stream));
+                continue;
+            }
+            state.last_frame = now;
+            self.keepalives
+                .insert((now + self.settings.keepalive, stream));
+            self.outputs.push_back(Output::ToStream {
+                stream,
+                frame: Frame::Static(sse::KEEPALIVE),
+            });
+        }
     }
 
-    pub fn backend_started(&mut self, pipe: B, generation: u64, now: Instant) {
-        self.events
-            .push_back(Event::BackendStarted { pid: pipe.pid() });
-        self.backend = Some(Running {
-            pipe,
-            generation,
+    /// An admitted HTTP request; its answer comes as [`Output::Respond`] or
+    /// [`Output::StartStream`] naming the returned id, now or later (never once the hub
+    /// has emitted [`Output::Exit`]).
+    pub fn handle_request(&mut self, now: Instant, request: Request) -> RequestId {
+        let id = RequestId(self.mint());
+        match self.phase {
+            Phase::Running => {}
+            // The shell is exiting: nothing more is said.
+            Phase::Exited => return id,
+            Phase::Stopping { .. } => {
+                self.refuse(id, Rejection::BackendDown);
+                return id;
+            }
+        }
+        match request.endpoint {
+            Endpoint::Stream => self.open_stream(now, id, request.principal, request.entropy),
+            Endpoint::Messages => self.post(now, id, request),
+            Endpoint::Health => self.health(now, id),
+            Endpoint::Metrics => {
+                let response = Response::text(
+                    200,
+                    "text/plain; version=0.0.4",
+                    self.metrics_text().into_bytes(),
+                );
+                self.outputs.push_back(Output::Respond {
+                    request: id,
+                    response,
+                });
+            }
+        }
+        id
+    }
+
+    /// Counts a request the gate refused before the hub saw it (the shell answered it).
+    pub fn handle_refused(&mut self, rejection: Rejection) {
+        self.router.count_rejection(&rejection);
+    }
+
+    /// A stream ended on the shell's side; the session it served ends.
+    pub fn handle_stream_closed(&mut self, now: Instant, stream: StreamId, end: StreamEnd) {
+        let Some(state) = self.streams.remove(&stream) else {
+            return;
+        };
+        let reason = match end {
+            StreamEnd::ClientGone => CloseReason::ClientGone,
+            StreamEnd::Full => CloseReason::SlowConsumer,
+        };
+        if let Some(session) = self.sessions.remove(&state.session) {
+            self.by_sid.remove(&session.id);
+            self.log(Event::SessionClosed {
+                session: session.id,
+                reason,
+            });
+            self.router.close_session(&session.id);
+            self.drain_router(now);
+        }
+    }
+
+    /// The process of [`Output::SpawnBackend`] runs as `pid`.
+    pub fn handle_backend_spawned(&mut self, now: Instant, backend: BackendId, pid: u32) {
+        if !matches!(self.backend, Backend::Spawning { id } if id == backend) {
+            return;
+        }
+        self.backend = Backend::Up {
+            id: backend,
+            pid,
             started: now,
-        });
-        self.last_pong = None;
-        self.unanswered_since = None;
+            queued: 0,
+            stdin_closed: false,
+        };
+        self.ever_started = true;
+        let running = matches!(self.phase, Phase::Running);
+        self.pings = Pings {
+            next_at: running.then(|| now + self.settings.ping_interval),
+            ..Pings::default()
+        };
+        self.log(Event::BackendStarted { pid });
         self.router.backend_started();
-        self.drain(None, now);
-    }
-
-    /// Handles one input from the shell; `Some` when the backend exited and the shell
-    /// must restart it or shut down.
-    pub fn input(&mut self, input: Input<Q, B::Permit, W>, now: Instant) -> Option<AfterExit> {
-        match input {
-            Input::Open {
-                session,
-                principal,
-                queue,
-                reply,
-            } => reply(self.open_session(session, principal, queue, now)),
-            Input::Post {
-                session,
-                principal,
-                body,
-                permit,
-                reply,
-            } => {
-                let body = match &body {
-                    Some(bytes) => Body::Complete(bytes),
-                    None => Body::TooLarge,
-                };
-                reply(self.client_message(&session, &principal, body, permit, now))
-            }
-            Input::Refused(rejection) => self.count_rejection(&rejection),
-            Input::Health { waiter, reply } => reply(self.health(waiter, now)),
-            Input::Metrics { reply } => reply(self.metrics_text()),
-            Input::BackendLines { generation, batch } => self.backend_lines(generation, batch, now),
-            Input::BackendExited { generation, exit } => {
-                return self.backend_exited(generation, exit, now)
-            }
+        self.drain_router(now);
+        if let Phase::Stopping { .. } = self.phase {
+            // SIGTERM arrived while it was being started: stop it like any other.
+            self.close_stdin();
         }
-        None
     }
 
-    /// Opens a session for `principal` with the shell's `queue` for its stream.
-    pub fn open_session(
-        &mut self,
-        session: SessionId,
-        principal: Principal,
-        queue: Q,
-        now: Instant,
-    ) -> Result<(), Rejection> {
-        self.router.open_session(session, principal.clone())?;
-        self.sessions.insert(session, queue);
-        self.events
-            .push_back(Event::SessionOpened { session, principal });
-        self.drain(None, now);
-        Ok(())
-    }
-
-    /// A POST for `session`. `permit` is the room its handler reserved in the backend's
-    /// stdin; `None` when none could be had in time (503 unless an earlier check fails).
-    pub fn client_message(
-        &mut self,
-        session: &str,
-        principal: &Principal,
-        body: Body<'_>,
-        permit: Option<B::Permit>,
-        now: Instant,
-    ) -> Result<Accepted, Rejection> {
-        let Some(permit) = permit else {
-            let refusal = self
-                .router
-                .check_client_message(session, principal, body)
-                .err()
-                .unwrap_or(Rejection::BackendBusy);
-            self.router.count_rejection(&refusal);
-            return Err(refusal);
-        };
-        let result = self.router.client_message(session, principal, body);
-        self.drain(Some(permit), now);
-        result
-    }
-
-    /// Counts a refusal the HTTP layer decided on its own (401, 403, 404 path, 405).
-    pub fn count_rejection(&mut self, rejection: &Rejection) {
-        self.router.count_rejection(rejection);
-    }
-
-    /// A `/health` request: pings the backend now (when it runs) and registers `waiter`
-    /// for the answer. The report says `answered: false`; the shell sets it when woken.
-    pub fn health(&mut self, waiter: W, now: Instant) -> (Health, bool) {
-        let pinging = self.backend.is_some();
-        if pinging {
-            let n = self.router.health_ping();
-            self.unanswered_since.get_or_insert(now);
-            self.pong_waiters.push((n, waiter));
-            self.drain(None, now);
+    /// The process of [`Output::SpawnBackend`] could not be started.
+    pub fn handle_spawn_failed(&mut self, now: Instant, backend: BackendId, error: String) {
+        if !matches!(self.backend, Backend::Spawning { id } if id == backend) {
+            return;
         }
-        let running = self.backend.as_ref();
-        let health = Health {
-            running: running.is_some(),
-            pid: running.map(|r| r.pipe.pid()),
-            restarts: self.supervisor.restarts(),
-            since_last_pong: self.last_pong.map(|t| now.saturating_duration_since(t)),
-            answered: false,
-            sessions: self.router.live_sessions(),
+        self.backend = Backend::Down { restart_at: None };
+        self.log(Event::SpawnFailed { error });
+        if let Phase::Stopping { status, .. } = self.phase {
+            self.exit(status);
+            return;
+        }
+        if !self.ever_started {
+            // A command that never ran is a configuration error, not a crash to ride out.
+            self.log(Event::ShuttingDown { status: 1 });
+            self.begin_stop(now, 1);
+            return;
+        }
+        self.after_exit(now, Exit::SpawnFailed, Duration::ZERO);
+    }
+
+    /// Lines `backend` wrote on stdout, without their newlines; `None` for a line longer
+    /// than `--max-line`, which was skipped.
+    pub fn handle_backend_lines<L: AsRef<[u8]>>(
+        &mut self,
+        now: Instant,
+        backend: BackendId,
+        lines: impl IntoIterator<Item = Option<L>>,
+    ) {
+        if self.current_backend() != Some(backend) {
+            return;
+        }
+        for line in lines {
+            match line {
+                Some(line) => self.router.backend_line(line.as_ref()),
+                None => self.router.backend_line_too_long(),
+            }
+            self.drain_router(now);
+        }
+    }
+
+    /// `lines` more lines queued for `backend`'s stdin were written.
+    pub fn handle_backend_wrote(&mut self, now: Instant, backend: BackendId, lines: usize) {
+        let Backend::Up { id, queued, .. } = &mut self.backend else {
+            return;
         };
-        (health, pinging)
+        if *id != backend {
+            return;
+        }
+        *queued = queued.saturating_sub(lines);
+        while self.client_room() {
+            let Some(post) = self.waiting_posts.pop_front() else {
+                break;
+            };
+            self.forward_post(
+                now,
+                post.request,
+                &post.session,
+                &post.principal,
+                &post.body,
+            );
+        }
+    }
+
+    /// `backend` exited: its sessions end and the restart policy decides what follows.
+    pub fn handle_backend_exited(&mut self, now: Instant, backend: BackendId, exit: Exit) {
+        let Backend::Up {
+            id, pid, started, ..
+        } = self.backend
+        else {
+            return;
+        };
+        if id != backend {
+            return;
+        }
+        self.backend = Backend::Down { restart_at: None };
+        self.log(Event::BackendExited { pid, exit });
+        self.router.backend_exited();
+        self.pings = Pings::default();
+        if let Phase::Stopping { status, .. } = self.phase {
+            self.exit(status);
+            return;
+        }
+        self.end_all_sessions(CloseReason::BackendExited);
+        for post in std::mem::take(&mut self.waiting_posts) {
+            self.refuse(post.request, Rejection::BackendDown);
+        }
+        for waiter in std::mem::take(&mut self.health_waiters) {
+            let report = self.health_report(now, false);
+            self.respond_health(waiter.request, &report);
+        }
+        self.after_exit(now, exit, now.saturating_duration_since(started));
+    }
+
+    /// SIGINT or SIGTERM: stop accepting, end every stream, stop the backend (SPEC section 5)
+    /// and exit 0.
+    pub fn handle_shutdown(&mut self, now: Instant) {
+        if !matches!(self.phase, Phase::Running) {
+            return;
+        }
+        self.log(Event::ShutdownRequested);
+        self.begin_stop(now, 0);
+    }
+
+    /// Live sessions.
+    pub fn live_sessions(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// The router inside, for tests and checks.
+    pub fn router(&self) -> &Router {
+        &self.router
+    }
+
+    /// The session a stream serves, while both are live.
+    pub fn stream_session(&self, stream: StreamId) -> Option<SessionId> {
+        let state = self.streams.get(&stream)?;
+        self.sessions.get(&state.session).map(|s| s.id)
     }
 
     /// The Prometheus text for `/metrics`.
     pub fn metrics_text(&self) -> String {
         let gauges = ShellGauges {
-            live_sessions: self.router.live_sessions(),
-            backend_running: self.backend.is_some(),
+            live_sessions: self.sessions.len(),
+            backend_running: matches!(self.backend, Backend::Up { .. }),
             backend_restarts: self.supervisor.restarts(),
         };
         metrics::render(self.router.metrics(), gauges)
     }
 
-    /// Lines the backend of `generation` wrote (`None`: a line over `--max-line`).
-    pub fn backend_lines(
+    // -----------------------------------------------------------------------------------
+    // Requests
+
+    fn open_stream(
         &mut self,
-        generation: u64,
-        batch: impl IntoIterator<Item = Option<Vec<u8>>>,
         now: Instant,
+        request: RequestId,
+        principal: Principal,
+        entropy: [u8; 16],
     ) {
-        if !self.is_current(generation) {
+        let sid = SessionId::from_random(entropy);
+        if let Err(rejection) = self.router.open_session(sid, principal.clone()) {
+            self.respond_rejection(request, rejection);
             return;
         }
-        for line in batch {
-            match line {
-                Some(line) => self.router.backend_line(&line),
-                None => self.router.backend_line_too_long(),
-            }
-            self.drain(None, now);
-        }
-    }
-
-    /// The backend of `generation` exited: sessions are closed and the policy decides.
-    /// `None` for a stale generation.
-    pub fn backend_exited(
-        &mut self,
-        generation: u64,
-        exit: Exit,
-        now: Instant,
-    ) -> Option<AfterExit> {
-        if !self.is_current(generation) {
-            return None;
-        }
-        let running = self.backend.take().expect("the current generation runs");
-        self.events.push_back(Event::BackendExited {
-            pid: running.pipe.pid(),
-            exit,
-        });
-        self.pong_waiters.clear();
-        self.router.backend_exited();
-        self.drain(None, now);
-        let decision = self
-            .supervisor
-            .exited(exit, now.saturating_duration_since(running.started));
-        self.events.push_back(match decision {
-            AfterExit::Restart { after } => Event::Restarting { after },
-            AfterExit::Shutdown { status } => Event::ShuttingDown { status },
-        });
-        Some(decision)
-    }
-
-    /// The `--ping-interval` timer fired.
-    pub fn periodic_ping(&mut self, now: Instant) {
-        if self.backend.is_none() {
-            return;
-        }
-        if let Some(since) = self.unanswered_since {
-            let silent = now.saturating_duration_since(since);
-            if silent >= self.ping_timeout {
-                self.events.push_back(Event::Unresponsive { silent });
-            }
-        }
-        let _ = self.router.health_ping();
-        self.unanswered_since.get_or_insert(now);
-        self.drain(None, now);
-    }
-
-    /// A session's stream ended on the shell's side (client gone, write error).
-    pub fn stream_closed(&mut self, session: SessionId, now: Instant) {
-        if self.sessions.remove(&session).is_some() {
-            self.events.push_back(Event::SessionClosed {
-                session,
-                reason: CloseReason::ClientGone,
-            });
-        }
-        self.router.close_session(&session);
-        self.drain(None, now);
-    }
-
-    /// Ends every stream and hands the backend to the shell to stop (SPEC section 5).
-    pub fn shut_down(&mut self, now: Instant) -> Option<B> {
-        let sessions: Vec<SessionId> = self.sessions.keys().copied().collect();
-        for session in sessions {
-            self.sessions.remove(&session);
-            self.router.close_session(&session);
-            self.events.push_back(Event::SessionClosed {
-                session,
-                reason: CloseReason::Shutdown,
-            });
-        }
-        self.drain(None, now);
-        self.pong_waiters.clear();
-        self.backend.take().map(|r| r.pipe)
-    }
-
-    fn drain(&mut self, mut permit: Option<B::Permit>, now: Instant) {
-        while let Some(action) = self.router.poll_action() {
-            self.execute(action, &mut permit, now);
-        }
-    }
-
-    /// Performs one action: only moving bytes, every decision is the router's.
-    fn execute(&mut self, action: Action, permit: &mut Option<B::Permit>, now: Instant) {
-        match action {
-            Action::Rewrite { line } => match (permit.take(), self.backend.as_mut()) {
-                (Some(permit), Some(running)) => running.pipe.write_client_line(permit, line),
-                _ => self.write_proxy_line(line),
+        let stream = StreamId(self.mint());
+        let number = self.next_session;
+        self.next_session += 1;
+        self.sessions.insert(number, Session { id: sid, stream });
+        self.by_sid.insert(sid, number);
+        self.streams.insert(
+            stream,
+            StreamState {
+                session: number,
+                last_frame: now,
             },
-            Action::Reply { line } => self.write_proxy_line(line),
+        );
+        self.keepalives
+            .insert((now + self.settings.keepalive, stream));
+        self.outputs.push_back(Output::StartStream {
+            request,
+            stream,
+            head: http::sse_head(),
+            budget: self.settings.session_buffer,
+        });
+        let url = format!(
+            "{}/messages?session_id={sid}",
+            self.settings.endpoint_prefix
+        );
+        self.outputs.push_back(Output::ToStream {
+            stream,
+            frame: Frame::Owned(sse::endpoint_event(&url)),
+        });
+        self.log(Event::SessionOpened {
+            session: sid,
+            principal,
+        });
+    }
+
+    fn post(&mut self, now: Instant, request: RequestId, req: Request) {
+        if self.waiting_posts.is_empty() && self.client_room() {
+            self.forward_post(now, request, &req.session, &req.principal, &req.body);
+            return;
+        }
+        // No room in the backend's stdin: a POST that would be refused anyway is refused
+        // now; the others wait their turn, in order, for a bounded time.
+        let check =
+            self.router
+                .check_client_message(&req.session, &req.principal, req.body.as_body());
+        if let Err(rejection) = check {
+            self.router.count_rejection(&rejection);
+            self.respond_rejection(request, rejection);
+            return;
+        }
+        self.waiting_posts.push_back(WaitingPost {
+            request,
+            session: req.session,
+            principal: req.principal,
+            body: req.body,
+            deadline: now + BACKEND_BUSY_WAIT,
+        });
+    }
+
+    fn forward_post(
+        &mut self,
+        now: Instant,
+        request: RequestId,
+        session: &str,
+        principal: &Principal,
+        body: &Payload,
+    ) {
+        let result = self
+            .router
+            .client_message(session, principal, body.as_body());
+        self.drain_router(now);
+        match result {
+            Ok(_) => self.outputs.push_back(Output::Respond {
+                request,
+                response: http::accepted(),
+            }),
+            Err(rejection) => self.respond_rejection(request, rejection),
+        }
+    }
+
+    fn health(&mut self, now: Instant, request: RequestId) {
+        if !matches!(self.backend, Backend::Up { .. }) {
+            let report = self.health_report(now, false);
+            self.respond_health(request, &report);
+            return;
+        }
+        let ping = self.send_ping(now);
+        self.health_waiters.push(HealthWaiter {
+            request,
+            ping,
+            deadline: now + self.settings.ping_timeout,
+        });
+    }
+
+    fn health_report(&self, now: Instant, answered: bool) -> Health {
+        let (running, pid) = match self.backend {
+            Backend::Up { pid, .. } => (true, Some(pid)),
+            _ => (false, None),
+        };
+        Health {
+            running,
+            pid,
+            restarts: self.supervisor.restarts(),
+            since_last_pong: self
+                .pings
+                .last_pong
+                .map(|t| now.saturating_duration_since(t)),
+            answered,
+            sessions: self.sessions.len(),
+        }
+    }
+
+    fn respond_health(&mut self, request: RequestId, report: &Health) {
+        let (status, body) = report.response();
+        self.outputs.push_back(Output::Respond {
+            request,
+            response: Response::json(status, body),
+        });
+    }
+
+    fn refuse(&mut self, request: RequestId, rejection: Rejection) {
+        self.router.count_rejection(&rejection);
+        self.respond_rejection(request, rejection);
+    }
+
+    fn respond_rejection(&mut self, request: RequestId, rejection: Rejection) {
+        self.outputs.push_back(Output::Respond {
+            request,
+            response: rejection.response(),
+        });
+    }
+
+    // -----------------------------------------------------------------------------------
+    // The backend
+
+    fn current_backend(&self) -> Option<BackendId> {
+        match self.backend {
+            Backend::Up { id, .. } => Some(id),
+            _ => None,
+        }
+    }
+
+    fn spawn_backend(&mut self, _now: Instant) {
+        let id = BackendId(self.mint());
+        self.backend = Backend::Spawning { id };
+        self.outputs.push_back(Output::SpawnBackend { backend: id });
+    }
+
+    fn after_exit(&mut self, now: Instant, exit: Exit, ran_for: Duration) {
+        match self.supervisor.exited(exit, ran_for) {
+            AfterExit::Restart { after } => {
+                self.log(Event::Restarting { after });
+                self.backend = Backend::Down {
+                    restart_at: Some(now + after),
+                };
+            }
+            AfterExit::Shutdown { status } => {
+                self.log(Event::ShuttingDown { status });
+                self.begin_stop(now, status);
+            }
+        }
+    }
+
+    /// Whether a client line may be queued for the backend now.
+    fn client_room(&self) -> bool {
+        matches!(self.backend, Backend::Up { queued, stdin_closed: false, .. } if queued < self.settings.stdin_queue)
+    }
+
+    fn send_ping(&mut self, now: Instant) -> u64 {
+        let n = self.router.health_ping();
+        self.pings.unanswered_since.get_or_insert(now);
+        self.drain_router(now);
+        n
+    }
+
+    fn periodic_ping(&mut self, now: Instant) {
+        self.pings.next_at = Some(now + self.settings.ping_interval);
+        if matches!(self.backend, Backend::Up { .. }) {
+            self.send_ping(now);
+        }
+    }
+
+    fn pong(&mut self, now: Instant, ping: u64) {
+        self.pings.last_pong = Some(now);
+        self.pings.unanswered_since = None;
+        if std::mem::take(&mut self.pings.unresponsive) {
+            self.log(Event::Responsive);
+        }
+        let answered: Vec<HealthWaiter>;
+        (answered, self.health_waiters) = std::mem::take(&mut self.health_waiters)
+            .into_iter()
+            .partition(|w| w.ping <= ping);
+        for waiter in answered {
+            let report = self.health_report(now, true);
+            self.respond_health(waiter.request, &report);
+        }
+    }
+
+    /// Queues a line for the backend's stdin: a client's within the stdin queue, the proxy's
+    /// own within twice that (past it, dropped and counted: they never delay a client).
+    fn queue_for_backend(&mut self, line: Vec<u8>, client: bool) {
+        let queue = self.settings.stdin_queue;
+        let limit = if client { queue } else { 2 * queue };
+        match &mut self.backend {
+            Backend::Up {
+                id,
+                queued,
+                stdin_closed: false,
+                ..
+            } if *queued < limit => {
+                *queued += 1;
+                self.outputs
+                    .push_back(Output::ToBackend { backend: *id, line });
+            }
+            _ => {
+                self.router.count_backend_queue_full();
+                self.drain_router_drops();
+            }
+        }
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Shutdown
+
+    fn begin_stop(&mut self, now: Instant, status: i32) {
+        self.outputs.push_back(Output::StopAccepting);
+        self.end_all_sessions(CloseReason::Shutdown);
+        for post in std::mem::take(&mut self.waiting_posts) {
+            self.refuse(post.request, Rejection::BackendDown);
+        }
+        for waiter in std::mem::take(&mut self.health_waiters) {
+            let report = self.health_report(now, false);
+            self.respond_health(waiter.request, &report);
+        }
+        self.pings.next_at = None;
+        self.pings.unanswered_since = None;
+        match self.backend {
+            Backend::Down { .. } => self.exit(status),
+            Backend::Spawning { .. } | Backend::Up { .. } => {
+                self.phase = Phase::Stopping {
+                    status,
+                    step: 0,
+                    at: now + self.settings.grace,
+                };
+                self.close_stdin();
+            }
+        }
+    }
+
+    fn close_stdin(&mut self) {
+        if let Backend::Up {
+            id, stdin_closed, ..
+        } = &mut self.backend
+        {
+            if !*stdin_closed {
+                *stdin_closed = true;
+                let backend = *id;
+                self.outputs
+                    .push_back(Output::CloseBackendStdin { backend });
+            }
+        }
+    }
+
+    /// One grace period of the stop sequence passed: SIGTERM, then SIGKILL, then give up.
+    fn stop_step(&mut self, status: i32, step: usize, now: Instant) {
+        let signal = match step {
+            0 => Signal::Terminate,
+            1 => Signal::Kill,
+            _ => {
+                self.log(Event::GaveUpWaiting);
+                self.exit(status);
+                return;
+            }
+        };
+        self.phase = Phase::Stopping {
+            status,
+            step: step + 1,
+            at: now + self.settings.grace,
+        };
+        if let Some(backend) = self.current_backend() {
+            self.log(Event::StillRunning { signal });
+            self.outputs
+                .push_back(Output::SignalBackend { backend, signal });
+        }
+    }
+
+    fn exit(&mut self, status: i32) {
+        self.phase = Phase::Exited;
+        self.keepalives.clear();
+        self.outputs.push_back(Output::Exit {
+            status,
+            drain: EXIT_DRAIN,
+        });
+    }
+
+    /// Ends every live session in creation order.
+    fn end_all_sessions(&mut self, reason: CloseReason) {
+        for (_, session) in std::mem::take(&mut self.sessions) {
+            self.streams.remove(&session.stream);
+            self.outputs.push_back(Output::EndStream {
+                stream: session.stream,
+            });
+            self.log(Event::SessionClosed {
+                session: session.id,
+                reason,
+            });
+        }
+        self.by_sid.clear();
+        self.keepalives.clear();
+        self.router.close_all_sessions();
+        // Unsubscribes for a backend that is gone or going are not sent.
+        while self.router.poll_action().is_some() {}
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Router actions
+
+    fn drain_router(&mut self, now: Instant) {
+        while let Some(action) = self.router.poll_action() {
+            self.route(action, now);
+        }
+    }
+
+    fn drain_router_drops(&mut self) {
+        while let Some(action) = self.router.poll_action() {
+            if let Action::Drop {
+                reason,
+                method,
+                level,
+            } = action
+            {
+                self.log(Event::Dropped {
+                    reason,
+                    method,
+                    level,
+                });
+            }
+        }
+    }
+
+    /// Turns one router action into outputs.
+    fn route(&mut self, action: Action, now: Instant) {
+        match action {
+            Action::Rewrite { line } => self.queue_for_backend(line, true),
+            Action::Reply { line } => self.queue_for_backend(line, false),
             Action::Deliver { session, message } => {
-                let frame = Frame::Owned(sse::message_event(&message));
-                let full = self
-                    .sessions
-                    .get(&session)
-                    .is_some_and(|queue| queue.push(frame).is_err());
-                if full {
-                    self.slow_consumer(session);
+                if let Some(stream) = self.session_stream(&session) {
+                    self.queue_on_stream(now, stream, Frame::Owned(sse::message_event(&message)));
                 }
             }
             Action::Broadcast { message } => {
                 let frame: Arc<[u8]> = Arc::from(sse::message_event(&message));
-                let slow: Vec<SessionId> = self
-                    .sessions
-                    .iter()
-                    .filter(|(_, queue)| queue.push(Frame::Shared(frame.clone())).is_err())
-                    .map(|(sid, _)| *sid)
-                    .collect();
-                for session in slow {
-                    self.slow_consumer(session);
+                let streams: Vec<StreamId> = self.sessions.values().map(|s| s.stream).collect();
+                for stream in streams {
+                    self.queue_on_stream(now, stream, Frame::Shared(frame.clone()));
                 }
             }
             Action::Drop {
                 reason,
                 method,
                 level,
-            } => self.events.push_back(Event::Dropped {
+            } => self.log(Event::Dropped {
                 reason,
                 method,
                 level,
             }),
-            Action::CloseSession { session } => {
-                if self.sessions.remove(&session).is_some() {
-                    self.events.push_back(Event::SessionClosed {
-                        session,
-                        reason: CloseReason::BackendExited,
-                    });
-                }
-            }
-            Action::Pong { ping } => {
-                self.last_pong = Some(now);
-                self.unanswered_since = None;
-                let (answered, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pong_waiters)
-                    .into_iter()
-                    .partition(|(n, _)| *n <= ping);
-                self.pong_waiters = waiting;
-                for (_, waiter) in answered {
-                    waiter.answered();
-                }
-            }
+            Action::Pong { ping } => self.pong(now, ping),
         }
     }
 
-    /// A session whose queue is full is closed, never thinned and never waited for.
-    fn slow_consumer(&mut self, session: SessionId) {
-        if self.sessions.remove(&session).is_some() {
-            self.events.push_back(Event::SessionClosed {
-                session,
-                reason: CloseReason::SlowConsumer,
-            });
-        }
-        self.router.close_session(&session);
+    fn session_stream(&self, session: &SessionId) -> Option<StreamId> {
+        let number = self.by_sid.get(session)?;
+        self.sessions.get(number).map(|s| s.stream)
     }
 
-    /// The proxy's own lines never wait: with no room they are dropped and counted.
-    fn write_proxy_line(&mut self, line: Vec<u8>) {
-        let written = self
-            .backend
-            .as_mut()
-            .is_some_and(|r| r.pipe.write_proxy_line(line).is_ok());
-        if !written {
-            self.router.count_backend_queue_full();
+    fn queue_on_stream(&mut self, now: Instant, stream: StreamId, frame: Frame) {
+        if let Some(state) = self.streams.get_mut(&stream) {
+            state.last_frame = now;
+            self.outputs.push_back(Output::ToStream { stream, frame });
         }
+    }
+
+    fn log(&mut self, event: Event) {
+        self.outputs.push_back(Output::Log(event));
+    }
+
+    fn mint(&mut self) -> u64 {
+        let n = self.next_id;
+        self.next_id += 1;
+        n
     }
 }

@@ -47,10 +47,15 @@ impl std::fmt::Debug for JwtVerifier {
 /// The claims Switchboard reads. `aud` may be a string or an array.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 pub struct Claims {
+    /// Issuer.
     pub iss: Option<String>,
+    /// Subject.
     pub sub: Option<String>,
+    /// Expiry, seconds since the epoch.
     pub exp: Option<f64>,
+    /// Not before, seconds since the epoch.
     pub nbf: Option<f64>,
+    /// Audiences.
     #[serde(default, deserialize_with = "one_or_many")]
     pub aud: Vec<String>,
 }

@@ -3,30 +3,38 @@
 //! The sans-IO heart of Switchboard: one shared stdio MCP server (the *backend*) behind
 //! HTTP for many sessions, each bound to an authenticated principal. No sockets, threads,
 //! processes, clocks or randomness live here: shells feed inputs in and perform the
-//! [`Action`]s that come out.
+//! [`Output`]s that come out.
 //!
 //! ## Loop contract
 //!
-//! Every input to the [`Router`] (`open_session`, `close_session`, `client_message`,
-//! `backend_line`, `backend_line_too_long`, `backend_started`, `backend_exited`,
-//! `health_ping`) must be followed by a complete drain of [`Router::poll_action`],
-//! performing each action in order, before the next input:
+//! A shell owns one [`Hub`] on one thread or task. Every input (`handle_request`,
+//! `handle_stream_closed`, `handle_backend_lines`, `handle_backend_exited`, ...) takes the
+//! shell's `now`, and must be followed by a complete drain of [`Hub::poll_output`],
+//! performing each [`Output`] in order, before the next input. Between inputs the shell
+//! sleeps until its next I/O event or [`Hub::poll_timeout`], and calls
+//! [`Hub::handle_timeout`] once that instant has passed. The hub names the shell's things by
+//! the ids it hands out ([`RequestId`], [`StreamId`], [`BackendId`]):
 //!
 //! ```
-//! use switchboard_core::{Action, Principal, Router, SessionId, Body};
+//! use std::time::{Duration, Instant};
+//! use switchboard_core::hub::{Hub, Payload, Settings};
+//! use switchboard_core::http::{Endpoint, Admitted};
+//! use switchboard_core::{Output, Principal};
 //!
-//! let mut router = Router::new(10_000);
-//! router.backend_started();
-//! let sid = SessionId::from_random([7; 16]);
-//! router.open_session(sid, Principal::anonymous()).unwrap();
-//! let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
-//! router.client_message(sid.as_str(), &Principal::anonymous(), Body::Complete(body)).unwrap();
-//! while let Some(action) = router.poll_action() {
-//!     match action {
-//!         Action::Rewrite { line } => assert!(line.ends_with(b"\n")), // to backend stdin
-//!         _ => unreachable!(),
-//!     }
+//! let start = Instant::now();
+//! let mut hub = Hub::new(Settings::default(), start);
+//! let Some(Output::SpawnBackend { backend }) = hub.poll_output() else { unreachable!() };
+//! hub.handle_backend_spawned(start, backend, 4242); // the shell started the process
+//! while hub.poll_output().is_some() {}
+//!
+//! let open = Admitted { endpoint: Endpoint::Stream, principal: Principal::anonymous(), session: String::new() };
+//! let request = hub.handle_request(start, open.into_request(Payload::Bytes(Vec::new()), || [7; 16]));
+//! match hub.poll_output() {
+//!     Some(Output::StartStream { request: r, head, .. }) => assert!(r == request && head.status == 200),
+//!     other => unreachable!("{other:?}"),
 //! }
+//! assert!(matches!(hub.poll_output(), Some(Output::ToStream { .. }))); // the endpoint event
+//! assert!(hub.poll_timeout().is_some_and(|at| at <= start + Duration::from_secs(30)));
 //! ```
 //!
 //! ## Client → backend (SPEC section 2)
@@ -51,13 +59,13 @@
 //! | any other request | [`Action::Reply`] error -32601; never reaches a client |
 //! | not JSON, not an object, a batch, too long | [`Action::Drop`] |
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod action;
 pub mod auth;
+pub mod budget;
 pub mod config;
 pub mod demo;
-#[cfg(feature = "fuzzing")]
-pub mod fuzzing;
 pub mod http;
 pub mod hub;
 #[cfg(feature = "jwt")]
@@ -65,6 +73,7 @@ pub mod jwt;
 pub mod lines;
 pub mod message;
 pub mod metrics;
+pub mod output;
 pub mod routed_id;
 pub mod router;
 pub mod sse;
@@ -73,5 +82,7 @@ pub mod supervise;
 pub use action::{Action, DropReason, LogLevel};
 pub use auth::{Auth, Principal};
 pub use http::Rejection;
+pub use hub::Hub;
+pub use output::{BackendId, Event, Frame, Output, RequestId, StreamEnd, StreamId};
 pub use routed_id::SessionId;
 pub use router::{Accepted, Body, Router};

@@ -20,6 +20,7 @@ pub struct LineFramer {
 }
 
 impl LineFramer {
+    /// A framer that skips lines longer than `max_line` bytes.
     pub fn new(max_line: usize) -> Self {
         LineFramer {
             buf: Vec::new(),

@@ -18,17 +18,29 @@ pub const MAX_ID_LEN: usize = 256;
 /// Why a client body was refused: each maps to HTTP 400 with a JSON-RPC error body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Invalid {
+    /// Not UTF-8.
     NotUtf8,
+    /// Not JSON.
     NotJson,
+    /// A batch array.
     Batch,
+    /// JSON, but not one object.
     NotAnObject,
+    /// A key twice in one object.
     DuplicateKey,
+    /// `jsonrpc` is not `"2.0"`.
     BadVersion,
+    /// `method` is not a string.
     MethodNotString,
+    /// Both `method` and `result` or `error`.
     MethodWithResult,
+    /// Neither a method nor a result.
     NoMethod,
+    /// An id that is not a string or an integer.
     InvalidId,
+    /// An id over [`MAX_ID_LEN`].
     IdTooLong,
+    /// A response (clients may not answer the proxy).
     ClientResponse,
 }
 
@@ -119,8 +131,11 @@ impl<'a> RawId<'a> {
 /// What a message is, by the JSON-RPC 2.0 shape rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// `method` and `id`.
     Request,
+    /// `method`, no `id`.
     Notification,
+    /// `result` or `error`.
     Response,
 }
 
@@ -129,14 +144,19 @@ pub enum Kind {
 pub struct Message<'a> {
     /// The whole message text.
     pub text: &'a str,
+    /// Its shape.
     pub kind: Kind,
+    /// The `method` value.
     pub method: Option<Cow<'a, str>>,
     /// The raw `id` member value, if present (any JSON type).
     pub id: Option<&'a RawValue>,
     /// The members of `params` the proxy reads or rewrites.
     pub params: Params<'a>,
+    /// The raw `result`.
     pub result: Option<&'a RawValue>,
+    /// The raw `error`.
     pub error: Option<&'a RawValue>,
+    /// The raw `jsonrpc`.
     pub jsonrpc: Option<&'a RawValue>,
 }
 

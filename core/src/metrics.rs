@@ -10,7 +10,9 @@ use crate::http::Rejection;
 /// counted as `other`.
 #[derive(Debug, Default, Clone)]
 pub struct Metrics {
+    /// Sessions opened.
     pub sessions_opened: u64,
+    /// Sessions closed, for any reason.
     pub sessions_closed: u64,
     /// Client messages accepted (202).
     pub client_messages: u64,
@@ -24,7 +26,9 @@ pub struct Metrics {
     pub delivered: u64,
     /// Messages broadcast to every live session.
     pub broadcasts: u64,
+    /// Drops and proxy answers by reason and method (bounded labels).
     pub drops: BTreeMap<(DropReason, String), u64>,
+    /// Refused HTTP requests by reason.
     pub rejections: BTreeMap<&'static str, u64>,
 }
 
@@ -38,11 +42,14 @@ impl Metrics {
     }
 }
 
-/// Gauges only the shell knows.
+/// Gauges the hub keeps beside the router's counters.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ShellGauges {
+    /// Sessions live now.
     pub live_sessions: usize,
+    /// Whether the backend process runs.
     pub backend_running: bool,
+    /// Restarts so far.
     pub backend_restarts: u64,
 }
 

@@ -42,6 +42,7 @@ impl SessionId {
         ok.then_some(SessionId(bytes))
     }
 
+    /// The id's text.
     pub fn as_str(&self) -> &str {
         // The bytes are ASCII hex digits and hyphens by construction.
         std::str::from_utf8(&self.0).expect("session ids are ASCII")
@@ -90,9 +91,11 @@ pub fn encoded(session: &SessionId, id: RawId<'_>) -> Vec<u8> {
 /// A routed id taken apart: the session it names and the original id as JSON text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decoded<'a> {
+    /// The session the routed id names.
     pub session: SessionId,
     /// The original id, ready to splice: an integer literal or a JSON string literal.
     pub original: Cow<'a, str>,
+    /// Whether the original was an integer.
     pub is_integer: bool,
 }
 

@@ -39,6 +39,7 @@ const PROXY_ID_PREFIX: &str = "switchboard|";
 /// The body of a POST as far as the shell could read it.
 #[derive(Debug, Clone, Copy)]
 pub enum Body<'a> {
+    /// All of it.
     Complete(&'a [u8]),
     /// Longer than `--max-body`; the rest was not read.
     TooLarge,
@@ -136,10 +137,12 @@ impl Router {
         self.drop_message(DropReason::BackendQueueFull, None);
     }
 
+    /// Sessions live now.
     pub fn live_sessions(&self) -> usize {
         self.sessions.len()
     }
 
+    /// Whether `session` is live.
     pub fn is_live(&self, session: &SessionId) -> bool {
         self.sessions.contains_key(session)
     }
@@ -149,6 +152,7 @@ impl Router {
         self.sessions.keys()
     }
 
+    /// Whether the backend runs, as far as the router was told.
     pub fn backend_is_up(&self) -> bool {
         self.backend_up
     }
@@ -426,17 +430,22 @@ impl Router {
         self.init = Init::Idle;
     }
 
-    /// The backend process exited: every live session is closed (their clients reconnect
-    /// and re-initialize against the next process) and the `initialize` cache is cleared.
+    /// The backend process exited: every session is forgotten (their clients reconnect and
+    /// re-initialize against the next process) and the `initialize` cache is cleared.
     pub fn backend_exited(&mut self) {
         self.backend_up = false;
         self.init = Init::Idle;
-        self.subscribers.clear();
         self.proxy_requests.clear();
-        let sessions = std::mem::take(&mut self.sessions);
-        self.metrics.sessions_closed += sessions.len() as u64;
-        for session in sessions.into_keys() {
-            self.actions.push_back(Action::CloseSession { session });
+        self.close_all_sessions();
+    }
+
+    /// Forgets every session at once (backend exit, shutdown), sending nothing.
+    pub fn close_all_sessions(&mut self) {
+        self.subscribers.clear();
+        self.metrics.sessions_closed += self.sessions.len() as u64;
+        self.sessions.clear();
+        if let Init::InFlight { waiting, .. } = &mut self.init {
+            waiting.clear();
         }
     }
 

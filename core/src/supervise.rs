@@ -17,6 +17,8 @@ pub enum Exit {
     Code(i32),
     /// Killed by a signal (or no code is known).
     Signal,
+    /// The process could not be started at all.
+    SpawnFailed,
 }
 
 impl Exit {
@@ -24,29 +26,33 @@ impl Exit {
     pub fn proxy_status(self) -> i32 {
         match self {
             Exit::Code(code) => code,
-            Exit::Signal => 1,
+            Exit::Signal | Exit::SpawnFailed => 1,
         }
     }
 }
 
-/// A signal the supervisor sends the backend while stopping it.
+/// A signal the hub sends the backend while stopping it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Signal {
+    /// SIGTERM.
     Terminate,
+    /// SIGKILL.
     Kill,
 }
-
-/// SPEC section 5's way of stopping the backend once its stdin is closed: wait `--grace`
-/// for it to leave; then SIGTERM and wait again; then SIGKILL and wait a last time.
-pub const STOP_STEPS: [Option<Signal>; 3] = [None, Some(Signal::Terminate), Some(Signal::Kill)];
 
 /// What to do after the backend exited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AfterExit {
     /// Start it again after this delay.
-    Restart { after: Duration },
+    Restart {
+        /// The backoff.
+        after: Duration,
+    },
     /// Shut the proxy down (SPEC section 5) and exit with this status.
-    Shutdown { status: i32 },
+    Shutdown {
+        /// The proxy's exit status.
+        status: i32,
+    },
 }
 
 /// The restart policy with its exponential backoff (0.5 s doubling to 30 s, reset after a
@@ -59,6 +65,7 @@ pub struct Supervisor {
 }
 
 impl Supervisor {
+    /// A supervisor for `policy`, with no restart yet.
     pub fn new(policy: Restart) -> Self {
         Supervisor {
             policy,
@@ -97,13 +104,17 @@ impl Supervisor {
 /// What `/health` reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Health {
+    /// The backend process runs.
     pub running: bool,
+    /// Its process id.
     pub pid: Option<u32>,
+    /// Restarts so far.
     pub restarts: u64,
     /// Time since the backend last answered a ping, if it ever did.
     pub since_last_pong: Option<Duration>,
     /// The backend answered the ping this report waited for.
     pub answered: bool,
+    /// Live sessions.
     pub sessions: usize,
 }
 

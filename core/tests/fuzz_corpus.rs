@@ -1,15 +1,21 @@
 //! Replays the committed fuzz corpus (`fuzz/corpus/<target>/*`) through the same property
-//! checks the fuzz targets run (`switchboard_core::fuzzing`), on stable, so every `cargo
+//! checks the fuzz targets run (`switchboard_testkit::{fuzz, model}`), on stable, so every `cargo
 //! test` holds the targets to their properties, and mutates it a little with a fixed seed.
 //!
 //! The seeds are written by the ignored test `generate_seed_corpus`:
 //! `cargo test -p switchboard-core --test fuzz_corpus -- --ignored generate_seed_corpus`.
 //! It rewrites only the `seed-*` files; inputs libFuzzer found are kept.
 
+// `core/clippy.toml` keeps clocks and files out of the core library; its tests and benches
+// read their inputs and time themselves.
+#![allow(clippy::disallowed_methods)]
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
-use switchboard_core::fuzzing::{self, fixture_sid, SHARED_URI};
+use switchboard_testkit::fuzz::{self as fuzzing, fixture_sid, SHARED_URI};
+use switchboard_testkit::model;
+use switchboard_testkit::scenario::{self, Command, Labels, PostBody};
 
 /// A target's property check over the fuzzer's bytes.
 type Check = fn(&[u8]);
@@ -18,7 +24,7 @@ type Check = fn(&[u8]);
 const TARGETS: [(&str, Check); 3] = [
     ("client_body", fuzzing::client_body),
     ("backend_line", fuzzing::backend_line),
-    ("session_ops", fuzzing::session_ops),
+    ("session_ops", model::session_ops),
 ];
 
 fn corpus_dir(target: &str) -> PathBuf {
@@ -149,7 +155,7 @@ fn generate_seed_corpus() {
         .collect();
     client.push((
         "invalid-utf8".into(),
-        unescape(r#"{"jsonrpc":"2.0","id":1,"method":"\xff"}"#),
+        scenario::unescape(r#"{"jsonrpc":"2.0","id":1,"method":"\xff"}"#),
     ));
     client.extend(pick_scenarios(&scenarios.posts, 25));
     let mut backend: Vec<(String, Vec<u8>)> = backend_seeds()
@@ -158,14 +164,14 @@ fn generate_seed_corpus() {
         .collect();
     backend.push((
         "invalid-utf8".into(),
-        unescape(r#"{"jsonrpc":"2.0","method":"\xff"}"#),
+        scenario::unescape(r#"{"jsonrpc":"2.0","method":"\xff"}"#),
     ));
     backend.extend(pick_scenarios(&scenarios.backend, 25));
     let mut failures = write_seeds("client_body", fuzzing::client_body, client);
     failures.extend(write_seeds("backend_line", fuzzing::backend_line, backend));
     failures.extend(write_seeds(
         "session_ops",
-        fuzzing::session_ops,
+        model::session_ops,
         session_seeds(40),
     ));
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -321,9 +327,8 @@ fn backend_seeds() -> Vec<(&'static str, String)> {
     ]
 }
 
-/// The JSON of the scenario files' `post` and `backend` lines, `<A>` and `${N*x}` expanded
-/// as the scenario harness does (labels numbered by first use, so `<A>` is usually
-/// `fixture_sid(1)`), raw lines unescaped.
+/// The bytes of the scenario files' POST bodies and backend lines, expanded by the
+/// scenario language's own parser and labels (so `<A>` is usually `fixture_sid(1)`).
 struct ScenarioLines {
     posts: Vec<(String, Vec<u8>)>,
     backend: Vec<(String, Vec<u8>)>,
@@ -347,114 +352,37 @@ fn scenario_lines() -> ScenarioLines {
             .unwrap_or("x")
             .to_owned();
         let text = std::fs::read_to_string(&path).unwrap_or_default();
-        let mut labels: Vec<String> = Vec::new();
-        for (n, line) in text.lines().enumerate() {
-            let name = format!("scenario-{stem}-{}", n + 1);
-            let words: Vec<&str> = line.splitn(3, ' ').collect();
-            let (command, rest) = match words[..] {
-                ["post", label, body] => ("post", label_then(&mut labels, label, body)),
-                ["post-raw", label, body] => ("post-raw", label_then(&mut labels, label, body)),
-                ["post-as", _, rest] => match rest.split_once(' ') {
-                    Some((label, body)) => ("post", label_then(&mut labels, label, body)),
-                    None => continue,
-                },
-                ["backend", first, more] => ("backend", format!("{first} {more}")),
-                ["backend", body] => ("backend", body.to_owned()),
-                ["backend-raw", first, more] => ("backend-raw", format!("{first} {more}")),
-                ["backend-raw", body] => ("backend-raw", body.to_owned()),
-                ["open", label, _] => {
-                    label_then(&mut labels, label, "");
-                    continue;
+        let mut labels = Labels::default();
+        for line in scenario::parse(&text) {
+            let name = format!("scenario-{stem}-{}", line.number);
+            match line.command {
+                Some(Command::Open { label, .. }) => {
+                    labels.sid(&label);
                 }
-                _ => continue,
-            };
-            let expanded = expand(&mut labels, &rest);
-            let bytes = if command.ends_with("-raw") {
-                unescape(&expanded)
-            } else {
-                expanded.into_bytes()
-            };
-            if command.starts_with("post") {
-                out.posts.push((name, bytes));
-            } else {
-                out.backend.push((name, bytes));
+                Some(Command::Post { label, body, .. }) => {
+                    labels.sid(&label);
+                    let bytes = match body {
+                        PostBody::Text(text) => labels.expand(&text).into_bytes(),
+                        PostBody::Raw(text) => scenario::unescape(&labels.expand(&text)),
+                        PostBody::TooLarge => continue,
+                    };
+                    out.posts.push((name, bytes));
+                }
+                Some(Command::PostSid { body, .. }) => {
+                    out.posts.push((name, labels.expand(&body).into_bytes()));
+                }
+                Some(Command::Backend { line, raw }) => {
+                    let text = labels.expand(&line);
+                    let bytes = if raw {
+                        scenario::unescape(&text)
+                    } else {
+                        text.into_bytes()
+                    };
+                    out.backend.push((name, bytes));
+                }
+                _ => {}
             }
         }
-    }
-    out
-}
-
-/// Registers `label` (numbering labels by first use) and returns `rest`.
-fn label_then(labels: &mut Vec<String>, label: &str, rest: &str) -> String {
-    if !labels.iter().any(|l| l == label) {
-        labels.push(label.to_owned());
-    }
-    rest.to_owned()
-}
-
-fn expand(labels: &mut Vec<String>, text: &str) -> String {
-    let mut out = String::new();
-    let mut rest = text;
-    while let Some(at) = rest.find(['<', '$']) {
-        out.push_str(&rest[..at]);
-        rest = &rest[at..];
-        if let Some(inner) = rest.strip_prefix('<') {
-            if let Some(end) = inner.find('>') {
-                let label = &inner[..end];
-                let is_label = label.starts_with(|c: char| c.is_ascii_uppercase())
-                    && label
-                        .chars()
-                        .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit());
-                if is_label {
-                    label_then(labels, label, "");
-                    let n = labels.iter().position(|l| l == label).expect("just added") + 1;
-                    out.push_str(fixture_sid(u8::try_from(n).unwrap_or(1)).as_str());
-                    rest = &inner[end + 1..];
-                    continue;
-                }
-            }
-        } else if let Some(inner) = rest.strip_prefix("${") {
-            if let Some((count, tail)) = inner.split_once('*') {
-                if let (Ok(count), Some(end)) = (count.parse::<usize>(), tail.find('}')) {
-                    out.push_str(&tail[..end].repeat(count.min(4096)));
-                    rest = &tail[end + 1..];
-                    continue;
-                }
-            }
-        }
-        out.push_str(&rest[..1]);
-        rest = &rest[1..];
-    }
-    out.push_str(rest);
-    out
-}
-
-/// `\xHH`, `\r`, `\n`, `\t` and `\\` decoded; any other `\` kept.
-fn unescape(text: &str) -> Vec<u8> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\' && i + 1 < bytes.len() {
-            let decoded = match bytes[i + 1] {
-                b'r' => Some((b'\r', 2)),
-                b'n' => Some((b'\n', 2)),
-                b't' => Some((b'\t', 2)),
-                b'\\' => Some((b'\\', 2)),
-                b'x' => text
-                    .get(i + 2..i + 4)
-                    .and_then(|h| u8::from_str_radix(h, 16).ok())
-                    .map(|b| (b, 4)),
-                _ => None,
-            };
-            if let Some((b, len)) = decoded {
-                out.push(b);
-                i += len;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
     }
     out
 }
@@ -475,7 +403,7 @@ fn pick_scenarios(lines: &[(String, Vec<u8>)], max: usize) -> Vec<(String, Vec<u
 fn session_seeds(max: usize) -> Vec<(String, Vec<u8>)> {
     let mut rng = fastrand::Rng::with_seed(0x0005_e551_0115);
     let features = |data: &[u8]| -> std::collections::BTreeSet<String> {
-        let labels = fuzzing::check_session_ops(&fuzzing::decode_ops(data));
+        let labels = model::check_ops(&model::decode_ops(data));
         let pairs = labels.windows(2).map(|w| format!("{} -> {}", w[0], w[1]));
         labels.iter().cloned().chain(pairs).collect()
     };

@@ -1,4 +1,4 @@
-//! Any sequence of opens, closes, posts, backend lines, subscriptions and restarts keeps SPEC section 6 properties 1, 2, 4 and 5 after every step, and replays to identical actions.
+//! Any sequence of opens, hang-ups, posts, backend lines, subscriptions, exits, restarts, health checks and time passing keeps SPEC section 6 after every step (the hub in virtual time against the reference model), and replays to an identical transcript.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| switchboard_core::fuzzing::session_ops(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| switchboard_testkit::model::session_ops(data));

@@ -1,5 +1,5 @@
 //! The backend process: spawned with its pipes, stdout framed into lines, stderr logged,
-//! stdin fed from a bounded queue; one thread each.
+//! stdin fed from a queue the hub keeps bounded, the exit reported; one thread each.
 
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -7,92 +7,40 @@ use std::thread;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use switchboard_core::hub::{BackendPipe, Full};
 use switchboard_core::lines::LineFramer;
+use switchboard_core::output::STDIN_REPORT_EVERY;
 use switchboard_core::supervise::{Exit, Signal};
+use switchboard_core::BackendId;
 use tracing::{debug, info, warn};
 
 use crate::supervisor::Input;
-
-/// Lines waiting for the backend's stdin: a POST waits (briefly) for one of this many
-/// permits; proxy lines that find no room are dropped and counted.
-pub const STDIN_QUEUE: usize = 1024;
 
 /// How long the exit report waits for the stdout reader to finish.
 const READER_DRAIN: Duration = Duration::from_secs(1);
 /// How often the waiter looks for an exit or a signal to send.
 const WAIT_POLL: Duration = Duration::from_millis(20);
+/// The backend's threads only move bytes.
+const BACKEND_STACK: usize = 256 * 1024;
 
-/// Room for one client line in the backend's stdin queue; returned when dropped.
-pub struct Permit(Sender<()>);
-
-impl Drop for Permit {
-    fn drop(&mut self) {
-        let _ = self.0.try_send(());
-    }
-}
-
-/// The pool of stdin permits, shared by POST handlers for the process's whole life.
-#[derive(Clone)]
-pub struct Permits {
-    give: Sender<()>,
-    take: Receiver<()>,
-}
-
-impl Permits {
-    pub fn new() -> Self {
-        let (give, take) = crossbeam_channel::bounded(STDIN_QUEUE);
-        for _ in 0..STDIN_QUEUE {
-            let _ = give.send(());
-        }
-        Permits { give, take }
-    }
-
-    /// A permit, waiting at most `within`.
-    pub fn reserve(&self, within: Duration) -> Option<Permit> {
-        self.take
-            .recv_timeout(within)
-            .ok()
-            .map(|()| Permit(self.give.clone()))
-    }
-}
-
-/// A running backend.
+/// A running backend, as the loop holds it.
 pub struct Backend {
+    /// Which process the hub knows this as.
+    pub id: BackendId,
+    /// Its process id.
     pub pid: u32,
-    /// Lines for the backend's stdin, each with the permit it used (if any).
-    pub stdin: Sender<(Vec<u8>, Option<Permit>)>,
+    /// Lines for its stdin; dropped to close stdin.
+    pub stdin: Option<Sender<Vec<u8>>>,
     /// Signals for the process; the waiter thread reports the exit.
     pub signals: Sender<Signal>,
 }
 
-impl BackendPipe for Backend {
-    type Permit = Permit;
-
-    fn pid(&self) -> u32 {
-        self.pid
-    }
-
-    fn write_client_line(&mut self, permit: Permit, line: Vec<u8>) {
-        // Room is guaranteed: client lines hold permits, proxy lines stay under their share.
-        let _ = self.stdin.try_send((line, Some(permit)));
-    }
-
-    fn write_proxy_line(&mut self, line: Vec<u8>) -> Result<(), Full> {
-        if self.stdin.len() >= STDIN_QUEUE {
-            return Err(Full);
-        }
-        self.stdin.try_send((line, None)).map_err(|_| Full)
-    }
-}
-
-/// Starts `command` and the threads around it; every line and the exit are sent to
-/// `inputs` tagged with `generation`, so a restarted backend's leftovers are never mistaken.
+/// Starts `command` and the threads around it; every line, write report and the exit are
+/// sent to `inputs` tagged with `id`, so a restarted backend's leftovers are never mistaken.
 pub fn spawn(
     command: &[String],
     env: &[(String, String)],
     max_line: usize,
-    generation: u64,
+    id: BackendId,
     inputs: Sender<Input>,
 ) -> std::io::Result<Backend> {
     let (program, args) = command
@@ -110,61 +58,83 @@ pub fn spawn(
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
 
-    let (stdin_tx, stdin_rx) = crossbeam_channel::bounded(2 * STDIN_QUEUE);
+    let (stdin_tx, stdin_rx) = crossbeam_channel::unbounded();
     let (signal_tx, signal_rx) = crossbeam_channel::unbounded();
     let (reader_done_tx, reader_done) = crossbeam_channel::bounded::<()>(1);
-    let reader_inputs = inputs.clone();
-    thread::Builder::new()
-        .name("backend-stdin".into())
-        .spawn(move || write_stdin(stdin, stdin_rx))?;
-    thread::Builder::new()
-        .name("backend-stderr".into())
-        .spawn(move || log_stderr(pid, stderr))?;
-    thread::Builder::new()
-        .name("backend-stdout".into())
-        .spawn(move || {
-            read_stdout(stdout, max_line, generation, &reader_inputs);
-            drop(reader_done_tx);
-        })?;
-    thread::Builder::new()
-        .name("backend-wait".into())
-        .spawn(move || {
-            let exit = wait(child, signal_rx);
-            // Report the lines it wrote before it died first; a grandchild still holding
-            // stdout open must not keep the exit from being reported.
-            let _ = reader_done.recv_timeout(READER_DRAIN);
-            let _ = inputs.send(Input::BackendExited { generation, exit });
-        })?;
+    // The waiter starts first and is handed the child after, so that a thread that cannot
+    // be started leaves the child with us to kill, never an orphan.
+    let (child_tx, child_rx) = crossbeam_channel::bounded::<Child>(1);
+    let exits = inputs.clone();
+    let waiter = thread_builder("backend-wait").spawn(move || {
+        let Ok(child) = child_rx.recv() else { return };
+        let exit = wait(child, signal_rx);
+        // Report the lines it wrote before it died first; a grandchild still holding
+        // stdout open must not keep the exit from being reported.
+        let _ = reader_done.recv_timeout(READER_DRAIN);
+        let _ = exits.send(Input::BackendExited { backend: id, exit });
+    });
+    let writer_inputs = inputs.clone();
+    let started = waiter
+        .and_then(|_| {
+            thread_builder("backend-stdin")
+                .spawn(move || write_stdin(stdin, stdin_rx, id, &writer_inputs))
+        })
+        .and_then(|_| thread_builder("backend-stderr").spawn(move || log_stderr(pid, stderr)))
+        .and_then(|_| {
+            thread_builder("backend-stdout").spawn(move || {
+                read_stdout(stdout, max_line, id, &inputs);
+                drop(reader_done_tx);
+            })
+        });
+    if let Err(e) = started {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(e);
+    }
+    let _ = child_tx.send(child);
     Ok(Backend {
+        id,
         pid,
-        stdin: stdin_tx,
+        stdin: Some(stdin_tx),
         signals: signal_tx,
     })
 }
 
-fn write_stdin(stdin: ChildStdin, lines: Receiver<(Vec<u8>, Option<Permit>)>) {
+fn thread_builder(name: &str) -> thread::Builder {
+    thread::Builder::new()
+        .name(name.into())
+        .stack_size(BACKEND_STACK)
+}
+
+/// Writes queued lines, one flush per burst, and reports them written at least every
+/// [`STDIN_REPORT_EVERY`] lines.
+fn write_stdin(stdin: ChildStdin, lines: Receiver<Vec<u8>>, id: BackendId, inputs: &Sender<Input>) {
     let mut out = BufWriter::with_capacity(64 * 1024, stdin);
-    while let Ok((line, permit)) = lines.recv() {
+    let mut unreported = 0;
+    while let Ok(line) = lines.recv() {
         if out.write_all(&line).is_err() {
             return;
         }
-        drop(permit);
-        // Flush once the queue is drained, so bursts become one write.
-        while let Ok((line, permit)) = lines.try_recv() {
+        unreported += 1;
+        while let Ok(line) = lines.try_recv() {
             if out.write_all(&line).is_err() {
                 return;
             }
-            drop(permit);
+            unreported += 1;
         }
         if out.flush().is_err() {
             return;
+        }
+        if unreported >= STDIN_REPORT_EVERY {
+            let lines = std::mem::take(&mut unreported);
+            let _ = inputs.send(Input::BackendWrote { backend: id, lines });
         }
     }
     debug!("backend stdin closed");
 }
 
 /// Lines read in one go are handed over as one batch.
-fn read_stdout(mut stdout: ChildStdout, max_line: usize, generation: u64, inputs: &Sender<Input>) {
+fn read_stdout(mut stdout: ChildStdout, max_line: usize, id: BackendId, inputs: &Sender<Input>) {
     let mut framer = LineFramer::new(max_line);
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -175,7 +145,7 @@ fn read_stdout(mut stdout: ChildStdout, max_line: usize, generation: u64, inputs
         let batch = framer.push_batch(&buf[..n]);
         if !batch.is_empty()
             && inputs
-                .send(Input::BackendLines { generation, batch })
+                .send(Input::BackendLines { backend: id, batch })
                 .is_err()
         {
             return;
@@ -195,8 +165,8 @@ fn log_stderr(pid: u32, stderr: std::process::ChildStderr) {
     }
 }
 
-/// Waits for the exit, sending the signals the supervisor asks for meanwhile. The child
-/// is only reaped here, so a signal never reaches a recycled pid.
+/// Waits for the exit, sending the signals the hub asks for meanwhile. The child is only
+/// reaped here, so a signal never reaches a recycled pid.
 fn wait(mut child: Child, signals: Receiver<Signal>) -> Exit {
     loop {
         match child.try_wait() {

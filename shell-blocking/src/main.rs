@@ -10,17 +10,15 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::thread;
 
-use clap::Parser;
 use switchboard_core::config::{Config, LogFormat};
 use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
 
-use crate::backend::Permits;
 use crate::server::Server;
 use crate::supervisor::Supervisor;
 
 fn main() {
-    let config = Config::parse();
+    let config = Config::from_args("switchboard-blocking");
     if config.demo_backend {
         let stdin = std::io::stdin().lock();
         let stdout = std::io::stdout().lock();
@@ -28,30 +26,33 @@ fn main() {
             switchboard_core::demo::serve(stdin, stdout).is_err(),
         ));
     }
+    init_logging(&config);
+    let status = run(config).unwrap_or_else(|e| {
+        error!("{e}");
+        2
+    });
+    std::process::exit(status);
+}
+
+fn init_logging(config: &Config) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&config.log_level));
-    let logs = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     match config.log_format {
-        LogFormat::Text => logs.init(),
-        LogFormat::Json => logs.json().init(),
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
     }
-    std::process::exit(run(config).unwrap_or_else(|e| {
-        error!("{e}");
-        2
-    }));
 }
-
-/// At exit, how long answers already under way get to reach their clients.
-const DRAIN: std::time::Duration = std::time::Duration::from_secs(1);
 
 fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
     let gate = config.gate(|path| std::fs::read_to_string(path))?;
     let me = std::env::current_exe()?;
     let command = config.backend_command(&me.to_string_lossy());
-    let http = tiny_http::Server::http(config.listen)
-        .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+    let listen = config.listen_addr();
+    let http =
+        tiny_http::Server::http(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let http = Arc::new(http);
     info!(
         "listening on http://{}{}/sse (backend: {})",
@@ -60,7 +61,12 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
         command.join(" ")
     );
     let config = Arc::new(config);
-    let (supervisor, inputs, closed, shutdown) = Supervisor::new(config.clone(), command);
+    let accepting = http.clone();
+    let (supervisor, inputs, closed, shutdown) = Supervisor::new(
+        config.clone(),
+        command,
+        Box::new(move || accepting.unblock()),
+    );
 
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
@@ -75,19 +81,17 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
         })?;
 
     let server = Arc::new(Server {
-        config,
         gate,
+        max_body: config.max_body,
         inputs,
         closed,
-        permits: Permits::new(),
         busy: AtomicUsize::new(0),
     });
-    let accepting = http.clone();
     let serving = server.clone();
     thread::Builder::new()
         .name("accept".into())
-        .spawn(move || serving.serve(accepting))?;
-    let status = supervisor.run(move || http.unblock());
-    server.drain(DRAIN);
+        .spawn(move || serving.serve(http))?;
+    let (status, drain) = supervisor.run();
+    server.drain(drain);
     Ok(status)
 }

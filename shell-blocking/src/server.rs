@@ -1,7 +1,7 @@
-//! HTTP: tiny_http accepts and parses (a thread per connection), a pool of handler
-//! threads that grows when all are busy checks who is asking and from where, reads bodies
-//! within the limit, and hands everything else to the owner loop. Every answer is built
-//! by the core.
+//! HTTP: tiny_http accepts and parses (a thread per connection); a pool of handler threads
+//! that grows when all are busy lets the core's gate say who is asking and what for, reads
+//! the body within the limit, hands the request to the owner loop and copies its answer
+//! onto the wire. Every status, header and body comes from the core.
 
 use std::io::Read;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -10,29 +10,25 @@ use std::thread;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
-use switchboard_core::config::Config;
-use switchboard_core::http::{self, Endpoint, Gate, RequestHead};
-use switchboard_core::{Principal, Rejection, SessionId};
-use tiny_http::{Header, Request, Response};
+use switchboard_core::http::{self, Gate, RequestHead};
+use switchboard_core::hub::Payload;
+use switchboard_core::{Rejection, StreamId};
+use tiny_http::{Header, Request};
 use tracing::{debug, warn};
 
-use crate::backend::Permits;
 use crate::session;
-use crate::supervisor::{reply, Input, PongTx};
+use crate::supervisor::{Input, Reply};
 
-/// How long a POST waits for room in the backend's stdin queue before 503.
-const BACKEND_BUSY_WAIT: Duration = Duration::from_secs(2);
 /// Handler threads never exceed this; requests beyond wait in the queue.
 const MAX_HANDLERS: usize = 512;
 const HANDLER_STACK: usize = 256 * 1024;
 
 /// What every handler shares.
 pub struct Server {
-    pub config: Arc<Config>,
     pub gate: Gate,
+    pub max_body: usize,
     pub inputs: Sender<Input>,
-    pub closed: Sender<SessionId>,
-    pub permits: Permits,
+    pub closed: Sender<StreamId>,
     /// Requests being handled now, so exit can let their answers out first.
     pub busy: AtomicUsize,
 }
@@ -89,184 +85,78 @@ impl Server {
                 .find(|h| h.field.equiv(name))
                 .map(|h| h.value.as_str())
         };
-        let url = request.url();
-        let (path, query) = url.split_once('?').unwrap_or((url, ""));
         let head = RequestHead {
             method: request.method().as_str(),
-            path,
+            target: request.url(),
+            authority: None,
             authorization: header("Authorization").map(str::as_bytes),
             origin: header("Origin"),
             host: header("Host"),
         };
-        let admitted = self.gate.admit(&head, unix_now());
-        let session = http::session_param(Some(query)).to_owned();
-        let result = match admitted {
-            Err(rejection) => {
-                // Counting is best effort: never wait on the loop for it.
-                let _ = self.inputs.try_send(Input::Refused(rejection));
-                Err(rejection)
-            }
-            Ok((Endpoint::Health, _)) => {
-                let (status, body) = self.health();
-                respond(request, json(status, body));
-                return;
-            }
-            Ok((Endpoint::Metrics, _)) => self.metrics().map(|text| {
-                Response::from_data(text)
-                    .with_header(header_line("Content-Type", "text/plain; version=0.0.4"))
-            }),
-            Ok((Endpoint::Stream, principal)) => match self.open_stream(principal) {
-                Ok((session, stream)) => {
-                    let url = self.config.endpoint_url(&session);
-                    session::serve(
-                        request,
-                        session,
-                        url,
-                        stream,
-                        self.config.keepalive,
-                        self.closed.clone(),
-                    );
-                    return;
-                }
-                Err(rejection) => Err(rejection),
-            },
-            Ok((Endpoint::Messages, principal)) => {
-                let body = read_limited(&mut request, self.config.max_body);
-                self.post(session, principal, body).map(|()| {
-                    Response::from_data(http::ACCEPTED_BODY)
-                        .with_status_code(202)
-                        .with_header(header_line("Content-Type", "text/plain"))
-                })
-            }
-        };
-        match result {
-            Ok(response) => respond(request, response),
+        let admitted = match self.gate.admit(&head, unix_now()) {
+            Ok(admitted) => admitted,
             Err(rejection) => {
                 debug!(reason = rejection.as_str(), "refused");
-                respond(request, refusal(rejection));
+                // Counting is best effort: never wait on the loop for it.
+                let _ = self.inputs.try_send(Input::Refused(rejection));
+                return respond(request, rejection.response());
             }
+        };
+        let body = read_limited(&mut request, self.max_body);
+        let (reply, answer) = crossbeam_channel::bounded(1);
+        let input = Input::Request {
+            request: admitted.into_request(body, entropy),
+            reply,
+        };
+        if self.inputs.send(input).is_err() {
+            return respond(request, Rejection::BackendDown.response());
         }
-    }
-
-    fn open_stream(
-        &self,
-        principal: Principal,
-    ) -> Result<(SessionId, session::SessionStream), Rejection> {
-        let mut random = [0u8; 16];
-        getrandom::fill(&mut random).expect("the OS random source works");
-        let session = SessionId::from_random(random);
-        let (queue, stream) = session::channel(self.config.session_buffer);
-        let (tx, answer) = crossbeam_channel::bounded(1);
-        self.ask(Input::Open {
-            session,
-            principal,
-            queue,
-            reply: reply(tx),
-        })?;
-        answer.recv().map_err(|_| Rejection::BackendDown)??;
-        Ok((session, stream))
-    }
-
-    fn post(
-        &self,
-        session: String,
-        principal: Principal,
-        body: Option<Vec<u8>>,
-    ) -> Result<(), Rejection> {
-        let permit = self.permits.reserve(BACKEND_BUSY_WAIT);
-        let (tx, answer) = crossbeam_channel::bounded(1);
-        self.ask(Input::Post {
-            session,
-            principal,
-            body,
-            permit,
-            reply: reply(tx),
-        })?;
-        answer
-            .recv()
-            .map_err(|_| Rejection::BackendDown)?
-            .map(|_| ())
-    }
-
-    fn ask(&self, input: Input) -> Result<(), Rejection> {
-        self.inputs.send(input).map_err(|_| Rejection::BackendDown)
-    }
-
-    fn health(&self) -> (u16, Vec<u8>) {
-        let (pong_tx, pong) = crossbeam_channel::bounded(1);
-        let (tx, answer) = crossbeam_channel::bounded(1);
-        let input = Input::Health {
-            waiter: PongTx(pong_tx),
-            reply: reply(tx),
-        };
-        let report = match self.ask(input) {
-            Ok(()) => answer.recv().ok(),
-            Err(_) => None,
-        };
-        let Some((mut health, pinging)) = report else {
-            let r = Rejection::BackendDown.response();
-            return (r.status, r.body);
-        };
-        if pinging && pong.recv_timeout(self.config.ping_timeout).is_ok() {
-            health.answered = true;
-            health.since_last_pong = Some(Duration::ZERO);
+        match answer.recv() {
+            Ok(Reply::Full(response)) => respond(request, response),
+            Ok(Reply::Stream(head, body)) => {
+                session::serve(request, head, body, self.closed.clone())
+            }
+            // The loop ended without answering: the proxy is exiting.
+            Err(_) => respond(request, Rejection::BackendDown.response()),
         }
-        health.response()
-    }
-
-    fn metrics(&self) -> Result<String, Rejection> {
-        let (tx, answer) = crossbeam_channel::bounded(1);
-        self.ask(Input::Metrics { reply: reply(tx) })?;
-        answer.recv().map_err(|_| Rejection::BackendDown)
     }
 }
 
-/// The body, or `None` when it is larger than `limit` (by header, or counted as it
-/// arrives for chunked bodies): no more than `limit` bytes are ever held.
-fn read_limited(request: &mut Request, limit: usize) -> Option<Vec<u8>> {
+/// The body, or [`Payload::TooLarge`] past `limit` (by header, or counted as it arrives
+/// for chunked bodies): no more than `limit` bytes are ever held.
+fn read_limited(request: &mut Request, limit: usize) -> Payload {
     if request.body_length().is_some_and(|n| n > limit) {
-        return None;
+        return Payload::TooLarge;
     }
     let mut body = Vec::new();
     let read = request
         .as_reader()
         .take(limit as u64 + 1)
         .read_to_end(&mut body);
-    if read.is_err() {
-        // A broken body is judged by what arrived, like a malformed one.
-        return Some(body);
+    if read.is_ok() && body.len() > limit {
+        return Payload::TooLarge;
     }
-    (body.len() <= limit).then_some(body)
+    // A broken body is judged by what arrived, like a malformed one.
+    Payload::Bytes(body)
 }
 
-type Reply = Response<std::io::Cursor<Vec<u8>>>;
-
-fn header_line(name: &str, value: &str) -> Header {
-    Header::from_bytes(name.as_bytes(), value.as_bytes()).expect("valid header")
+/// 16 bytes from the OS for the id of a session the request may create.
+fn entropy() -> [u8; 16] {
+    let mut random = [0u8; 16];
+    getrandom::fill(&mut random).expect("the OS random source works");
+    random
 }
 
-fn json(status: u16, body: Vec<u8>) -> Reply {
-    Response::from_data(body)
-        .with_status_code(status)
-        .with_header(header_line("Content-Type", "application/json"))
-}
-
-/// A core refusal, copied onto the wire.
-fn refusal(rejection: Rejection) -> Reply {
-    let r = rejection.response();
-    let mut response = Response::from_data(r.body).with_status_code(r.status);
-    for (name, value) in r.headers {
-        response.add_header(header_line(name, &value));
+/// A core response, copied onto the wire.
+fn respond(request: Request, response: http::Response) {
+    let mut out = tiny_http::Response::from_data(response.body.into_owned())
+        .with_status_code(response.status);
+    for (name, value) in &response.headers {
+        if let Ok(header) = Header::from_bytes(name.as_bytes(), value.as_bytes()) {
+            out.add_header(header);
+        }
     }
-    if rejection == Rejection::BodyTooLarge {
-        // The rest of the body was not read: the connection cannot be reused.
-        response.add_header(header_line("Connection", "close"));
-    }
-    response
-}
-
-fn respond(request: Request, response: Reply) {
-    if let Err(e) = request.respond(response) {
+    if let Err(e) = request.respond(out) {
         debug!("response not delivered: {e}");
     }
 }

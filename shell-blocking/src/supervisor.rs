@@ -1,49 +1,67 @@
-//! The one owner: a single thread holds the core's `Hub` (router, session queues,
-//! backend), takes one input at a time and performs what comes out. No lock is held
-//! anywhere and no send into a session ever waits.
+//! The one owner: a single thread holds the core's `Hub`, feeds it one input at a time
+//! with the current time, and performs every output with one exhaustive `execute`. It
+//! keeps the shell's own things (reply channels, stream queues, the backend process) in
+//! maps keyed by the ids the hub hands out. No lock is held anywhere; no send ever waits.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{after, never, select, tick, Receiver, Sender};
+use crossbeam_channel::{select, Receiver, Sender};
 use switchboard_core::config::Config;
-use switchboard_core::hub::{self, Hub, Level, PongWaiter, Reply};
-use switchboard_core::supervise::{self, AfterExit};
-use switchboard_core::SessionId;
-use tracing::{debug, error, info, warn};
+use switchboard_core::hub::{self, Hub};
+use switchboard_core::output::Level;
+use switchboard_core::supervise::Exit;
+use switchboard_core::{BackendId, Output, Rejection, RequestId, StreamEnd, StreamId};
+use tracing::{debug, info, warn};
 
-use crate::backend::{self, Backend, Permit};
-use crate::session::Queue;
+use crate::backend::{self, Backend};
+use crate::session::{self, Queue, StreamBody};
 
-/// Wakes a `/health` request when the backend answers its ping.
-pub struct PongTx(pub Sender<()>);
+/// How long the loop sleeps when the hub has no timer set.
+const IDLE_WAKE: Duration = Duration::from_secs(24 * 3600);
 
-impl PongWaiter for PongTx {
-    fn answered(self) {
-        let _ = self.0.send(());
-    }
+/// How a request handler is answered.
+pub enum Reply {
+    /// A complete response.
+    Full(switchboard_core::http::Response),
+    /// A stream: its head, and the body the loop feeds.
+    Stream(switchboard_core::http::Response, StreamBody),
 }
 
 /// Everything the loop reacts to, from handlers and the backend's threads.
-pub type Input = hub::Input<Queue, Permit, PongTx>;
-
-/// A handler's one-shot channel as the hub's reply.
-pub fn reply<T: Send + 'static>(tx: Sender<T>) -> Reply<T> {
-    Box::new(move |value| {
-        // The handler may have given up (client gone); nothing to do then.
-        let _ = tx.send(value);
-    })
+pub enum Input {
+    /// An admitted request and where its answer goes.
+    Request {
+        request: hub::Request,
+        reply: Sender<Reply>,
+    },
+    /// A request the gate refused (already answered): counted.
+    Refused(Rejection),
+    /// Lines the backend wrote (`None`: one over `--max-line`).
+    BackendLines {
+        backend: BackendId,
+        batch: Vec<Option<Vec<u8>>>,
+    },
+    /// Lines written to the backend's stdin.
+    BackendWrote { backend: BackendId, lines: usize },
+    /// The backend exited.
+    BackendExited { backend: BackendId, exit: Exit },
 }
 
+/// The loop and what it owns.
 pub struct Supervisor {
     config: Arc<Config>,
     command: Vec<String>,
-    hub: Hub<Queue, Backend, PongTx>,
-    restart_at: Option<Instant>,
+    hub: Hub,
+    replies: HashMap<RequestId, Sender<Reply>>,
+    streams: HashMap<StreamId, Queue>,
+    backend: Option<Backend>,
     inputs_tx: Sender<Input>,
     inputs: Receiver<Input>,
-    closed: Receiver<SessionId>,
+    closed: Receiver<StreamId>,
     shutdown: Receiver<()>,
+    stop_accepting: Option<Box<dyn FnOnce() + Send>>,
 }
 
 impl Supervisor {
@@ -52,145 +70,190 @@ impl Supervisor {
     pub fn new(
         config: Arc<Config>,
         command: Vec<String>,
-    ) -> (Self, Sender<Input>, Sender<SessionId>, Sender<()>) {
+        stop_accepting: Box<dyn FnOnce() + Send>,
+    ) -> (Self, Sender<Input>, Sender<StreamId>, Sender<()>) {
         let (inputs_tx, inputs) = crossbeam_channel::bounded(1024);
         let (closed_tx, closed) = crossbeam_channel::unbounded();
         let (shutdown_tx, shutdown) = crossbeam_channel::bounded(1);
         let supervisor = Supervisor {
-            hub: Hub::new(&config),
+            hub: Hub::new(config.settings(), Instant::now()),
             config,
             command,
-            restart_at: None,
+            replies: HashMap::new(),
+            streams: HashMap::new(),
+            backend: None,
             inputs_tx: inputs_tx.clone(),
             inputs,
             closed,
             shutdown,
+            stop_accepting: Some(stop_accepting),
         };
         (supervisor, inputs_tx, closed_tx, shutdown_tx)
     }
 
-    /// Runs until a shutdown signal (exit status 0) or until a backend that will not be
-    /// restarted exits (its status). Either way sessions are ended and the backend stopped.
-    pub fn run(mut self, stop_accepting: impl FnOnce()) -> i32 {
-        if let Err(e) = self.start_backend() {
-            error!("cannot start backend {:?}: {e}", self.command);
-            return 1;
-        }
-        let ping = tick(self.config.ping_interval);
-        let status = loop {
-            let restart = match self.restart_at {
-                Some(at) => after(at.saturating_duration_since(Instant::now())),
-                None => never(),
-            };
+    /// Runs until the hub says exit; returns the status and how long answers under way
+    /// may still take.
+    pub fn run(mut self) -> (i32, Duration) {
+        let mut now = Instant::now();
+        loop {
+            if let Some(exit) = self.drain(now) {
+                return exit;
+            }
+            // No deadline: wake once a day to look again (nothing is due then either).
+            let timeout = self
+                .hub
+                .poll_timeout()
+                .map_or(IDLE_WAKE, |at| at.saturating_duration_since(now));
             select! {
                 recv(self.shutdown) -> _ => {
-                    info!("shutdown requested");
-                    break 0;
+                    now = Instant::now();
+                    self.hub.handle_shutdown(now);
                 }
-                recv(self.closed) -> session => {
-                    if let Ok(session) = session {
-                        self.hub.stream_closed(session, Instant::now());
+                recv(self.closed) -> stream => {
+                    now = Instant::now();
+                    if let Ok(stream) = stream {
+                        self.streams.remove(&stream);
+                        self.hub.handle_stream_closed(now, stream, StreamEnd::ClientGone);
                     }
                 }
                 recv(self.inputs) -> input => {
-                    let Ok(input) = input else { break 0 };
-                    if let Some(status) = self.input(input) {
-                        break status;
+                    now = Instant::now();
+                    if let Ok(input) = input {
+                        self.input(now, input);
                     }
                 }
-                recv(ping) -> _ => self.hub.periodic_ping(Instant::now()),
-                recv(restart) -> _ => {
-                    self.restart_at = None;
-                    if let Err(e) = self.start_backend() {
-                        error!("cannot restart backend: {e}");
-                        self.restart_at = Some(Instant::now() + self.config.ping_interval);
+                default(timeout) => {
+                    now = Instant::now();
+                    self.hub.handle_timeout(now);
+                }
+            }
+        }
+    }
+
+    fn input(&mut self, now: Instant, input: Input) {
+        match input {
+            Input::Request { request, reply } => {
+                let id = self.hub.handle_request(now, request);
+                self.replies.insert(id, reply);
+            }
+            Input::Refused(rejection) => self.hub.handle_refused(rejection),
+            Input::BackendLines { backend, batch } => {
+                self.hub.handle_backend_lines(now, backend, batch)
+            }
+            Input::BackendWrote { backend, lines } => {
+                self.hub.handle_backend_wrote(now, backend, lines)
+            }
+            Input::BackendExited { backend, exit } => {
+                if self.backend.as_ref().is_some_and(|b| b.id == backend) {
+                    self.backend = None;
+                }
+                self.hub.handle_backend_exited(now, backend, exit)
+            }
+        }
+    }
+
+    /// Performs every output; `Some` once the hub says exit. `now` is the time of the
+    /// input that produced them (what follows from them happened then too).
+    fn drain(&mut self, now: Instant) -> Option<(i32, Duration)> {
+        while let Some(output) = self.hub.poll_output() {
+            if let Some(exit) = self.execute(now, output) {
+                return Some(exit);
+            }
+        }
+        None
+    }
+
+    /// Performs one output: I/O only, every decision is the hub's.
+    fn execute(&mut self, now: Instant, output: Output) -> Option<(i32, Duration)> {
+        match output {
+            Output::Respond { request, response } => {
+                if let Some(reply) = self.replies.remove(&request) {
+                    // The client may have given up; nothing to do then.
+                    let _ = reply.send(Reply::Full(response));
+                }
+            }
+            Output::StartStream {
+                request,
+                stream,
+                head,
+                budget,
+            } => {
+                let (queue, body) = session::channel(stream, budget);
+                self.streams.insert(stream, queue);
+                if let Some(reply) = self.replies.remove(&request) {
+                    if reply.send(Reply::Stream(head, body)).is_err() {
+                        self.streams.remove(&stream);
+                        self.hub
+                            .handle_stream_closed(now, stream, StreamEnd::ClientGone);
                     }
                 }
             }
-            self.log_events();
-        };
-        stop_accepting();
-        self.shut_down();
-        status
-    }
-
-    fn start_backend(&mut self) -> std::io::Result<()> {
-        let generation = self.hub.next_generation();
-        let backend = backend::spawn(
-            &self.command,
-            &self.config.env,
-            self.config.max_line,
-            generation,
-            self.inputs_tx.clone(),
-        )?;
-        self.hub
-            .backend_started(backend, generation, Instant::now());
-        self.log_events();
-        Ok(())
-    }
-
-    /// Handles one input; `Some(status)` when the proxy must exit.
-    fn input(&mut self, input: Input) -> Option<i32> {
-        let now = Instant::now();
-        match self.hub.input(input, now)? {
-            AfterExit::Restart { after } => {
-                self.restart_at = Some(now + after);
-                None
-            }
-            AfterExit::Shutdown { status } => Some(status),
-        }
-    }
-
-    fn log_events(&mut self) {
-        while let Some(event) = self.hub.poll_event() {
-            let session = event.session().map(tracing::field::display);
-            match event.level() {
-                Level::Warn => warn!(session, "{event}"),
-                Level::Info => info!(session, "{event}"),
-                Level::Debug => debug!(session, "{event}"),
-            }
-        }
-    }
-
-    /// SPEC section 5: end every stream, close the backend's stdin, wait the grace
-    /// period, SIGTERM, wait again, SIGKILL.
-    fn shut_down(mut self) {
-        let backend = self.hub.shut_down(Instant::now());
-        self.log_events();
-        let Some(Backend {
-            pid,
-            stdin,
-            signals,
-        }) = backend
-        else {
-            return;
-        };
-        drop(stdin);
-        let grace = self.config.grace;
-        for signal in supervise::STOP_STEPS {
-            if let Some(signal) = signal {
-                info!(pid, ?signal, "backend still running");
-                let _ = signals.send(signal);
-            }
-            if self.wait_exit(grace) {
-                return;
-            }
-        }
-    }
-
-    /// Waits for the (only) backend's exit report; other inputs are dropped, which answers
-    /// their senders with 503.
-    fn wait_exit(&mut self, within: Duration) -> bool {
-        let deadline = Instant::now() + within;
-        loop {
-            match self.inputs.recv_deadline(deadline) {
-                Ok(Input::BackendExited { exit, .. }) => {
-                    info!(?exit, "backend stopped");
-                    return true;
+            Output::ToStream { stream, frame } => {
+                if let Some(queue) = self.streams.get(&stream) {
+                    if let Err(end) = queue.push(frame) {
+                        self.streams.remove(&stream);
+                        self.hub.handle_stream_closed(now, stream, end);
+                    }
                 }
-                Ok(_) => {}
-                Err(_) => return false,
+            }
+            Output::EndStream { stream } => {
+                self.streams.remove(&stream);
+            }
+            Output::SpawnBackend { backend } => {
+                let spawned = backend::spawn(
+                    &self.command,
+                    &self.config.env,
+                    self.config.max_line,
+                    backend,
+                    self.inputs_tx.clone(),
+                );
+                match spawned {
+                    Ok(process) => {
+                        let pid = process.pid;
+                        self.backend = Some(process);
+                        self.hub.handle_backend_spawned(now, backend, pid);
+                    }
+                    Err(e) => self.hub.handle_spawn_failed(
+                        now,
+                        backend,
+                        format!("{}: {e}", self.command.join(" ")),
+                    ),
+                }
+            }
+            Output::ToBackend { backend, line } => {
+                if let Some(stdin) = self.process(backend).and_then(|b| b.stdin.as_ref()) {
+                    let _ = stdin.send(line);
+                }
+            }
+            Output::CloseBackendStdin { backend } => {
+                if let Some(process) = self.process(backend) {
+                    process.stdin = None;
+                }
+            }
+            Output::SignalBackend { backend, signal } => {
+                if let Some(process) = self.process(backend) {
+                    let _ = process.signals.send(signal);
+                }
+            }
+            Output::StopAccepting => {
+                if let Some(stop) = self.stop_accepting.take() {
+                    stop();
+                }
+            }
+            Output::Exit { status, drain } => return Some((status, drain)),
+            Output::Log(event) => {
+                let session = event.session().map(tracing::field::display);
+                match event.level() {
+                    Level::Warn => warn!(session, "{event}"),
+                    Level::Info => info!(session, "{event}"),
+                    Level::Debug => debug!(session, "{event}"),
+                }
             }
         }
+        None
+    }
+
+    fn process(&mut self, backend: BackendId) -> Option<&mut Backend> {
+        self.backend.as_mut().filter(|b| b.id == backend)
     }
 }

@@ -1,11 +1,12 @@
 //! The backend process: spawned with its pipes, stdout framed into lines, stderr logged,
-//! stdin fed from a bounded queue.
+//! stdin fed from a queue the hub keeps bounded, the exit reported.
 
 use std::process::Stdio;
 
-use switchboard_core::hub::{BackendPipe, Full};
 use switchboard_core::lines::LineFramer;
+use switchboard_core::output::STDIN_REPORT_EVERY;
 use switchboard_core::supervise::{Exit, Signal};
+use switchboard_core::BackendId;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
@@ -13,45 +14,28 @@ use tracing::{debug, info, warn, Instrument};
 
 use crate::supervisor::Input;
 
-/// Lines waiting for the backend's stdin. A POST waits (briefly) for room; proxy lines
-/// that find no room are dropped and counted.
-pub const STDIN_QUEUE: usize = 1024;
-
 /// How long the exit report waits for the stdout reader to finish.
 const READER_DRAIN: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// A running backend.
+/// A running backend, as the loop holds it.
 pub struct Backend {
+    /// Which process the hub knows this as.
+    pub id: BackendId,
+    /// Its process id.
     pub pid: u32,
-    /// Where lines for the backend's stdin go.
-    pub stdin: mpsc::Sender<Vec<u8>>,
-    /// Signals for the process; the process task reports the exit.
+    /// Lines for its stdin; dropped to close stdin.
+    pub stdin: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    /// Signals for the process; the waiter task reports the exit.
     pub signals: mpsc::UnboundedSender<Signal>,
 }
 
-impl BackendPipe for Backend {
-    type Permit = mpsc::OwnedPermit<Vec<u8>>;
-
-    fn pid(&self) -> u32 {
-        self.pid
-    }
-
-    fn write_client_line(&mut self, permit: Self::Permit, line: Vec<u8>) {
-        permit.send(line);
-    }
-
-    fn write_proxy_line(&mut self, line: Vec<u8>) -> Result<(), Full> {
-        self.stdin.try_send(line).map_err(|_| Full)
-    }
-}
-
-/// Starts `command` and the tasks around it; every line and the exit are sent to `inputs`
-/// tagged with `generation`, so a restarted backend's leftovers are never mistaken.
+/// Starts `command` and the tasks around it; every line, write report and the exit are
+/// sent to `inputs` tagged with `id`, so a restarted backend's leftovers are never mistaken.
 pub fn spawn(
     command: &[String],
     env: &[(String, String)],
     max_line: usize,
-    generation: u64,
+    id: BackendId,
     inputs: mpsc::Sender<Input>,
 ) -> std::io::Result<Backend> {
     let (program, args) = command
@@ -71,13 +55,13 @@ pub fn spawn(
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
 
-    let (stdin_tx, stdin_rx) = mpsc::channel(STDIN_QUEUE);
-    tokio::spawn(write_stdin(stdin, stdin_rx).instrument(span.clone()));
+    let (stdin_tx, stdin_rx) = mpsc::unbounded_channel();
+    tokio::spawn(write_stdin(stdin, stdin_rx, id, inputs.clone()).instrument(span.clone()));
     tokio::spawn(log_stderr(stderr).instrument(span.clone()));
     let (signal_tx, signal_rx) = mpsc::unbounded_channel();
     let reader_inputs = inputs.clone();
     let reader = tokio::spawn(
-        async move { read_stdout(stdout, max_line, generation, &reader_inputs).await }
+        async move { read_stdout(stdout, max_line, id, &reader_inputs).await }
             .instrument(span.clone()),
     );
     tokio::spawn(
@@ -86,31 +70,49 @@ pub fn spawn(
             // Report the lines it wrote before it died first; a grandchild still holding
             // stdout open must not keep the exit from being reported.
             let _ = tokio::time::timeout(READER_DRAIN, reader).await;
-            let _ = inputs.send(Input::BackendExited { generation, exit }).await;
+            let _ = inputs
+                .send(Input::BackendExited { backend: id, exit })
+                .await;
         }
         .instrument(span),
     );
     Ok(Backend {
+        id,
         pid,
-        stdin: stdin_tx,
+        stdin: Some(stdin_tx),
         signals: signal_tx,
     })
 }
 
-async fn write_stdin(stdin: ChildStdin, mut lines: mpsc::Receiver<Vec<u8>>) {
+/// Writes queued lines, one flush per burst, and reports them written at least every
+/// [`STDIN_REPORT_EVERY`] lines.
+async fn write_stdin(
+    stdin: ChildStdin,
+    mut lines: mpsc::UnboundedReceiver<Vec<u8>>,
+    id: BackendId,
+    inputs: mpsc::Sender<Input>,
+) {
     let mut out = BufWriter::with_capacity(64 * 1024, stdin);
+    let mut unreported = 0;
     while let Some(line) = lines.recv().await {
         if out.write_all(&line).await.is_err() {
             break;
         }
-        // Flush once the queue is drained, so bursts become one write.
+        unreported += 1;
         while let Ok(line) = lines.try_recv() {
             if out.write_all(&line).await.is_err() {
                 return;
             }
+            unreported += 1;
         }
         if out.flush().await.is_err() {
             break;
+        }
+        if unreported >= STDIN_REPORT_EVERY {
+            let lines = std::mem::take(&mut unreported);
+            let _ = inputs
+                .send(Input::BackendWrote { backend: id, lines })
+                .await;
         }
     }
     debug!("backend stdin closed");
@@ -120,7 +122,7 @@ async fn write_stdin(stdin: ChildStdin, mut lines: mpsc::Receiver<Vec<u8>>) {
 async fn read_stdout(
     mut stdout: tokio::process::ChildStdout,
     max_line: usize,
-    generation: u64,
+    id: BackendId,
     inputs: &mpsc::Sender<Input>,
 ) {
     let mut framer = LineFramer::new(max_line);
@@ -133,7 +135,7 @@ async fn read_stdout(
         let batch = framer.push_batch(&buf[..n]);
         if !batch.is_empty()
             && inputs
-                .send(Input::BackendLines { generation, batch })
+                .send(Input::BackendLines { backend: id, batch })
                 .await
                 .is_err()
         {
@@ -156,7 +158,7 @@ async fn log_stderr(stderr: tokio::process::ChildStderr) {
     }
 }
 
-/// Waits for the exit, sending the signals the supervisor asks for meanwhile.
+/// Waits for the exit, sending the signals the hub asks for meanwhile.
 async fn wait(mut child: Child, mut signals: mpsc::UnboundedReceiver<Signal>) -> Exit {
     loop {
         tokio::select! {

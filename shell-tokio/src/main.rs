@@ -1,5 +1,5 @@
-//! `switchboard`: one shared stdio MCP server behind HTTP+SSE for many isolated clients,
-//! on tokio + hyper.
+//! `switchboard`: one shared stdio MCP server behind HTTP for many isolated clients, on
+//! tokio + hyper.
 
 mod backend;
 mod server;
@@ -8,7 +8,6 @@ mod supervisor;
 
 use std::sync::Arc;
 
-use clap::Parser;
 use switchboard_core::config::{Config, LogFormat};
 use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
@@ -17,23 +16,19 @@ use crate::server::Server;
 use crate::supervisor::Supervisor;
 
 fn main() {
-    let config = Config::parse();
+    let config = Config::from_args("switchboard");
     if config.demo_backend {
         let stdin = std::io::stdin().lock();
         let stdout = std::io::stdout().lock();
-        std::process::exit(match switchboard_core::demo::serve(stdin, stdout) {
-            Ok(()) => 0,
-            Err(_) => 1,
-        });
+        std::process::exit(i32::from(
+            switchboard_core::demo::serve(stdin, stdout).is_err(),
+        ));
     }
     init_logging(&config);
-    let status = match run(config) {
-        Ok(status) => status,
-        Err(e) => {
-            error!("{e}");
-            2
-        }
-    };
+    let status = run(config).unwrap_or_else(|e| {
+        error!("{e}");
+        2
+    });
     std::process::exit(status);
 }
 
@@ -53,43 +48,41 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
     let gate = config.gate(|path| std::fs::read_to_string(path))?;
     let me = std::env::current_exe()?;
     let command = config.backend_command(&me.to_string_lossy());
+    let listen = config.listen_addr();
     let config = Arc::new(config);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(config.listen)
+        let listener = tokio::net::TcpListener::bind(listen)
             .await
-            .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+            .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
         info!(
             "listening on http://{}{}/sse (backend: {})",
             listener.local_addr()?,
             config.base_path(),
             command.join(" ")
         );
-        let (supervisor, inputs, closed, stdin) = Supervisor::new(config.clone(), command);
-        let server = Arc::new(Server {
-            config,
-            gate,
-            inputs,
-            closed,
-            stdin,
-        });
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
-        let accept = tokio::spawn(server.serve(listener, stop_rx, DRAIN));
+        let (supervisor, inputs) = Supervisor::new(config.clone(), command, stop_tx);
+        let server = Arc::new(Server {
+            gate,
+            max_body: config.max_body,
+            inputs,
+        });
+        let accept = tokio::spawn(server.serve(listener, stop_rx));
         // On a runtime worker, not the thread blocked in `block_on`: every hand-off to and
         // from the loop is then a task wake-up instead of a futex wake across threads.
-        let status = tokio::spawn(supervisor.run(shutdown_signal(), stop_tx))
+        let (status, drain) = tokio::spawn(supervisor.run(shutdown_signal()))
             .await
-            .unwrap_or(1);
-        let _ = accept.await;
+            .unwrap_or((1, std::time::Duration::ZERO));
+        if tokio::time::timeout(drain, accept).await.is_err() {
+            info!("connections still open after the drain period");
+        }
         Ok(status)
     })
 }
-
-/// At exit, how long answers already under way get to reach their clients.
-const DRAIN: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// SIGINT or SIGTERM.
 async fn shutdown_signal() {

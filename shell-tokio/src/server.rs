@@ -1,6 +1,8 @@
-//! HTTP: accept connections, check who is asking and from where, read bodies within the
-//! limit, and hand everything else to the owner loop. Every answer is built by the core.
+//! HTTP: accept connections, let the core's gate say who is asking and what for, read the
+//! body within the limit, hand the request to the owner loop and copy its answer onto the
+//! wire. Every status, header and body comes from the core.
 
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,44 +12,32 @@ use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::header::{self, HeaderValue};
+use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use switchboard_core::config::Config;
-use switchboard_core::http::{self, Endpoint, Gate, RequestHead};
-use switchboard_core::{Principal, Rejection, SessionId};
+use switchboard_core::http::{self, Gate, RequestHead};
+use switchboard_core::hub::Payload;
+use switchboard_core::Rejection;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
-use crate::session;
-use crate::supervisor::{reply, Input, PongTx, StdinSlot};
-
-/// How long a POST waits for room in the backend's stdin queue before 503.
-const BACKEND_BUSY_WAIT: Duration = Duration::from_secs(2);
+use crate::supervisor::{Input, Reply};
 
 type ResponseBody = UnsyncBoxBody<Bytes, Infallible>;
 
 /// What every request handler shares.
 pub struct Server {
-    pub config: Arc<Config>,
     pub gate: Gate,
+    pub max_body: usize,
     pub inputs: mpsc::Sender<Input>,
-    pub closed: mpsc::UnboundedSender<SessionId>,
-    pub stdin: StdinSlot,
 }
 
 impl Server {
-    /// Accepts connections until `stop` fires.
-    /// Accepts connections until `stop` fires, then lets answers already under way reach
-    /// their clients (for at most `drain`) before returning.
-    pub async fn serve(
-        self: Arc<Self>,
-        listener: TcpListener,
-        stop: oneshot::Receiver<()>,
-        drain: Duration,
-    ) {
+    /// Accepts connections until `stop` fires, then waits for the answers under way (the
+    /// caller bounds how long).
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, stop: oneshot::Receiver<()>) {
         let graceful = GracefulShutdown::new();
         tokio::pin!(stop);
         loop {
@@ -81,12 +71,7 @@ impl Server {
             });
         }
         drop(listener);
-        if tokio::time::timeout(drain, graceful.shutdown())
-            .await
-            .is_err()
-        {
-            debug!("connections still open after the drain period");
-        }
+        graceful.shutdown().await;
     }
 
     async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<ResponseBody> {
@@ -97,198 +82,97 @@ impl Server {
         };
         let head = RequestHead {
             method: req.method().as_str(),
-            path: req.uri().path(),
+            target: req.uri().path_and_query().map_or("/", |p| p.as_str()),
+            authority: req.uri().authority().map(|a| a.as_str()),
             authorization: req
                 .headers()
                 .get(header::AUTHORIZATION)
                 .map(HeaderValue::as_bytes),
             origin: text(header::ORIGIN),
-            host: text(header::HOST).or(req.uri().authority().map(|a| a.as_str())),
+            host: text(header::HOST),
         };
-        let result = match self.gate.admit(&head, unix_now()) {
+        let admitted = match self.gate.admit(&head, unix_now()) {
+            Ok(admitted) => admitted,
             Err(rejection) => {
+                debug!(%peer, reason = rejection.as_str(), "refused");
                 // Counting is best effort: never wait on the loop for it.
                 let _ = self.inputs.try_send(Input::Refused(rejection));
-                Err(rejection)
+                return full(rejection.response());
             }
-            Ok((Endpoint::Health, _)) => Ok(self.health().await),
-            Ok((Endpoint::Metrics, _)) => self.metrics().await,
-            Ok((Endpoint::Stream, principal)) => self.open_stream(principal).await,
-            Ok((Endpoint::Messages, principal)) => self.post(req, principal).await,
         };
-        result.unwrap_or_else(|rejection| {
-            debug!(%peer, reason = rejection.as_str(), "refused");
-            refusal(rejection)
-        })
-    }
-
-    async fn open_stream(&self, principal: Principal) -> Result<Response<ResponseBody>, Rejection> {
-        let mut random = [0u8; 16];
-        getrandom::fill(&mut random).expect("the OS random source works");
-        let session = SessionId::from_random(random);
-        let url = self.config.endpoint_url(&session);
-        let (queue, stream) = session::channel(
-            session,
-            &url,
-            self.config.session_buffer,
-            self.config.keepalive,
-            self.closed.clone(),
-        );
-        let (tx, answer) = oneshot::channel();
-        self.ask(Input::Open {
-            session,
-            principal,
-            queue,
-            reply: reply(tx),
-        })
-        .await?;
-        answer.await.map_err(|_| Rejection::BackendDown)??;
-        let mut response = Response::new(UnsyncBoxBody::new(stream));
-        let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream"),
-        );
-        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
-        Ok(response)
-    }
-
-    async fn post(
-        &self,
-        req: Request<Incoming>,
-        principal: Principal,
-    ) -> Result<Response<ResponseBody>, Rejection> {
-        let session = http::session_param(req.uri().query()).to_owned();
-        let body = read_limited(req.into_body(), self.config.max_body).await;
-        let permit = self.reserve_stdin().await;
-        let (tx, answer) = oneshot::channel();
-        self.ask(Input::Post {
-            session,
-            principal,
-            body,
-            permit,
-            reply: reply(tx),
-        })
-        .await?;
-        answer.await.map_err(|_| Rejection::BackendDown)??;
-        Ok(accepted())
-    }
-
-    /// Room for one line in the current backend's stdin queue, waiting briefly.
-    async fn reserve_stdin(&self) -> Option<crate::supervisor::StdinPermit> {
-        let stdin = self.stdin.borrow().clone()?;
-        tokio::time::timeout(BACKEND_BUSY_WAIT, stdin.reserve_owned())
+        let body = read_limited(req.into_body(), self.max_body).await;
+        let request = admitted.into_request(body, entropy);
+        let (reply, answer) = oneshot::channel();
+        if self
+            .inputs
+            .send(Input::Request { request, reply })
             .await
-            .ok()?
-            .ok()
-    }
-
-    async fn ask(&self, input: Input) -> Result<(), Rejection> {
-        self.inputs
-            .send(input)
-            .await
-            .map_err(|_| Rejection::BackendDown)
-    }
-
-    async fn health(&self) -> Response<ResponseBody> {
-        let (pong_tx, pong) = oneshot::channel();
-        let (tx, answer) = oneshot::channel();
-        let input = Input::Health {
-            waiter: PongTx(pong_tx),
-            reply: reply(tx),
-        };
-        let report = match self.ask(input).await {
-            Ok(()) => answer.await.ok(),
-            Err(_) => None,
-        };
-        let Some((mut health, pinging)) = report else {
-            return refusal(Rejection::BackendDown);
-        };
-        if pinging {
-            if let Ok(Ok(())) = tokio::time::timeout(self.config.ping_timeout, pong).await {
-                health.answered = true;
-                health.since_last_pong = Some(Duration::ZERO);
-            }
+            .is_err()
+        {
+            return full(Rejection::BackendDown.response());
         }
-        let (status, body) = health.response();
-        json_response(status, body)
-    }
-
-    async fn metrics(&self) -> Result<Response<ResponseBody>, Rejection> {
-        let (tx, answer) = oneshot::channel();
-        self.ask(Input::Metrics { reply: reply(tx) }).await?;
-        let text = answer.await.map_err(|_| Rejection::BackendDown)?;
-        let mut response = Response::new(full(text.into_bytes()));
-        response.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; version=0.0.4"),
-        );
-        Ok(response)
+        match answer.await {
+            Ok(Reply::Full(response)) => full(response),
+            Ok(Reply::Stream(head, body)) => with_head(head, UnsyncBoxBody::new(body)),
+            // The loop ended without answering: the proxy is exiting.
+            Err(_) => full(Rejection::BackendDown.response()),
+        }
     }
 }
 
-/// The body, or `None` when it is larger than `limit` (by header, or counted as it
-/// arrives for chunked bodies): no more than `limit` bytes are ever held.
-async fn read_limited(mut body: Incoming, limit: usize) -> Option<Vec<u8>> {
+/// The body, or [`Payload::TooLarge`] past `limit` (by header, or counted as it arrives
+/// for chunked bodies): no more than `limit` bytes are ever held.
+async fn read_limited(mut body: Incoming, limit: usize) -> Payload {
     use hyper::body::Body as _;
     if body.size_hint().lower() > limit as u64 {
-        return None;
+        return Payload::TooLarge;
     }
     let mut buf = Vec::new();
     while let Some(frame) = body.frame().await {
         let Ok(frame) = frame else {
-            // A broken body is treated like a malformed one: what arrived is judged.
+            // A broken body is judged by what arrived, like a malformed one.
             break;
         };
         if let Ok(data) = frame.into_data() {
             if buf.len() + data.len() > limit {
-                return None;
+                return Payload::TooLarge;
             }
             buf.extend_from_slice(&data);
         }
     }
-    Some(buf)
+    Payload::Bytes(buf)
 }
 
-fn full(body: impl Into<Bytes>) -> ResponseBody {
-    UnsyncBoxBody::new(Full::new(body.into()))
+/// 16 bytes from the OS for the id of a session the request may create.
+fn entropy() -> [u8; 16] {
+    let mut random = [0u8; 16];
+    getrandom::fill(&mut random).expect("the OS random source works");
+    random
 }
 
-fn accepted() -> Response<ResponseBody> {
-    let mut response = Response::new(full(http::ACCEPTED_BODY));
-    *response.status_mut() = StatusCode::ACCEPTED;
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
-    response
+/// A core response, copied onto the wire (constants are borrowed, not copied).
+fn full(mut response: http::Response) -> Response<ResponseBody> {
+    let body = match std::mem::take(&mut response.body) {
+        Cow::Borrowed(bytes) => Bytes::from_static(bytes),
+        Cow::Owned(bytes) => Bytes::from(bytes),
+    };
+    with_head(response, UnsyncBoxBody::new(Full::new(body)))
 }
 
-fn json_response(status: u16, body: Vec<u8>) -> Response<ResponseBody> {
-    let mut response = Response::new(full(body));
-    *response.status_mut() = StatusCode::from_u16(status).expect("valid status");
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
-}
-
-/// A core refusal, copied onto the wire.
-fn refusal(rejection: Rejection) -> Response<ResponseBody> {
-    let r = rejection.response();
-    let mut response = Response::new(full(r.body));
-    *response.status_mut() = StatusCode::from_u16(r.status).expect("valid status");
-    for (name, value) in r.headers {
-        if let Ok(value) = HeaderValue::from_str(&value) {
-            response.headers_mut().insert(name, value);
+fn with_head(head: http::Response, body: ResponseBody) -> Response<ResponseBody> {
+    let mut response = Response::new(body);
+    *response.status_mut() =
+        StatusCode::from_u16(head.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    for (name, value) in head.headers {
+        let value = match value {
+            Cow::Borrowed(text) => Ok(HeaderValue::from_static(text)),
+            Cow::Owned(text) => HeaderValue::from_str(&text),
+        };
+        if let Ok(value) = value {
+            response
+                .headers_mut()
+                .append(HeaderName::from_static(name), value);
         }
-    }
-    if rejection == Rejection::BodyTooLarge {
-        // The rest of the body was not read: the connection cannot be reused.
-        response
-            .headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     response
 }

@@ -1,69 +1,60 @@
-//! One SSE stream per session, fed by a queue bounded in bytes.
+//! One SSE stream: the loop's end queues frames within the byte budget the hub gave, the
+//! response body writes them out. Dropping the body (client gone) tells the loop.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::Body;
-use switchboard_core::hub::{self, Frame, Full, QueueBudget, SessionQueue};
-use switchboard_core::{sse, SessionId};
+use switchboard_core::budget::QueueBudget;
+use switchboard_core::output::coalesce;
+use switchboard_core::{Frame, StreamEnd, StreamId};
 use tokio::sync::mpsc;
-use tokio::time::{Interval, MissedTickBehavior};
 
-/// The owner loop's end of a session: sends never wait.
+/// The owner loop's end of a stream: sends never wait.
 #[derive(Debug)]
 pub struct Queue {
     tx: mpsc::UnboundedSender<Frame>,
     budget: QueueBudget,
 }
 
-impl SessionQueue for Queue {
-    fn push(&self, frame: Frame) -> Result<(), Full> {
+impl Queue {
+    /// Queues `frame`, or says why the stream cannot take it.
+    pub fn push(&self, frame: Frame) -> Result<(), StreamEnd> {
         self.budget.admit(frame, |frame| self.tx.send(frame))
     }
 }
 
-/// The response body of `GET /sse`: the endpoint event, then queued frames, with keep-alive
-/// comments while idle. Dropping it (client gone) tells the owner loop the session ended.
-pub struct SessionStream {
-    session: SessionId,
-    first: Option<Bytes>,
+/// The response body of a stream.
+pub struct StreamBody {
+    stream: StreamId,
     rx: mpsc::UnboundedReceiver<Frame>,
     budget: QueueBudget,
-    keepalive: Interval,
-    closed: mpsc::UnboundedSender<SessionId>,
+    closed: mpsc::UnboundedSender<StreamId>,
 }
 
-/// A new session's two ends.
+/// A new stream's two ends.
 pub fn channel(
-    session: SessionId,
-    endpoint_url: &str,
-    limit: usize,
-    keepalive: Duration,
-    closed: mpsc::UnboundedSender<SessionId>,
-) -> (Queue, SessionStream) {
+    stream: StreamId,
+    budget: usize,
+    closed: mpsc::UnboundedSender<StreamId>,
+) -> (Queue, StreamBody) {
     let (tx, rx) = mpsc::unbounded_channel();
-    let budget = QueueBudget::new(limit);
-    let mut keepalive =
-        tokio::time::interval_at(tokio::time::Instant::now() + keepalive, keepalive);
-    keepalive.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let budget = QueueBudget::new(budget);
     let queue = Queue {
         tx,
         budget: budget.clone(),
     };
-    let stream = SessionStream {
-        session,
-        first: Some(Bytes::from(sse::endpoint_event(endpoint_url))),
+    let body = StreamBody {
+        stream,
         rx,
         budget,
-        keepalive,
         closed,
     };
-    (queue, stream)
+    (queue, body)
 }
 
-impl Body for SessionStream {
+impl Body for StreamBody {
     type Data = Bytes;
     type Error = std::convert::Infallible;
 
@@ -72,34 +63,26 @@ impl Body for SessionStream {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
         let this = &mut *self;
-        if let Some(first) = this.first.take() {
-            return Poll::Ready(Some(Ok(http_body::Frame::data(first))));
-        }
         match this.rx.poll_recv(cx) {
             Poll::Ready(Some(frame)) => {
-                let out = hub::coalesce(frame, || this.rx.try_recv().ok());
+                let out = coalesce(frame, || this.rx.try_recv().ok());
                 this.budget.refund(out.len());
-                this.keepalive.reset();
                 let out = match out {
                     Frame::Owned(v) => Bytes::from(v),
                     Frame::Shared(a) => Bytes::from_owner(a),
+                    Frame::Static(s) => Bytes::from_static(s),
                 };
                 Poll::Ready(Some(Ok(http_body::Frame::data(out))))
             }
             Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => match this.keepalive.poll_tick(cx) {
-                Poll::Ready(_) => Poll::Ready(Some(Ok(http_body::Frame::data(
-                    Bytes::from_static(sse::KEEPALIVE),
-                )))),
-                Poll::Pending => Poll::Pending,
-            },
+            Poll::Pending => Poll::Pending,
         }
     }
 }
 
-impl Drop for SessionStream {
+impl Drop for StreamBody {
     fn drop(&mut self) {
-        // The loop may be gone at shutdown; nothing is left to tell then.
-        let _ = self.closed.send(self.session);
+        // The loop may be gone at exit; nothing is left to tell then.
+        let _ = self.closed.send(self.stream);
     }
 }

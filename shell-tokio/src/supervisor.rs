@@ -1,219 +1,259 @@
-//! The one owner: a single task holds the core's `Hub` (router, session queues, backend),
-//! takes one input at a time and performs what comes out. No lock is held anywhere and no
-//! send into a session ever waits.
+//! The one owner: a single task holds the core's `Hub`, feeds it one input at a time with
+//! the current time, and performs every output with one exhaustive `execute`. It keeps the
+//! shell's own things (reply channels, stream queues, the backend process) in maps keyed
+//! by the ids the hub hands out. No lock is held anywhere; no send ever waits.
 
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use switchboard_core::config::Config;
-use switchboard_core::hub::{self, Hub, Level, PongWaiter, Reply};
-use switchboard_core::supervise::{self, AfterExit};
-use switchboard_core::SessionId;
-use tokio::sync::{mpsc, oneshot, watch};
-use tracing::{debug, error, info, warn};
+use switchboard_core::hub::{self, Hub};
+use switchboard_core::output::Level;
+use switchboard_core::supervise::Exit;
+use switchboard_core::{BackendId, Output, Rejection, RequestId, StreamEnd, StreamId};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, info, warn};
 
 use crate::backend::{self, Backend};
-use crate::session::Queue;
+use crate::session::{self, Queue, StreamBody};
 
-/// The current backend's stdin queue, for POST handlers to reserve room in before the
-/// loop sees their message (`None` while the backend is down).
-pub type StdinSlot = watch::Receiver<Option<mpsc::Sender<Vec<u8>>>>;
-
-/// Room reserved in the backend's stdin queue for one client line.
-pub type StdinPermit = mpsc::OwnedPermit<Vec<u8>>;
-
-/// Wakes a `/health` request when the backend answers its ping.
-pub struct PongTx(pub oneshot::Sender<()>);
-
-impl PongWaiter for PongTx {
-    fn answered(self) {
-        let _ = self.0.send(());
-    }
+/// How a request handler is answered.
+pub enum Reply {
+    /// A complete response.
+    Full(switchboard_core::http::Response),
+    /// A stream: its head, and the body the loop feeds.
+    Stream(switchboard_core::http::Response, StreamBody),
 }
 
 /// Everything the loop reacts to, from handlers and the backend's tasks.
-pub type Input = hub::Input<Queue, StdinPermit, PongTx>;
-
-/// A handler's one-shot channel as the hub's reply.
-pub fn reply<T: Send + 'static>(tx: oneshot::Sender<T>) -> Reply<T> {
-    Box::new(move |value| {
-        // The handler may have given up (client gone); nothing to do then.
-        let _ = tx.send(value);
-    })
+pub enum Input {
+    /// An admitted request and where its answer goes.
+    Request {
+        request: hub::Request,
+        reply: oneshot::Sender<Reply>,
+    },
+    /// A request the gate refused (already answered): counted.
+    Refused(Rejection),
+    /// Lines the backend wrote (`None`: one over `--max-line`).
+    BackendLines {
+        backend: BackendId,
+        batch: Vec<Option<Vec<u8>>>,
+    },
+    /// Lines written to the backend's stdin.
+    BackendWrote { backend: BackendId, lines: usize },
+    /// The backend exited.
+    BackendExited { backend: BackendId, exit: Exit },
 }
 
+/// The loop and what it owns.
 pub struct Supervisor {
     config: Arc<Config>,
     command: Vec<String>,
-    hub: Hub<Queue, Backend, PongTx>,
-    restart_at: Option<tokio::time::Instant>,
-    stdin_slot: watch::Sender<Option<mpsc::Sender<Vec<u8>>>>,
+    hub: Hub,
+    replies: HashMap<RequestId, oneshot::Sender<Reply>>,
+    streams: HashMap<StreamId, Queue>,
+    backend: Option<Backend>,
     inputs_tx: mpsc::Sender<Input>,
     inputs: mpsc::Receiver<Input>,
-    closed: mpsc::UnboundedReceiver<SessionId>,
+    closed_tx: mpsc::UnboundedSender<StreamId>,
+    closed: mpsc::UnboundedReceiver<StreamId>,
+    stop_accepting: Option<oneshot::Sender<()>>,
 }
 
 impl Supervisor {
-    /// The loop, and what the HTTP side needs to reach it: its inputs, the channel on
-    /// which streams report their end, and the backend's stdin slot.
+    /// The loop, and the sender request handlers reach it by.
     pub fn new(
         config: Arc<Config>,
         command: Vec<String>,
-    ) -> (
-        Self,
-        mpsc::Sender<Input>,
-        mpsc::UnboundedSender<SessionId>,
-        StdinSlot,
-    ) {
+        stop_accepting: oneshot::Sender<()>,
+    ) -> (Self, mpsc::Sender<Input>) {
         let (inputs_tx, inputs) = mpsc::channel(1024);
         let (closed_tx, closed) = mpsc::unbounded_channel();
-        let (stdin_slot, slot_rx) = watch::channel(None);
         let supervisor = Supervisor {
-            hub: Hub::new(&config),
+            hub: Hub::new(config.settings(), Instant::now()),
             config,
             command,
-            restart_at: None,
-            stdin_slot,
+            replies: HashMap::new(),
+            streams: HashMap::new(),
+            backend: None,
             inputs_tx: inputs_tx.clone(),
             inputs,
+            closed_tx,
             closed,
+            stop_accepting: Some(stop_accepting),
         };
-        (supervisor, inputs_tx, closed_tx, slot_rx)
+        (supervisor, inputs_tx)
     }
 
-    /// Runs until a shutdown signal (exit status 0) or until a backend that will not be
-    /// restarted exits (its status). Either way sessions are ended and the backend stopped.
-    pub async fn run(
-        mut self,
-        shutdown: impl std::future::Future<Output = ()>,
-        stop_accepting: oneshot::Sender<()>,
-    ) -> i32 {
-        if let Err(e) = self.start_backend() {
-            error!("cannot start backend {:?}: {e}", self.command);
-            return 1;
-        }
-        let mut ping = tokio::time::interval(self.config.ping_interval);
-        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    /// Runs until the hub says exit; returns the status and how long answers under way
+    /// may still take.
+    pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) -> (i32, Duration) {
         tokio::pin!(shutdown);
-        let status = loop {
-            let restart_at = self.restart_at;
+        let mut signalled = false;
+        // One timer, moved only when the hub's next deadline moves: registering a new one
+        // per input would cost a timer-wheel insert and removal for every message.
+        let timer = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(timer);
+        let mut armed_for: Option<Instant> = None;
+        let mut now = Instant::now();
+        loop {
+            if let Some(exit) = self.drain(now) {
+                return exit;
+            }
+            let deadline = self.hub.poll_timeout();
+            if deadline != armed_for {
+                if let Some(at) = deadline {
+                    timer.as_mut().reset(tokio::time::Instant::from_std(at));
+                }
+                armed_for = deadline;
+            }
             tokio::select! {
                 biased;
-                () = &mut shutdown => {
-                    info!("shutdown requested");
-                    break 0;
+                () = &mut shutdown, if !signalled => {
+                    signalled = true;
+                    now = Instant::now();
+                    self.hub.handle_shutdown(now);
                 }
-                Some(session) = self.closed.recv() => self.hub.stream_closed(session, Instant::now()),
+                Some(stream) = self.closed.recv() => {
+                    now = Instant::now();
+                    self.streams.remove(&stream);
+                    self.hub.handle_stream_closed(now, stream, StreamEnd::ClientGone);
+                }
                 Some(input) = self.inputs.recv() => {
-                    if let Some(status) = self.input(input) {
-                        break status;
+                    now = Instant::now();
+                    self.input(now, input);
+                }
+                () = &mut timer, if armed_for.is_some() => {
+                    armed_for = None;
+                    now = Instant::now();
+                    self.hub.handle_timeout(now);
+                }
+            }
+        }
+    }
+
+    fn input(&mut self, now: Instant, input: Input) {
+        match input {
+            Input::Request { request, reply } => {
+                let id = self.hub.handle_request(now, request);
+                self.replies.insert(id, reply);
+            }
+            Input::Refused(rejection) => self.hub.handle_refused(rejection),
+            Input::BackendLines { backend, batch } => {
+                self.hub.handle_backend_lines(now, backend, batch)
+            }
+            Input::BackendWrote { backend, lines } => {
+                self.hub.handle_backend_wrote(now, backend, lines)
+            }
+            Input::BackendExited { backend, exit } => {
+                if self.backend.as_ref().is_some_and(|b| b.id == backend) {
+                    self.backend = None;
+                }
+                self.hub.handle_backend_exited(now, backend, exit)
+            }
+        }
+    }
+
+    /// Performs every output; `Some` once the hub says exit. `now` is the time of the
+    /// input that produced them (what follows from them happened then too).
+    fn drain(&mut self, now: Instant) -> Option<(i32, Duration)> {
+        while let Some(output) = self.hub.poll_output() {
+            if let Some(exit) = self.execute(now, output) {
+                return Some(exit);
+            }
+        }
+        None
+    }
+
+    /// Performs one output: I/O only, every decision is the hub's.
+    fn execute(&mut self, now: Instant, output: Output) -> Option<(i32, Duration)> {
+        match output {
+            Output::Respond { request, response } => {
+                if let Some(reply) = self.replies.remove(&request) {
+                    // The client may have given up; nothing to do then.
+                    let _ = reply.send(Reply::Full(response));
+                }
+            }
+            Output::StartStream {
+                request,
+                stream,
+                head,
+                budget,
+            } => {
+                let (queue, body) = session::channel(stream, budget, self.closed_tx.clone());
+                self.streams.insert(stream, queue);
+                if let Some(reply) = self.replies.remove(&request) {
+                    // A client that gave up drops the body, which reports the stream closed.
+                    let _ = reply.send(Reply::Stream(head, body));
+                }
+            }
+            Output::ToStream { stream, frame } => {
+                if let Some(queue) = self.streams.get(&stream) {
+                    if let Err(end) = queue.push(frame) {
+                        self.streams.remove(&stream);
+                        self.hub.handle_stream_closed(now, stream, end);
                     }
                 }
-                _ = ping.tick() => self.hub.periodic_ping(Instant::now()),
-                () = sleep_until(restart_at) => {
-                    self.restart_at = None;
-                    if let Err(e) = self.start_backend() {
-                        error!("cannot restart backend: {e}");
-                        self.restart_at = Some(tokio::time::Instant::now() + self.config.ping_interval);
+            }
+            Output::EndStream { stream } => {
+                self.streams.remove(&stream);
+            }
+            Output::SpawnBackend { backend } => {
+                let spawned = backend::spawn(
+                    &self.command,
+                    &self.config.env,
+                    self.config.max_line,
+                    backend,
+                    self.inputs_tx.clone(),
+                );
+                match spawned {
+                    Ok(process) => {
+                        let pid = process.pid;
+                        self.backend = Some(process);
+                        self.hub.handle_backend_spawned(now, backend, pid);
                     }
+                    Err(e) => self.hub.handle_spawn_failed(
+                        now,
+                        backend,
+                        format!("{}: {e}", self.command.join(" ")),
+                    ),
                 }
             }
-            self.log_events();
-        };
-        let _ = stop_accepting.send(());
-        self.shut_down().await;
-        status
-    }
-
-    fn start_backend(&mut self) -> std::io::Result<()> {
-        let generation = self.hub.next_generation();
-        let backend = backend::spawn(
-            &self.command,
-            &self.config.env,
-            self.config.max_line,
-            generation,
-            self.inputs_tx.clone(),
-        )?;
-        self.stdin_slot.send_replace(Some(backend.stdin.clone()));
-        self.hub
-            .backend_started(backend, generation, Instant::now());
-        self.log_events();
-        Ok(())
-    }
-
-    /// Handles one input; `Some(status)` when the proxy must exit.
-    fn input(&mut self, input: Input) -> Option<i32> {
-        match self.hub.input(input, Instant::now())? {
-            AfterExit::Restart { after } => {
-                self.stdin_slot.send_replace(None);
-                self.restart_at = Some(tokio::time::Instant::now() + after);
-                None
-            }
-            AfterExit::Shutdown { status } => {
-                self.stdin_slot.send_replace(None);
-                Some(status)
-            }
-        }
-    }
-
-    fn log_events(&mut self) {
-        while let Some(event) = self.hub.poll_event() {
-            let session = event.session().map(tracing::field::display);
-            match event.level() {
-                Level::Warn => warn!(session, "{event}"),
-                Level::Info => info!(session, "{event}"),
-                Level::Debug => debug!(session, "{event}"),
-            }
-        }
-    }
-
-    /// SPEC section 5: end every stream, close the backend's stdin, wait the grace
-    /// period, SIGTERM, wait again, SIGKILL.
-    async fn shut_down(mut self) {
-        let backend = self.hub.shut_down(Instant::now());
-        self.log_events();
-        self.stdin_slot.send_replace(None);
-        let Some(Backend {
-            pid,
-            stdin,
-            signals,
-        }) = backend
-        else {
-            return;
-        };
-        drop(stdin);
-        let grace = self.config.grace;
-        for signal in supervise::STOP_STEPS {
-            if let Some(signal) = signal {
-                info!(pid, ?signal, "backend still running");
-                let _ = signals.send(signal);
-            }
-            if self.wait_exit(grace).await {
-                return;
-            }
-        }
-    }
-
-    /// Waits for the (only) backend's exit report; other inputs are dropped, which answers
-    /// their senders with 503.
-    async fn wait_exit(&mut self, within: std::time::Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            match tokio::time::timeout_at(deadline, self.inputs.recv()).await {
-                Ok(Some(Input::BackendExited { exit, .. })) => {
-                    info!(?exit, "backend stopped");
-                    return true;
+            Output::ToBackend { backend, line } => {
+                if let Some(stdin) = self.process(backend).and_then(|b| b.stdin.as_ref()) {
+                    let _ = stdin.send(line);
                 }
-                Ok(Some(_)) => {}
-                Ok(None) | Err(_) => return false,
+            }
+            Output::CloseBackendStdin { backend } => {
+                if let Some(process) = self.process(backend) {
+                    process.stdin = None;
+                }
+            }
+            Output::SignalBackend { backend, signal } => {
+                if let Some(process) = self.process(backend) {
+                    let _ = process.signals.send(signal);
+                }
+            }
+            Output::StopAccepting => {
+                if let Some(stop) = self.stop_accepting.take() {
+                    let _ = stop.send(());
+                }
+            }
+            Output::Exit { status, drain } => return Some((status, drain)),
+            Output::Log(event) => {
+                let session = event.session().map(tracing::field::display);
+                match event.level() {
+                    Level::Warn => warn!(session, "{event}"),
+                    Level::Info => info!(session, "{event}"),
+                    Level::Debug => debug!(session, "{event}"),
+                }
             }
         }
+        None
     }
-}
 
-async fn sleep_until(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
+    fn process(&mut self, backend: BackendId) -> Option<&mut Backend> {
+        self.backend.as_mut().filter(|b| b.id == backend)
     }
 }

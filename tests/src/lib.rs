@@ -5,8 +5,8 @@
 //!
 //! One suite, two targets: every test is written once as `fn name(target: Target)` and
 //! [`suite!`] generates a `#[test]` per [`Target`] (`tokio::name`, `blocking::name`). A
-//! missing `switchboard` binary fails with the command to build it; a missing
-//! `switchboard-blocking` skips with a message.
+//! binary that is not built fails with the command to build it under `CI=true` (a missing
+//! `switchboard` always does); elsewhere a missing `switchboard-blocking` skips loudly.
 //!
 //! ```no_run
 //! use serde_json::json;

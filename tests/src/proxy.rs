@@ -82,31 +82,28 @@ pub fn target_dir() -> PathBuf {
     }
 }
 
-/// Runs one test against `target`: a missing `switchboard` fails with the command to run,
-/// a missing `switchboard-blocking` skips with a message.
+/// Runs one test against `target`. A binary that is not built fails the test with the
+/// command to build it under `CI=true`; elsewhere a missing `switchboard-blocking` skips
+/// with a loud message (a missing `switchboard` always fails).
 pub fn run(target: Target, name: &str, test: fn(Target)) {
     if !target.is_built() {
-        match target {
-            Target::Tokio => panic!(
-                "{} is missing: run `cargo build -p {}` first (or `tests/run.sh`)",
-                target.binary().display(),
-                target.package()
-            ),
-            Target::Blocking => {
-                // Once per test binary, past the harness's capture, in one write.
-                static SAID: std::sync::Once = std::sync::Once::new();
-                SAID.call_once(|| {
-                    let msg = format!(
-                        "\nSKIPPED: the {target:?} target's tests (e.g. {name}): {} is not built; \
-                         run `cargo build -p {}` to include them\n",
-                        target.binary().display(),
-                        target.package()
-                    );
-                    let _ = std::io::stderr().write_all(msg.as_bytes());
-                });
-                return;
-            }
+        let build = format!(
+            "{} is missing: run `cargo build -p {}` first (or `tests/run.sh`)",
+            target.binary().display(),
+            target.package()
+        );
+        if target == Target::Tokio || std::env::var("CI").as_deref() == Ok("true") {
+            panic!("{build}");
         }
+        // Once per test binary, past the harness's capture, in one write.
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            let msg = format!(
+                "\n**********\nSKIPPED: the {target:?} target's tests (e.g. {name}): {build}\n**********\n"
+            );
+            let _ = std::io::stderr().write_all(msg.as_bytes());
+        });
+        return;
     }
     test(target);
 }

@@ -1,5 +1,6 @@
-//! The properties the `fuzz/` targets check, kept in the core so that ordinary tests replay
-//! the committed corpus through exactly the same code on stable (`tests/fuzz_corpus.rs`).
+//! The message-level properties the `fuzz/` targets `client_body` and `backend_line` check
+//! (the third, `session_ops`, is [`crate::model`]), here so that ordinary tests replay the
+//! committed corpus through exactly the same code on stable (`core/tests/fuzz_corpus.rs`).
 //!
 //! Each entry point takes the fuzzer's raw bytes and panics when a property fails. No input
 //! is "invalid" here: a panic is a router bug (or a wrong property), never bad input.
@@ -8,40 +9,38 @@
 //! |---|---|
 //! | [`client_body`] | any POST body: no panic; a rejected body produces no action; an accepted one produces exactly one backend line (or the proxy's documented answer) whose ids are routed for the poster and round-trip; every other byte passes unchanged |
 //! | [`backend_line`] | any backend line with several live sessions: no panic; every Deliver names a live session and is justified by the line; broadcasts are the three bare `list_changed`; every Reply answers the request's id |
-//! | [`session_ops`] | any sequence of [`Op`]s: SPEC section 6 properties 1, 2, 4 and 5 after every step, against a small reference model; the same sequence on a fresh router gives the same actions |
 //!
 //! The checks parse JSON independently of `message.rs` (with `serde_json` maps of raw
 //! values), so a parsing bug there shows up as a disagreement here.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use arbitrary::{Arbitrary, Unstructured};
 use serde_json::value::RawValue;
 
-use crate::action::Action;
-use crate::auth::Principal;
-use crate::http::Rejection;
-use crate::routed_id::{self, SessionId};
-use crate::router::{Accepted, Body, Router};
+use switchboard_core::http::Rejection;
+use switchboard_core::routed_id::{self, SessionId};
+use switchboard_core::router::{Accepted, Body, Router};
+use switchboard_core::{Action, Principal};
 
 /// The only methods a broadcast may carry, each rebuilt as `{"jsonrpc":"2.0","method":M}`.
-pub const LIST_CHANGED: [&str; 3] = [
+pub(crate) const LIST_CHANGED: [&str; 3] = [
     "notifications/tools/list_changed",
     "notifications/resources/list_changed",
     "notifications/prompts/list_changed",
 ];
 
 /// The proxy's own end of the handshake, written once when the first `initialize` succeeds.
-const INITIALIZED_LINE: &[u8] = b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n";
+pub(crate) const INITIALIZED_LINE: &[u8] =
+    b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n";
 
 /// Prefix of the ids the proxy mints for its own requests.
-const PROXY_ID_PREFIX: &str = "switchboard|";
+pub(crate) const PROXY_ID_PREFIX: &str = "switchboard|";
 /// The proxy's own id for the backend's single `initialize` (`<prefix><n>`), when the
 /// router forwards the first client's `initialize` under an id of its own rather than the
 /// client's routed id. Either is accepted: neither can name another session.
 const PROXY_INITIALIZE_PREFIX: &str = "switchboard|initialize:";
 
-fn is_proxy_initialize_id(value: &str) -> bool {
+pub(crate) fn is_proxy_initialize_id(value: &str) -> bool {
     value
         .strip_prefix(PROXY_INITIALIZE_PREFIX)
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
@@ -474,7 +473,7 @@ fn assert_same_id(original: &RawValue, back: &RawValue) {
 
 /// The forms a backend may echo a routed string in: its exact bytes, and every character
 /// `\u`-escaped (what a re-serialising backend may do, and the decoder's slow path).
-fn echoes(routed: &RawValue) -> Vec<String> {
+pub(crate) fn echoes(routed: &RawValue) -> Vec<String> {
     let mut out = vec![routed.get().to_owned()];
     // Only a string serde_json accepts can be re-escaped (a lone surrogate cannot be).
     if let Some(value) = strict_string_of(routed) {
@@ -633,15 +632,15 @@ impl BackendFixture {
 }
 
 /// The state a backend line's actions are judged against.
-struct World<'a> {
-    live: &'a BTreeSet<SessionId>,
+pub(crate) struct World<'a> {
+    pub(crate) live: &'a BTreeSet<SessionId>,
     /// Each live session's watched uris (string values).
-    subs: &'a BTreeMap<SessionId, BTreeSet<String>>,
+    pub(crate) subs: &'a BTreeMap<SessionId, BTreeSet<String>>,
     /// Sessions that asked `initialize`, with their raw ids: the first one's answer may be
     /// fanned out to all of them.
-    init_askers: &'a BTreeSet<(SessionId, String)>,
+    pub(crate) init_askers: &'a BTreeSet<(SessionId, String)>,
     /// String values of the proxy's own ids the `initialize` went out under.
-    init_ids: &'a BTreeSet<String>,
+    pub(crate) init_ids: &'a BTreeSet<String>,
 }
 
 impl World<'_> {
@@ -659,7 +658,7 @@ impl World<'_> {
 ///
 /// One line reaches a session at most once, except the answer to the backend's single
 /// `initialize`, which reaches each waiting request (a session may have asked twice).
-fn check_backend_actions(
+pub(crate) fn check_backend_actions(
     world: &World<'_>,
     data: &[u8],
     actions: &[Action],
@@ -710,7 +709,7 @@ fn check_backend_actions(
                 assert!(id.starts_with(PROXY_ID_PREFIX), "a pong for id {id:?}");
             }
             Action::Drop { .. } => {}
-            Action::Rewrite { .. } | Action::CloseSession { .. } => {
+            Action::Rewrite { .. } => {
                 panic!("a backend line produced {action:?}")
             }
         }
@@ -783,13 +782,13 @@ fn is_initialize_answer(
 }
 
 /// `value` split as a routed id of `session`: what follows `<sid>|`.
-fn routed_rest<'v>(value: &'v str, session: &SessionId) -> Option<&'v str> {
+pub(crate) fn routed_rest<'v>(value: &'v str, session: &SessionId) -> Option<&'v str> {
     let (sid, rest) = value.split_once('|')?;
     (sid == session.as_str()).then_some(rest)
 }
 
 /// Is `value` the routed form of the raw id `original` of `session`?
-fn is_routed_form(value: &str, session: &SessionId, original: &str) -> bool {
+pub(crate) fn is_routed_form(value: &str, session: &SessionId, original: &str) -> bool {
     let Some(rest) = routed_rest(value, session) else {
         return false;
     };
@@ -825,7 +824,7 @@ fn check_restored(m: &Members<'_>, d: &Members<'_>, path: &[&str], rest: &str) {
     );
 }
 
-fn check_broadcast(message: &[u8], line_method: Option<&str>) {
+pub(crate) fn check_broadcast(message: &[u8], line_method: Option<&str>) {
     let ok = LIST_CHANGED.iter().any(|m| {
         message == format!(r#"{{"jsonrpc":"2.0","method":"{m}"}}"#).as_bytes()
             && line_method == Some(*m)
@@ -883,768 +882,6 @@ fn check_reply(world: &World<'_>, line: Option<&Members<'_>>, reply: &[u8]) {
 }
 
 // ---------------------------------------------------------------------------------------
-// session_ops
-
-/// The sessions slots [`Op`]s address; a slot holds one session at a time.
-const SLOTS: usize = 4;
-const PRINCIPALS: [&str; 3] = ["alice", "bob", "carol"];
-/// Resources the structured ops subscribe to (a `|` and a quote included).
-const URIS: [&str; 4] = ["file:///a", "file:///b", "file:///a|\"b\"", "urn:x"];
-
-/// One input to the router, as `arbitrary` decodes it from the fuzzer's bytes.
-#[derive(Debug, Clone, Arbitrary)]
-pub enum Op {
-    /// `open_session` in an empty slot as `PRINCIPALS[principal % 3]`.
-    Open {
-        slot: u8,
-        principal: u8,
-    },
-    /// `close_session` of the slot's session (or of its last, already closed one).
-    Close {
-        slot: u8,
-    },
-    /// `client_message` to the slot's session, as its owner or (`impostor`) someone else.
-    Post {
-        slot: u8,
-        impostor: bool,
-        body: ClientBody,
-    },
-    Subscribe {
-        slot: u8,
-        uri: u8,
-        id: Id,
-    },
-    Unsubscribe {
-        slot: u8,
-        uri: u8,
-        id: Id,
-    },
-    /// `backend_line`.
-    Backend(BackendMsg),
-    BackendExit,
-    BackendStart,
-    /// `health_ping`.
-    Ping,
-}
-
-/// A JSON-RPC id as a client or backend may write it.
-#[derive(Debug, Clone, Arbitrary)]
-pub enum Id {
-    Small(i8),
-    Int(i64),
-    /// An integer of 1 to 60 digits, past what f64 holds.
-    Digits(u8),
-    NegZero,
-    Str(String),
-    /// A string shaped like another slot's routed id.
-    Spoof {
-        slot: u8,
-        n: i8,
-        string: bool,
-    },
-    /// A string shaped like the proxy's own ping id.
-    ProxyLike(u8),
-    Fraction,
-    Null,
-}
-
-#[derive(Debug, Clone, Arbitrary)]
-pub enum Method {
-    ToolsCall,
-    Initialize,
-    Ping,
-    Subscribe,
-    Unsubscribe,
-    Cancelled,
-    Initialized,
-    Progress,
-    RootsListChanged,
-    Custom(String),
-}
-
-#[derive(Debug, Clone, Arbitrary)]
-pub enum ClientBody {
-    Request {
-        id: Id,
-        method: Method,
-        uri: Option<u8>,
-        request_id: Option<Id>,
-        progress: Option<Id>,
-    },
-    Notification {
-        method: Method,
-        uri: Option<u8>,
-        request_id: Option<Id>,
-        progress: Option<Id>,
-    },
-    Raw(String),
-}
-
-#[derive(Debug, Clone, Arbitrary)]
-pub enum BackendMsg {
-    /// A response to a routed id (or token) the router wrote earlier, picked by index.
-    Answer {
-        pick: u16,
-        error: bool,
-        escaped: bool,
-    },
-    /// `notifications/progress` for a routed id or token written earlier.
-    Progress {
-        pick: u16,
-        escaped: bool,
-    },
-    /// A response with an id the backend made up (or a slot's spoofed routed id).
-    Forged {
-        id: Id,
-    },
-    ListChanged {
-        which: u8,
-        params: bool,
-    },
-    Updated {
-        uri: u8,
-    },
-    /// A backend request: `ping` or `sampling/createMessage`.
-    Request {
-        id: Id,
-        ping: bool,
-    },
-    /// An answer to the proxy's ping number `n`.
-    Pong {
-        n: u8,
-    },
-    Raw(String),
-}
-
-/// Decodes the fuzzer's bytes into the operations [`session_ops`] runs (every byte string
-/// decodes to some sequence).
-pub fn decode_ops(data: &[u8]) -> Vec<Op> {
-    Vec::<Op>::arbitrary_take_rest(Unstructured::new(data)).unwrap_or_default()
-}
-
-/// Runs [`decode_ops`]`(data)` through [`check_session_ops`].
-pub fn session_ops(data: &[u8]) {
-    check_session_ops(&decode_ops(data));
-}
-
-/// Runs `ops` against a router and a reference model, checking SPEC section 6 properties 1,
-/// 2, 4 and 5 after every step (and 3 for impostor posts), then replays them on a fresh
-/// router and requires identical actions. Returns one label per step (for corpus tools).
-pub fn check_session_ops(ops: &[Op]) -> Vec<String> {
-    let (first, labels) = Model::run(ops);
-    let (second, _) = Model::run(ops);
-    assert!(
-        first == second,
-        "replaying the same operations gave different actions"
-    );
-    labels
-}
-
-/// One step's visible result, compared between two runs.
-#[derive(Debug, PartialEq)]
-enum Outcome {
-    None,
-    Opened(Result<(), Rejection>),
-    Posted(Result<Accepted, Rejection>),
-    Pinged(u64),
-}
-
-#[derive(Default, Clone, Copy)]
-struct Slot {
-    current: Option<SessionId>,
-    last: Option<SessionId>,
-}
-
-/// The reference model: what the router should believe, kept by the simplest means.
-struct Model {
-    router: Router,
-    backend_up: bool,
-    slots: [Slot; SLOTS],
-    opened: u32,
-    live: BTreeMap<SessionId, Principal>,
-    live_ids: BTreeSet<SessionId>,
-    subs: BTreeMap<SessionId, BTreeSet<String>>,
-    /// Every routed id and token (raw JSON) a Rewrite carried, with its session.
-    minted: Vec<(SessionId, String)>,
-    init_askers: BTreeSet<(SessionId, String)>,
-    /// Raw proxy ids the backend's `initialize` went out under (answered by [`BackendMsg::Answer`]
-    /// picks past `minted`).
-    init_ids: Vec<String>,
-}
-
-impl Model {
-    fn run(ops: &[Op]) -> (Vec<(Outcome, Vec<Action>)>, Vec<String>) {
-        let mut model = Model {
-            router: Router::new(64),
-            backend_up: true,
-            slots: [Slot::default(); SLOTS],
-            opened: 0,
-            live: BTreeMap::new(),
-            live_ids: BTreeSet::new(),
-            subs: BTreeMap::new(),
-            minted: Vec::new(),
-            init_askers: BTreeSet::new(),
-            init_ids: Vec::new(),
-        };
-        model.router.backend_started();
-        assert!(model.router.poll_action().is_none());
-        let mut transcript = Vec::with_capacity(ops.len());
-        let mut labels = Vec::with_capacity(ops.len());
-        for op in ops {
-            let (outcome, actions, label) = model.step(op);
-            assert_eq!(
-                model.router.live_sessions(),
-                model.live.len(),
-                "live sessions disagree with the model after {op:?}"
-            );
-            for sid in model.live.keys() {
-                assert!(
-                    model.router.is_live(sid),
-                    "{sid} should be live after {op:?}"
-                );
-            }
-            transcript.push((outcome, actions));
-            labels.push(label);
-        }
-        (transcript, labels)
-    }
-
-    fn slot(&mut self, slot: u8) -> &mut Slot {
-        &mut self.slots[usize::from(slot) % SLOTS]
-    }
-
-    /// The slot's session, else its last one, else a session never opened.
-    fn target(&mut self, slot: u8) -> SessionId {
-        let s = *self.slot(slot);
-        s.current
-            .or(s.last)
-            .unwrap_or_else(|| SessionId::from_random([0xee; 16]))
-    }
-
-    fn step(&mut self, op: &Op) -> (Outcome, Vec<Action>, String) {
-        match op {
-            Op::Open { slot, principal } => self.open(*slot, *principal),
-            Op::Close { slot } => self.close(*slot),
-            Op::Post {
-                slot,
-                impostor,
-                body,
-            } => {
-                let bytes = self.render_body(body);
-                self.post(*slot, *impostor, &bytes)
-            }
-            Op::Subscribe { slot, uri, id } | Op::Unsubscribe { slot, uri, id } => {
-                let method = if matches!(op, Op::Subscribe { .. }) {
-                    "resources/subscribe"
-                } else {
-                    "resources/unsubscribe"
-                };
-                let body = format!(
-                    r#"{{"jsonrpc":"2.0","id":{},"method":"{method}","params":{{"uri":{}}}}}"#,
-                    self.render_id(id),
-                    json_string(URIS[usize::from(*uri) % URIS.len()])
-                );
-                self.post(*slot, false, body.as_bytes())
-            }
-            Op::Backend(msg) => self.backend(msg),
-            Op::BackendExit => {
-                self.router.backend_exited();
-                let actions = drain(&mut self.router);
-                let closed: BTreeSet<SessionId> = actions
-                    .iter()
-                    .map(|a| match a {
-                        Action::CloseSession { session } => *session,
-                        other => panic!("backend exit produced {other:?}"),
-                    })
-                    .collect();
-                assert_eq!(
-                    closed, self.live_ids,
-                    "backend exit closes every live session"
-                );
-                assert_eq!(closed.len(), actions.len(), "a session closed twice");
-                self.backend_up = false;
-                self.live.clear();
-                self.live_ids.clear();
-                self.subs.clear();
-                self.init_askers.clear();
-                self.init_ids.clear();
-                for slot in &mut self.slots {
-                    slot.last = slot.current.take().or(slot.last);
-                }
-                (Outcome::None, actions, "exit".into())
-            }
-            Op::BackendStart => {
-                if !self.backend_up {
-                    self.router.backend_started();
-                    self.backend_up = true;
-                }
-                let actions = drain(&mut self.router);
-                assert!(actions.is_empty(), "backend start produced {actions:?}");
-                (Outcome::None, actions, "start".into())
-            }
-            Op::Ping => {
-                let n = self.router.health_ping();
-                let actions = drain(&mut self.router);
-                let expected = format!(
-                    "{{\"jsonrpc\":\"2.0\",\"id\":\"{PROXY_ID_PREFIX}ping:{n}\",\"method\":\"ping\"}}\n"
-                );
-                assert!(
-                    matches!(&actions[..], [Action::Reply { line }] if *line == expected.as_bytes()),
-                    "a health ping produced {actions:?}"
-                );
-                (Outcome::Pinged(n), actions, "ping".into())
-            }
-        }
-    }
-
-    fn open(&mut self, slot: u8, principal: u8) -> (Outcome, Vec<Action>, String) {
-        if self.slot(slot).current.is_some() {
-            return (Outcome::None, Vec::new(), "open:occupied".into());
-        }
-        self.opened += 1;
-        let mut bytes = [0x5a; 16];
-        bytes[..4].copy_from_slice(&self.opened.to_le_bytes());
-        let sid = SessionId::from_random(bytes);
-        let principal = Principal::new(PRINCIPALS[usize::from(principal) % PRINCIPALS.len()]);
-        let result = self.router.open_session(sid, principal.clone());
-        let actions = drain(&mut self.router);
-        assert!(actions.is_empty(), "opening a session produced {actions:?}");
-        assert_eq!(
-            result.is_ok(),
-            self.backend_up,
-            "open_session gave {result:?} with the backend up = {}",
-            self.backend_up
-        );
-        if result.is_ok() {
-            self.live.insert(sid, principal);
-            self.live_ids.insert(sid);
-            let s = self.slot(slot);
-            s.last = s.current.replace(sid).or(s.last);
-        }
-        let label = format!("open:{}", result.is_ok());
-        (Outcome::Opened(result), actions, label)
-    }
-
-    fn close(&mut self, slot: u8) -> (Outcome, Vec<Action>, String) {
-        let s = *self.slot(slot);
-        let Some(sid) = s.current.or(s.last) else {
-            return (Outcome::None, Vec::new(), "close:none".into());
-        };
-        let was_live = self.live.remove(&sid).is_some();
-        self.live_ids.remove(&sid);
-        let watched = self.subs.remove(&sid).unwrap_or_default();
-        self.router.close_session(&sid);
-        let actions = drain(&mut self.router);
-        // The proxy unsubscribes exactly the resources no live session watches any more.
-        let mut left: BTreeSet<String> = watched
-            .into_iter()
-            .filter(|uri| !self.subs.values().any(|s| s.contains(uri)))
-            .collect();
-        for action in &actions {
-            let Action::Reply { line } = action else {
-                panic!("closing a session produced {action:?}");
-            };
-            let r = members(backend_line_text(line)).expect("an unsubscribe is one object");
-            assert_eq!(
-                r.get("method").and_then(|v| string_of(v)).as_deref(),
-                Some("resources/unsubscribe")
-            );
-            let id = r.get("id").and_then(|v| string_of(v)).unwrap_or_default();
-            assert!(
-                id.starts_with(PROXY_ID_PREFIX),
-                "unsubscribe under id {id:?}"
-            );
-            let uri = at(&r, &["params", "uri"]).and_then(string_of);
-            assert!(
-                uri.as_ref().is_some_and(|u| left.remove(u)),
-                "unsubscribed {uri:?}, which others still watch or nobody watched"
-            );
-        }
-        assert!(left.is_empty(), "no unsubscribe for {left:?}");
-        let s = self.slot(slot);
-        if s.current == Some(sid) {
-            s.last = s.current.take();
-        }
-        let label = format!("close:{was_live}:{}", actions.len());
-        (Outcome::None, actions, label)
-    }
-
-    fn post(&mut self, slot: u8, impostor: bool, body: &[u8]) -> (Outcome, Vec<Action>, String) {
-        let sid = self.target(slot);
-        let owner = self.live.get(&sid).cloned();
-        let principal = match (&owner, impostor) {
-            (Some(owner), true) => {
-                let at = PRINCIPALS.iter().position(|p| *p == owner.as_str());
-                Principal::new(PRINCIPALS[at.map_or(0, |i| (i + 1) % PRINCIPALS.len())])
-            }
-            (Some(owner), false) => owner.clone(),
-            (None, _) => Principal::new(PRINCIPALS[0]),
-        };
-        let result = self
-            .router
-            .client_message(sid.as_str(), &principal, Body::Complete(body));
-        let actions = drain(&mut self.router);
-        if owner.is_none() || impostor {
-            assert_eq!(
-                result,
-                Err(Rejection::SessionNotFound),
-                "a post to a session that is not the caller's"
-            );
-        }
-        let Ok(accepted) = result else {
-            assert!(actions.is_empty(), "a rejected post produced {actions:?}");
-            return (Outcome::Posted(result), actions, "post:rejected".into());
-        };
-        let text = std::str::from_utf8(body).expect("an accepted body is UTF-8");
-        let m = members(text).expect("an accepted body is one object");
-        let method = m
-            .get("method")
-            .and_then(|v| string_of(v))
-            .unwrap_or_default();
-        let id = m.get("id").map(|v| v.get().to_owned());
-        let mut rewrites = 0;
-        let mut answered = false;
-        for action in &actions {
-            match action {
-                Action::Rewrite { line } => {
-                    rewrites += 1;
-                    self.check_prefixed(&sid, line);
-                }
-                Action::Deliver { session, message } => {
-                    assert_eq!(*session, sid, "a post was answered into another session");
-                    let d = one_line_object(message);
-                    assert_eq!(
-                        d.get("id").map(|v| v.get()),
-                        id.as_deref(),
-                        "a proxy answer under another id"
-                    );
-                    answered = true;
-                }
-                other => panic!("a post produced {other:?}"),
-            }
-        }
-        assert_eq!(
-            rewrites,
-            usize::from(accepted == Accepted::Forwarded),
-            "{accepted:?} with {actions:?}"
-        );
-        let uri = at(&m, &["params", "uri"]).and_then(strict_string_of);
-        match (method.as_str(), &id, uri) {
-            ("resources/subscribe", Some(_), Some(uri)) if accepted == Accepted::Forwarded => {
-                self.subs.entry(sid).or_default().insert(uri);
-            }
-            ("resources/unsubscribe", Some(_), Some(uri)) => {
-                if let Some(set) = self.subs.get_mut(&sid) {
-                    set.remove(&uri);
-                }
-            }
-            ("initialize", Some(id), _) if !answered => {
-                self.init_askers.insert((sid, id.clone()));
-            }
-            _ => {}
-        }
-        let known = matches!(
-            method.as_str(),
-            "tools/call"
-                | "initialize"
-                | "ping"
-                | "resources/subscribe"
-                | "resources/unsubscribe"
-                | "notifications/cancelled"
-                | "notifications/initialized"
-                | "notifications/progress"
-                | "notifications/roots/list_changed"
-        );
-        let method = if known { method.as_str() } else { "other" };
-        let label = format!("post:{accepted:?}:{method}:{}", actions.len());
-        (Outcome::Posted(Ok(accepted)), actions, label)
-    }
-
-    /// SPEC 6.2: every id, cancelled requestId and progress token in a client's line is a
-    /// routed id of that client's own session. Records them for later backend answers.
-    fn check_prefixed(&mut self, sid: &SessionId, line: &[u8]) {
-        let text = backend_line_text(line);
-        let r = members(text).expect("a rewritten line is one object");
-        let method = r
-            .get("method")
-            .and_then(|v| string_of(v))
-            .unwrap_or_default();
-        let mut routed = Vec::new();
-        if let Some(id) = r.get("id") {
-            routed.push(("id", *id));
-        }
-        if let Some(token) = at(&r, &["params", "_meta", "progressToken"]) {
-            routed.push(("progressToken", token));
-        }
-        if method == "notifications/cancelled" {
-            if let Some(request_id) = at(&r, &["params", "requestId"]) {
-                routed.push(("requestId", request_id));
-            }
-        }
-        for (what, value) in routed {
-            if !is_id_like(value) && what != "id" {
-                continue; // Not an id type: passes unchanged and can never be routed.
-            }
-            let text = string_of(value).unwrap_or_default();
-            if what == "id" && method == "initialize" && is_proxy_initialize_id(&text) {
-                self.init_ids.push(value.get().to_owned());
-                continue;
-            }
-            assert!(
-                routed_rest(&text, sid).is_some(),
-                "{what} {} reached the backend without the sender's sid",
-                value.get()
-            );
-            self.minted.push((*sid, value.get().to_owned()));
-        }
-    }
-
-    fn backend(&mut self, msg: &BackendMsg) -> (Outcome, Vec<Action>, String) {
-        // The session a structured line must reach when it is live (completeness).
-        let mut must_reach: BTreeSet<SessionId> = BTreeSet::new();
-        let (line, kind) = match msg {
-            BackendMsg::Answer {
-                pick,
-                error,
-                escaped,
-            } => {
-                let picked = if usize::from(*pick) % 2 == 1 && !self.init_ids.is_empty() {
-                    // The proxy's own initialize id: whoever waits for the handshake.
-                    let ids = &self.init_ids;
-                    Some((None, ids[usize::from(*pick / 2) % ids.len()].clone()))
-                } else {
-                    self.pick(*pick, *escaped).map(|(sid, id)| (Some(sid), id))
-                };
-                let Some((sid, id)) = picked else {
-                    return (Outcome::None, Vec::new(), "backend:none".into());
-                };
-                if let Some(sid) = sid.filter(|sid| self.live.contains_key(sid)) {
-                    must_reach.insert(sid);
-                }
-                let member = if *error {
-                    r#""error":{"code":-1,"message":"no"}"#
-                } else {
-                    r#""result":{"content":[]}"#
-                };
-                (
-                    format!(r#"{{"jsonrpc":"2.0","id":{id},{member}}}"#),
-                    "answer",
-                )
-            }
-            BackendMsg::Progress { pick, escaped } => {
-                let Some((sid, token)) = self.pick(*pick, *escaped) else {
-                    return (Outcome::None, Vec::new(), "backend:none".into());
-                };
-                if self.live.contains_key(&sid) {
-                    must_reach.insert(sid);
-                }
-                (
-                    format!(
-                        r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":{token},"progress":1,"total":2}}}}"#
-                    ),
-                    "progress",
-                )
-            }
-            BackendMsg::Forged { id } => (
-                format!(
-                    r#"{{"jsonrpc":"2.0","id":{},"result":{{}}}}"#,
-                    self.render_id(id)
-                ),
-                "forged",
-            ),
-            BackendMsg::ListChanged { which, params } => {
-                let method = LIST_CHANGED[usize::from(*which) % 3];
-                let params = if *params {
-                    r#","params":{"_meta":{"x":"<script>"},"injected":true}"#
-                } else {
-                    ""
-                };
-                (
-                    format!(r#"{{"jsonrpc":"2.0","method":"{method}"{params}}}"#),
-                    "list_changed",
-                )
-            }
-            BackendMsg::Updated { uri } => {
-                let uri = URIS[usize::from(*uri) % URIS.len()];
-                must_reach.extend(
-                    self.subs
-                        .iter()
-                        .filter(|(_, s)| s.contains(uri))
-                        .map(|(sid, _)| *sid),
-                );
-                (
-                    format!(
-                        r#"{{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{{"uri":{}}}}}"#,
-                        json_string(uri)
-                    ),
-                    "updated",
-                )
-            }
-            BackendMsg::Request { id, ping } => {
-                let method = if *ping {
-                    "ping"
-                } else {
-                    "sampling/createMessage"
-                };
-                (
-                    format!(
-                        r#"{{"jsonrpc":"2.0","id":{},"method":"{method}","params":{{}}}}"#,
-                        self.render_id(id)
-                    ),
-                    "request",
-                )
-            }
-            BackendMsg::Pong { n } => (
-                format!(r#"{{"jsonrpc":"2.0","id":"{PROXY_ID_PREFIX}ping:{n}","result":{{}}}}"#),
-                "pong",
-            ),
-            BackendMsg::Raw(text) => (text.clone(), "raw"),
-        };
-        self.router.backend_line(line.as_bytes());
-        let actions = drain(&mut self.router);
-        let init_ids: BTreeSet<String> = self
-            .init_ids
-            .iter()
-            .filter_map(|raw| serde_json::from_str(raw).ok())
-            .collect();
-        let world = World {
-            live: &self.live_ids,
-            subs: &self.subs,
-            init_askers: &self.init_askers,
-            init_ids: &init_ids,
-        };
-        let delivered = check_backend_actions(&world, line.as_bytes(), &actions);
-        assert!(
-            must_reach.is_subset(&delivered),
-            "{line} reached {delivered:?}, not all of {must_reach:?}"
-        );
-        if kind == "updated" {
-            assert_eq!(delivered, must_reach, "{line} reached other sessions");
-        }
-        let label = format!("backend:{kind}:{}", action_kinds(&actions));
-        (Outcome::None, actions, label)
-    }
-
-    /// A routed id or token written earlier, as the backend echoes it, with its session.
-    fn pick(&self, pick: u16, escaped: bool) -> Option<(SessionId, String)> {
-        if self.minted.is_empty() {
-            return None;
-        }
-        let (sid, raw) = &self.minted[usize::from(pick) % self.minted.len()];
-        let raw = RawValue::from_string(raw.clone()).expect("minted ids are JSON");
-        let echoed = echoes(&raw);
-        let text = if escaped {
-            echoed.last()
-        } else {
-            echoed.first()
-        };
-        Some((*sid, text.expect("at least the raw form").clone()))
-    }
-
-    fn render_id(&mut self, id: &Id) -> String {
-        match id {
-            Id::Small(n) => n.to_string(),
-            Id::Int(n) => n.to_string(),
-            Id::Digits(n) => {
-                let len = 1 + usize::from(*n % 60);
-                let digits: String = "9007199254740993".chars().cycle().take(len).collect();
-                if n % 2 == 1 {
-                    format!("-{digits}")
-                } else {
-                    digits
-                }
-            }
-            Id::NegZero => "-0".into(),
-            Id::Str(s) => json_string(s),
-            Id::Spoof { slot, n, string } => {
-                let sid = self.target(*slot);
-                let kind = if *string { 's' } else { 'n' };
-                json_string(&format!("{sid}|{kind}:{n}"))
-            }
-            Id::ProxyLike(n) => json_string(&format!("{PROXY_ID_PREFIX}ping:{n}")),
-            Id::Fraction => "1.5".into(),
-            Id::Null => "null".into(),
-        }
-    }
-
-    fn render_body(&mut self, body: &ClientBody) -> Vec<u8> {
-        let (id, method, uri, request_id, progress) = match body {
-            ClientBody::Raw(text) => return text.clone().into_bytes(),
-            ClientBody::Request {
-                id,
-                method,
-                uri,
-                request_id,
-                progress,
-            } => (Some(id), method, uri, request_id, progress),
-            ClientBody::Notification {
-                method,
-                uri,
-                request_id,
-                progress,
-            } => (None, method, uri, request_id, progress),
-        };
-        let method = match method {
-            Method::ToolsCall => "tools/call",
-            Method::Initialize => "initialize",
-            Method::Ping => "ping",
-            Method::Subscribe => "resources/subscribe",
-            Method::Unsubscribe => "resources/unsubscribe",
-            Method::Cancelled => "notifications/cancelled",
-            Method::Initialized => "notifications/initialized",
-            Method::Progress => "notifications/progress",
-            Method::RootsListChanged => "notifications/roots/list_changed",
-            Method::Custom(name) => name.as_str(),
-        };
-        let mut params = Vec::new();
-        if let Some(uri) = uri {
-            params.push(format!(
-                r#""uri":{}"#,
-                json_string(URIS[usize::from(*uri) % URIS.len()])
-            ));
-        }
-        if let Some(request_id) = request_id {
-            params.push(format!(r#""requestId":{}"#, self.render_id(request_id)));
-        }
-        if let Some(progress) = progress {
-            params.push(format!(
-                r#""_meta":{{"progressToken":{}}}"#,
-                self.render_id(progress)
-            ));
-        }
-        if method == "initialize" {
-            params.push(r#""capabilities":{"sampling":{}}"#.into());
-        }
-        let mut out = String::from(r#"{"jsonrpc":"2.0","#);
-        if let Some(id) = id {
-            out.push_str(&format!(r#""id":{},"#, self.render_id(id)));
-        }
-        out.push_str(&format!(r#""method":{}"#, json_string(method)));
-        if !params.is_empty() {
-            out.push_str(&format!(r#","params":{{{}}}"#, params.join(",")));
-        }
-        out.push('}');
-        out.into_bytes()
-    }
-}
-
-fn action_kinds(actions: &[Action]) -> String {
-    let kinds: Vec<&str> = actions
-        .iter()
-        .map(|a| match a {
-            Action::Rewrite { .. } => "rewrite",
-            Action::Reply { .. } => "reply",
-            Action::Deliver { .. } => "deliver",
-            Action::Broadcast { .. } => "broadcast",
-            Action::Drop { .. } => "drop",
-            Action::CloseSession { .. } => "close",
-            Action::Pong { .. } => "pong",
-        })
-        .collect();
-    kinds.join("+")
-}
-
-// ---------------------------------------------------------------------------------------
 // Shared helpers: fixture set-up and an independent reading of JSON.
 
 fn drain(router: &mut Router) -> Vec<Action> {
@@ -1671,7 +908,7 @@ fn setup_post(
 }
 
 /// A backend line's text: UTF-8, one `\n` at the end and no other raw CR or LF.
-fn backend_line_text(line: &[u8]) -> &str {
+pub(crate) fn backend_line_text(line: &[u8]) -> &str {
     let body = line
         .strip_suffix(b"\n")
         .expect("a backend line ends in \\n");
@@ -1683,7 +920,7 @@ fn backend_line_text(line: &[u8]) -> &str {
 }
 
 /// A message for a client: one JSON object, no raw CR or LF (one SSE `data:` line).
-fn one_line_object(message: &[u8]) -> Members<'_> {
+pub(crate) fn one_line_object(message: &[u8]) -> Members<'_> {
     assert!(
         !message.contains(&b'\n') && !message.contains(&b'\r'),
         "a raw newline in a client message"
@@ -1694,14 +931,14 @@ fn one_line_object(message: &[u8]) -> Members<'_> {
 }
 
 /// An object's members as raw values (the last of duplicate keys wins).
-type Members<'a> = BTreeMap<String, &'a RawValue>;
+pub(crate) type Members<'a> = BTreeMap<String, &'a RawValue>;
 
-fn members(text: &str) -> Option<Members<'_>> {
+pub(crate) fn members(text: &str) -> Option<Members<'_>> {
     serde_json::from_str(text).ok()
 }
 
 /// The value at `path` of nested objects.
-fn at<'a>(m: &Members<'a>, path: &[&str]) -> Option<&'a RawValue> {
+pub(crate) fn at<'a>(m: &Members<'a>, path: &[&str]) -> Option<&'a RawValue> {
     let (first, rest) = path.split_first()?;
     let mut value = *m.get(*first)?;
     for key in rest {
@@ -1712,13 +949,13 @@ fn at<'a>(m: &Members<'a>, path: &[&str]) -> Option<&'a RawValue> {
 
 /// The value of a JSON string as serde_json (and so the router) reads it: `None` for a
 /// lone surrogate escape. Used where the router itself reads a value (uris).
-fn strict_string_of(raw: &RawValue) -> Option<String> {
+pub(crate) fn strict_string_of(raw: &RawValue) -> Option<String> {
     serde_json::from_str(raw.get()).ok()
 }
 
 /// The value of a JSON string. Lone surrogate escapes, which serde_json refuses but the
 /// proxy (rightly) passes through byte for byte, become U+FFFD.
-fn string_of(raw: &RawValue) -> Option<String> {
+pub(crate) fn string_of(raw: &RawValue) -> Option<String> {
     let text = raw.get();
     if let Some(value) = strict_string_of(raw) {
         return Some(value);
@@ -1747,7 +984,7 @@ fn string_of(raw: &RawValue) -> Option<String> {
     Some(String::from_utf16_lossy(&units))
 }
 
-fn json_string(s: &str) -> String {
+pub(crate) fn json_string(s: &str) -> String {
     serde_json::to_string(s).expect("strings serialise")
 }
 
@@ -1759,7 +996,7 @@ fn is_integer(raw: &RawValue) -> bool {
 }
 
 /// An integer or a string: the id types the proxy routes.
-fn is_id_like(raw: &RawValue) -> bool {
+pub(crate) fn is_id_like(raw: &RawValue) -> bool {
     is_integer(raw) || raw.get().starts_with('"')
 }
 

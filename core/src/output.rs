@@ -1,0 +1,384 @@
+//! What the [`Hub`](crate::Hub) asks a shell to do, and the ids it hands out for the
+//! shell's own things (HTTP exchanges, streams, backend processes).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::action::{DropReason, LogLevel};
+use crate::auth::Principal;
+use crate::http::Response;
+use crate::routed_id::SessionId;
+use crate::supervise::{Exit, Signal};
+
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident, $prefix:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(pub(crate) u64);
+
+        impl $name {
+            /// The number behind the id (unique for the hub's life), for logs and maps.
+            pub fn get(self) -> u64 {
+                self.0
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, concat!($prefix, "{}"), self.0)
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(self, f)
+            }
+        }
+    };
+}
+
+id_type!(
+    /// One HTTP exchange waiting for its answer ([`Output::Respond`] or
+    /// [`Output::StartStream`]); returned by [`Hub::handle_request`](crate::Hub::handle_request).
+    RequestId,
+    "R"
+);
+id_type!(
+    /// One outgoing SSE stream (a legacy session's `/sse` stream, a Streamable request's
+    /// stream or a session's standalone GET stream).
+    StreamId,
+    "S"
+);
+id_type!(
+    /// One backend process, from [`Output::SpawnBackend`] to its exit. Lines, write
+    /// reports and exits tagged with an older id are ignored.
+    BackendId,
+    "B"
+);
+
+/// One chunk for a stream: owned, shared by every stream of a broadcast, or static.
+#[derive(Debug, Clone)]
+pub enum Frame {
+    /// Bytes for this stream only.
+    Owned(Vec<u8>),
+    /// The same bytes queued on several streams (a broadcast).
+    Shared(Arc<[u8]>),
+    /// A constant (the keep-alive comment).
+    Static(&'static [u8]),
+}
+
+impl Frame {
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.as_ref().len()
+    }
+
+    /// Whether the frame holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl AsRef<[u8]> for Frame {
+    fn as_ref(&self) -> &[u8] {
+        match self {
+            Frame::Owned(v) => v,
+            Frame::Shared(a) => a,
+            Frame::Static(s) => s,
+        }
+    }
+}
+
+/// Frames already waiting in a stream's queue are joined into one write up to this size.
+pub const COALESCE_LIMIT: usize = 64 * 1024;
+
+/// Joins `first` with the frames already waiting (pulled from `next` until it gives
+/// `None`) into one write of about [`COALESCE_LIMIT`] bytes; a lone frame is not copied.
+pub fn coalesce(first: Frame, mut next: impl FnMut() -> Option<Frame>) -> Frame {
+    let Some(second) = next() else {
+        return first;
+    };
+    let mut buf = Vec::with_capacity(COALESCE_LIMIT.max(first.len() + second.len()));
+    buf.extend_from_slice(first.as_ref());
+    buf.extend_from_slice(second.as_ref());
+    while buf.len() < COALESCE_LIMIT {
+        let Some(more) = next() else { break };
+        buf.extend_from_slice(more.as_ref());
+    }
+    Frame::Owned(buf)
+}
+
+/// How a stream ended on the shell's side, reported with
+/// [`Hub::handle_stream_closed`](crate::Hub::handle_stream_closed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamEnd {
+    /// The client went away or a write failed.
+    ClientGone,
+    /// A frame did not fit the stream's byte budget: the slow-consumer rule.
+    Full,
+}
+
+/// One thing for a shell to do, drained with [`Hub::poll_output`](crate::Hub::poll_output)
+/// after every input. A shell performs each in order and decides nothing.
+#[derive(Debug, Clone)]
+#[must_use]
+pub enum Output {
+    /// Answer `request` with this complete response; the exchange is over.
+    Respond {
+        /// The exchange to answer.
+        request: RequestId,
+        /// Status, headers and body, copied onto the wire as they are.
+        response: Response,
+    },
+    /// Answer `request` with `head` (status and headers; its body is empty) and keep the
+    /// body open as `stream`: every [`Output::ToStream`] for it is written in order until
+    /// [`Output::EndStream`]. The shell's queue for it holds at most `budget` bytes not yet
+    /// written: a frame that does not fit ends the stream and is reported as
+    /// [`StreamEnd::Full`]. A stream that ends on the shell's side is reported as
+    /// [`StreamEnd::ClientGone`].
+    StartStream {
+        /// The exchange this stream answers.
+        request: RequestId,
+        /// The new stream.
+        stream: StreamId,
+        /// Status and headers.
+        head: Response,
+        /// Bytes the stream may have queued and unwritten.
+        budget: usize,
+    },
+    /// Queue `frame` on `stream` without waiting (ignored when the shell no longer has it).
+    ToStream {
+        /// Where.
+        stream: StreamId,
+        /// What.
+        frame: Frame,
+    },
+    /// Finish `stream`'s body once what is queued is written.
+    EndStream {
+        /// Which.
+        stream: StreamId,
+    },
+    /// Start the backend process. Report it with
+    /// [`Hub::handle_backend_spawned`](crate::Hub::handle_backend_spawned) or
+    /// [`Hub::handle_spawn_failed`](crate::Hub::handle_spawn_failed); then its stdout lines
+    /// ([`Hub::handle_backend_lines`](crate::Hub::handle_backend_lines)), the lines written to
+    /// its stdin (at least every [`STDIN_REPORT_EVERY`] lines,
+    /// [`Hub::handle_backend_wrote`](crate::Hub::handle_backend_wrote)) and its exit
+    /// ([`Hub::handle_backend_exited`](crate::Hub::handle_backend_exited)), all tagged `backend`.
+    SpawnBackend {
+        /// The id the process is known by.
+        backend: BackendId,
+    },
+    /// Queue `line` (one JSON-RPC message ending in `\n`) for the backend's stdin. The hub
+    /// bounds how many lines are queued, so the shell's queue need not.
+    ToBackend {
+        /// Which process (ignored when it is no longer the shell's).
+        backend: BackendId,
+        /// The bytes, newline included.
+        line: Vec<u8>,
+    },
+    /// Close the backend's stdin once the lines queued before are written.
+    CloseBackendStdin {
+        /// Which process.
+        backend: BackendId,
+    },
+    /// Send `signal` to the backend process (if it has not been reaped yet).
+    SignalBackend {
+        /// Which process.
+        backend: BackendId,
+        /// What to send.
+        signal: Signal,
+    },
+    /// Stop accepting connections; answers already under way still go out.
+    StopAccepting,
+    /// Exit the process with `status` once answers under way had at most `drain` to go out.
+    /// No output follows.
+    Exit {
+        /// The process exit status.
+        status: i32,
+        /// How long answers already under way may still take.
+        drain: Duration,
+    },
+    /// Write this to the log at [`Event::level`].
+    Log(Event),
+}
+
+/// How often a shell reports lines written to the backend's stdin, at the latest: the hub
+/// counts lines queued and not yet reported against its stdin budget.
+pub const STDIN_REPORT_EVERY: usize = 64;
+
+/// Why a session ended, for the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// Its stream ended on the client's side.
+    ClientGone,
+    /// It fell further behind than its buffer allows.
+    SlowConsumer,
+    /// The backend process exited.
+    BackendExited,
+    /// The proxy is shutting down.
+    Shutdown,
+}
+
+/// Something for the log; [`Event::level`] says how loud.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A session was created for `principal`.
+    SessionOpened {
+        /// The new session.
+        session: SessionId,
+        /// Its owner.
+        principal: Principal,
+    },
+    /// A session ended.
+    SessionClosed {
+        /// Which.
+        session: SessionId,
+        /// Why.
+        reason: CloseReason,
+    },
+    /// A backend message (or part of a client's) went nowhere, or the proxy answered it.
+    Dropped {
+        /// Why.
+        reason: DropReason,
+        /// The JSON-RPC method, when there was one.
+        method: Option<String>,
+        /// How loud, as the router decided (the first of each kind warns).
+        level: LogLevel,
+    },
+    /// The backend process runs.
+    BackendStarted {
+        /// Its process id.
+        pid: u32,
+    },
+    /// The backend could not be started.
+    SpawnFailed {
+        /// What the OS said.
+        error: String,
+    },
+    /// The backend process exited.
+    BackendExited {
+        /// Its process id.
+        pid: u32,
+        /// How.
+        exit: Exit,
+    },
+    /// The backend will be started again after `after`.
+    Restarting {
+        /// The backoff.
+        after: Duration,
+    },
+    /// The backend will not be restarted: the proxy shuts down with `status`.
+    ShuttingDown {
+        /// The proxy's exit status.
+        status: i32,
+    },
+    /// SIGINT or SIGTERM: the proxy shuts down.
+    ShutdownRequested,
+    /// The backend still runs during shutdown: `signal` is sent.
+    StillRunning {
+        /// What is sent now.
+        signal: Signal,
+    },
+    /// The backend outlived every step of the stop sequence; the proxy exits anyway.
+    GaveUpWaiting,
+    /// The backend has not answered a ping for `silent` (it is not killed).
+    Unresponsive {
+        /// Time since the unanswered ping.
+        silent: Duration,
+    },
+    /// The backend answers pings again.
+    Responsive,
+}
+
+/// Log levels the hub asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    /// Something an operator should look at.
+    Warn,
+    /// Normal operation.
+    Info,
+    /// Detail.
+    Debug,
+}
+
+impl Event {
+    /// How loud the event is.
+    pub fn level(&self) -> Level {
+        match self {
+            Event::SessionClosed {
+                reason: CloseReason::SlowConsumer,
+                ..
+            }
+            | Event::BackendExited { .. }
+            | Event::SpawnFailed { .. }
+            | Event::GaveUpWaiting
+            | Event::Unresponsive { .. } => Level::Warn,
+            Event::Dropped {
+                level: LogLevel::Warn,
+                ..
+            } => Level::Warn,
+            Event::Dropped { .. } => Level::Debug,
+            _ => Level::Info,
+        }
+    }
+
+    /// The session the event is about, for the shell's per-session span or field.
+    pub fn session(&self) -> Option<SessionId> {
+        match self {
+            Event::SessionOpened { session, .. } | Event::SessionClosed { session, .. } => {
+                Some(*session)
+            }
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Event::SessionOpened { principal, .. } => {
+                write!(f, "session opened for principal {principal}")
+            }
+            Event::SessionClosed { reason, .. } => match reason {
+                CloseReason::ClientGone => write!(f, "session closed: stream ended"),
+                CloseReason::SlowConsumer => write!(
+                    f,
+                    "session closed: slow consumer (its buffer is full; it is disconnected, never thinned)"
+                ),
+                CloseReason::BackendExited => write!(f, "session closed: backend exited"),
+                CloseReason::Shutdown => write!(f, "session closed: shutting down"),
+            },
+            Event::Dropped { reason, method, .. } => match method {
+                Some(m) => write!(f, "dropped backend message ({reason}, method {m})"),
+                None => write!(f, "dropped backend message ({reason})"),
+            },
+            Event::BackendStarted { pid } => write!(f, "backend started, pid {pid}"),
+            Event::SpawnFailed { error } => write!(f, "cannot start backend: {error}"),
+            Event::BackendExited { pid, exit } => match exit {
+                Exit::Code(code) => write!(f, "backend pid {pid} exited with status {code}"),
+                Exit::Signal => write!(f, "backend pid {pid} was killed by a signal"),
+                Exit::SpawnFailed => write!(f, "backend pid {pid} could not be started"),
+            },
+            Event::Restarting { after } => {
+                write!(f, "restarting backend in {} ms", after.as_millis())
+            }
+            Event::ShuttingDown { status } => write!(
+                f,
+                "backend will not be restarted; shutting down with status {status}"
+            ),
+            Event::ShutdownRequested => write!(f, "shutdown requested"),
+            Event::StillRunning { signal } => {
+                write!(f, "backend still running; sending {signal:?}")
+            }
+            Event::GaveUpWaiting => write!(f, "backend did not exit after SIGKILL; exiting"),
+            Event::Unresponsive { silent } => write!(
+                f,
+                "backend has not answered a ping for {} ms",
+                silent.as_millis()
+            ),
+            Event::Responsive => write!(f, "backend answers pings again"),
+        }
+    }
+}

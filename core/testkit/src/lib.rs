@@ -1,0 +1,18 @@
+//! # switchboard-testkit
+//!
+//! Test support for `switchboard-core`, kept out of the core's own source:
+//!
+//! - [`driver`]: the hub in virtual time, with a scripted backend and scripted clients
+//!   (quinn's `Pair` idea), checking every output on the way;
+//! - [`scenario`]: the scenario language of `core/tests/scenarios/*.txt`, its one parser,
+//!   and the transcript the snapshot tests compare;
+//! - [`model`]: the one reference model, run on operations from the fuzzer
+//!   (`session_ops`) or from seeded generators (`core/tests/model.rs`);
+//! - [`fuzz`]: the message-level properties of the `client_body` and `backend_line`
+//!   fuzz targets.
+#![forbid(unsafe_code)]
+
+pub mod driver;
+pub mod fuzz;
+pub mod model;
+pub mod scenario;

@@ -1,0 +1,807 @@
+//! The scenario language: scripts of inputs to a [`Driver`] and the readable transcript of
+//! what came out. One parser ([`parse`]) serves the snapshot tests and the fuzz corpus tools.
+//!
+//! One command per line; lines starting with `#` are comments (copied into the transcript),
+//! blank lines separate paragraphs. Sessions are named by labels (`A`, `B`, `C1`: an
+//! uppercase letter then uppercase letters or digits); each label gets a fixed session id
+//! (`SessionId::from_random([n; 16])`, `n` counting labels in order of first use) and is
+//! printed `<A>` wherever that id's text appears. In arguments, `<A>` is replaced by A's
+//! session id and `${300*a}` by 300 `a`s.
+//!
+//! | command | input |
+//! |---|---|
+//! | `open A alice` | `GET /sse` as principal `alice`; the stream is A's |
+//! | `hangup A` | A's client hangs up its stream |
+//! | `stall A`, `resume A` | A's client stops reading (its queue fills up to the budget), or reads again |
+//! | `post A {...}` | `POST /messages?session_id=<A>` as A's principal |
+//! | `post-as bob A {...}` | the same as principal `bob` |
+//! | `post-raw A bytes` | the body with `\xHH`, `\r`, `\n`, `\t`, `\\` decoded (any other `\` is kept) |
+//! | `post-too-large A` | a body over `--max-body` |
+//! | `post-sid "text" [as bob] {...}` | the raw session text (a JSON string) as `anonymous` or `bob` |
+//! | `backend {...}`, `backend-raw bytes` | a line on the backend's stdout |
+//! | `backend-too-long` | a stdout line over `--max-line` |
+//! | `backend-exit [STATUS\|signal]` | the backend exits (default status 1) |
+//! | `spawn-fails N` | the next N backend starts fail |
+//! | `stdin-stall`, `stdin-drain` | the backend stops reading its stdin, or reads everything |
+//! | `stubborn-backend` | the backend ignores its stdin closing and SIGTERM |
+//! | `at +DURATION` | virtual time moves on (`500ms`, `30s`, `2m`); timers fire at their own times |
+//! | `health` | `GET /health` |
+//! | `metrics [PREFIX]` | `GET /metrics`, showing the sample lines that start with PREFIX |
+//! | `sigterm` | SIGTERM for the proxy |
+//! | `with FLAG VALUE` | before any other command: `restart never`, `keepalive 10s`, `ping-interval 5s`, `ping-timeout 2s`, `grace 1s`, `session-buffer 8192`, `max-sessions 2`, `stdin-queue 2`; `spawn-fails N` makes the first N starts fail |
+//!
+//! The transcript shows each command, then what followed, indented:
+//!
+//! | output | transcript |
+//! |---|---|
+//! | answer to this line's request | `= 202 Accepted`, `= 404 {...} (retry-after: 1)`, `= 200 stream A` |
+//! | answer to an earlier line's request | `= (line 12) 503 {...}` |
+//! | a frame on a stream | `-> A: {...}`, `-> A: endpoint /messages?...`, `-> A: keep-alive` |
+//! | the end of a stream | `-> end A` |
+//! | a line for the backend | `-> backend: {...}` |
+//! | backend process control | `-> spawn backend`, `-> close backend stdin`, `-> signal Terminate` |
+//! | `Log` | `-> drop reason method=m level=warn`, `-> log: text` |
+//! | the shell and the scripted world | `.. text` |
+//! | outputs of a timer | preceded by `@12.5s` (virtual time since the start) |
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use switchboard_core::http::Endpoint;
+use switchboard_core::hub::{Payload, Settings};
+use switchboard_core::supervise::Exit;
+use switchboard_core::{Event, LogLevel, Output, Principal, RequestId, SessionId, StreamId};
+
+use crate::driver::{Driver, Record, Seen};
+
+/// One command of a script.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// `open A alice`.
+    Open {
+        /// Session label.
+        label: String,
+        /// Principal name.
+        principal: String,
+    },
+    /// `hangup A`.
+    HangUp(String),
+    /// `stall A` (`true`) or `resume A` (`false`).
+    Stall(String, bool),
+    /// A POST to a labelled session.
+    Post {
+        /// Session label.
+        label: String,
+        /// Who posts instead of the owner (`post-as`).
+        principal: Option<String>,
+        /// The body, unexpanded.
+        body: PostBody,
+    },
+    /// `post-sid "text" [as bob] {...}`.
+    PostSid {
+        /// The session text (a decoded JSON string), unexpanded.
+        session: String,
+        /// `bob`, else anonymous.
+        principal: Option<String>,
+        /// The body, unexpanded.
+        body: String,
+    },
+    /// `backend {...}` (`raw`: `backend-raw`), unexpanded.
+    Backend {
+        /// The line.
+        line: String,
+        /// Decode `\xHH` escapes.
+        raw: bool,
+    },
+    /// `backend-too-long`.
+    BackendTooLong,
+    /// `backend-exit [STATUS|signal]`.
+    BackendExit(Exit),
+    /// `spawn-fails N`.
+    SpawnFails(usize),
+    /// `stdin-stall` (`true`), `stdin-drain` (`false`).
+    StdinStall(bool),
+    /// `stubborn-backend`.
+    StubbornBackend,
+    /// `at +DURATION`.
+    At(Duration),
+    /// `health`.
+    Health,
+    /// `metrics [PREFIX]`.
+    Metrics(String),
+    /// `sigterm`.
+    Sigterm,
+    /// `with FLAG VALUE`, before any other command: a setting of the hub.
+    With(String, String),
+}
+
+/// A POST body in a script.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PostBody {
+    /// JSON text (`post`, `post-as`).
+    Text(String),
+    /// Escaped bytes (`post-raw`).
+    Raw(String),
+    /// Over the limit (`post-too-large`).
+    TooLarge,
+}
+
+/// One line of a script.
+#[derive(Debug, Clone)]
+pub struct Line {
+    /// 1-based line number.
+    pub number: usize,
+    /// The text, trailing space removed.
+    pub text: String,
+    /// The command, or `None` for comments and blank lines.
+    pub command: Option<Command>,
+}
+
+/// Parses a script; panics naming the line on anything it cannot read.
+pub fn parse(script: &str) -> Vec<Line> {
+    script
+        .lines()
+        .enumerate()
+        .map(|(n, text)| {
+            let text = text.trim_end();
+            let command = (!text.is_empty() && !text.starts_with('#')).then(|| {
+                parse_command(text)
+                    .unwrap_or_else(|| panic!("line {}: cannot read {text:?}", n + 1))
+            });
+            Line {
+                number: n + 1,
+                text: text.to_owned(),
+                command,
+            }
+        })
+        .collect()
+}
+
+fn parse_command(line: &str) -> Option<Command> {
+    let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
+    let label = |text: &str| is_label(text).then(|| text.to_owned());
+    Some(match word {
+        "open" => {
+            let (l, principal) = rest.split_once(' ')?;
+            Command::Open {
+                label: label(l)?,
+                principal: principal.to_owned(),
+            }
+        }
+        "hangup" => Command::HangUp(label(rest)?),
+        "stall" => Command::Stall(label(rest)?, true),
+        "resume" => Command::Stall(label(rest)?, false),
+        "post" | "post-raw" | "post-too-large" => {
+            let (l, body) = rest.split_once(' ').unwrap_or((rest, ""));
+            let body = match word {
+                "post" => PostBody::Text(body.to_owned()),
+                "post-raw" => PostBody::Raw(body.to_owned()),
+                _ => PostBody::TooLarge,
+            };
+            Command::Post {
+                label: label(l)?,
+                principal: None,
+                body,
+            }
+        }
+        "post-as" => {
+            let (principal, rest) = rest.split_once(' ')?;
+            let (l, body) = rest.split_once(' ')?;
+            Command::Post {
+                label: label(l)?,
+                principal: Some(principal.to_owned()),
+                body: PostBody::Text(body.to_owned()),
+            }
+        }
+        "post-sid" => {
+            let mut values = serde_json::Deserializer::from_str(rest).into_iter::<String>();
+            let session = values.next()?.ok()?;
+            let rest = rest[values.byte_offset()..].trim_start();
+            let (principal, body) = match rest.strip_prefix("as ") {
+                Some(rest) => {
+                    let (p, body) = rest.split_once(' ')?;
+                    (Some(p.to_owned()), body)
+                }
+                None => (None, rest),
+            };
+            Command::PostSid {
+                session,
+                principal,
+                body: body.to_owned(),
+            }
+        }
+        "backend" | "backend-raw" => Command::Backend {
+            line: rest.to_owned(),
+            raw: word == "backend-raw",
+        },
+        "backend-too-long" => Command::BackendTooLong,
+        "backend-exit" => Command::BackendExit(match rest {
+            "" => Exit::Code(1),
+            "signal" => Exit::Signal,
+            code => Exit::Code(code.parse().ok()?),
+        }),
+        "spawn-fails" => Command::SpawnFails(rest.parse().ok()?),
+        "stdin-stall" => Command::StdinStall(true),
+        "stdin-drain" => Command::StdinStall(false),
+        "stubborn-backend" => Command::StubbornBackend,
+        "at" => Command::At(parse_duration(rest.strip_prefix('+')?)?),
+        "health" => Command::Health,
+        "metrics" => Command::Metrics(rest.to_owned()),
+        "sigterm" => Command::Sigterm,
+        "with" => {
+            let (flag, value) = rest.split_once(' ')?;
+            Command::With(flag.to_owned(), value.to_owned())
+        }
+        _ => return None,
+    })
+}
+
+/// `500ms`, `1.5s`, `30s`, `2m`.
+fn parse_duration(text: &str) -> Option<Duration> {
+    let (number, scale) = if let Some(n) = text.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = text.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = text.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        return None;
+    };
+    let value: f64 = number.parse().ok()?;
+    Some(Duration::from_secs_f64(value * scale))
+}
+
+/// Whether `text` is a session label.
+pub fn is_label(text: &str) -> bool {
+    let mut chars = text.chars();
+    chars.next().is_some_and(|c| c.is_ascii_uppercase())
+        && chars.all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
+}
+
+/// Labels numbered in order of first use, and the text expansion of scripts.
+#[derive(Debug, Default, Clone)]
+pub struct Labels {
+    labels: Vec<(String, SessionId)>,
+}
+
+impl Labels {
+    /// The session id of `label` (`from_random([n; 16])` for the n-th label first used).
+    pub fn sid(&mut self, label: &str) -> SessionId {
+        if let Some((_, sid)) = self.labels.iter().find(|(l, _)| l == label) {
+            return *sid;
+        }
+        let n = u8::try_from(self.labels.len() + 1).expect("fewer than 256 labels");
+        let sid = SessionId::from_random([n; 16]);
+        self.labels.push((label.to_owned(), sid));
+        sid
+    }
+
+    /// The entropy that makes the hub mint `label`'s session id.
+    pub fn entropy(&mut self, label: &str) -> [u8; 16] {
+        self.sid(label);
+        let n = self
+            .labels
+            .iter()
+            .position(|(l, _)| l == label)
+            .expect("just added")
+            + 1;
+        [u8::try_from(n).expect("fewer than 256 labels"); 16]
+    }
+
+    /// Replaces `<LABEL>` with the label's session id and `${N*text}` with `text` N times.
+    pub fn expand(&mut self, text: &str) -> String {
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(at) = rest.find(['<', '$']) {
+            out.push_str(&rest[..at]);
+            rest = &rest[at..];
+            if let Some(inner) = rest.strip_prefix('<') {
+                if let Some(end) = inner.find('>').filter(|&end| is_label(&inner[..end])) {
+                    let sid = self.sid(&inner[..end]);
+                    out.push_str(sid.as_str());
+                    rest = &inner[end + 1..];
+                    continue;
+                }
+            } else if let Some(inner) = rest.strip_prefix("${") {
+                let end = inner.find('}').expect("`${` is closed by `}`");
+                let (count, unit) = inner[..end].split_once('*').expect("`${N*text}`");
+                let count: usize = count.parse().expect("`${N*text}` with N a number");
+                out.push_str(&unit.repeat(count));
+                rest = &inner[end + 1..];
+                continue;
+            }
+            out.push_str(&rest[..1]);
+            rest = &rest[1..];
+        }
+        out.push_str(rest);
+        out
+    }
+
+    /// `text` with every labelled session id shown as `<LABEL>`.
+    pub fn redact(&self, text: &str) -> String {
+        let mut text = text.to_owned();
+        for (label, sid) in &self.labels {
+            text = text.replace(sid.as_str(), &format!("<{label}>"));
+        }
+        text
+    }
+}
+
+/// Decodes `\xHH`, `\r`, `\n`, `\t` and `\\`; any other backslash is kept as written, so
+/// JSON escapes such as `\"` and `\u00e9` pass through.
+pub fn unescape(text: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(text.len());
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let (decoded, used) = match (bytes[i], bytes.get(i + 1)) {
+            (b'\\', Some(b'x')) => {
+                let hex = text.get(i + 2..i + 4).expect("`\\x` takes two hex digits");
+                let byte = u8::from_str_radix(hex, 16).expect("`\\x` takes two hex digits");
+                (byte, 4)
+            }
+            (b'\\', Some(b'r')) => (b'\r', 2),
+            (b'\\', Some(b'n')) => (b'\n', 2),
+            (b'\\', Some(b't')) => (b'\t', 2),
+            (b'\\', Some(b'\\')) => (b'\\', 2),
+            (b, _) => (b, 1),
+        };
+        out.push(decoded);
+        i += used;
+    }
+    out
+}
+
+/// The settings scenarios run with: the defaults, with a small session buffer so that a
+/// stalled stream overflows after a few messages.
+pub fn scenario_settings() -> Settings {
+    Settings {
+        session_buffer: 4096,
+        ..Settings::default()
+    }
+}
+
+/// Runs `script` and returns its transcript.
+pub fn run(script: &str) -> String {
+    let mut settings = scenario_settings();
+    let mut failing_spawns = 0;
+    let mut runner: Option<Runner> = None;
+    let mut head = String::new();
+    for line in parse(script) {
+        if let Some(Command::With(flag, value)) = &line.command {
+            assert!(
+                runner.is_none(),
+                "line {}: `with` comes before every other command",
+                line.number
+            );
+            let applied = if flag == "spawn-fails" {
+                value.parse().ok().map(|n| failing_spawns = n)
+            } else {
+                apply_setting(&mut settings, flag, value)
+            };
+            applied.unwrap_or_else(|| panic!("line {}: cannot apply {flag} {value}", line.number));
+            writeln!(head, "{}", line.text).unwrap();
+            continue;
+        }
+        if runner.is_none() && line.command.is_none() {
+            writeln!(head, "{}", line.text).unwrap();
+            continue;
+        }
+        let runner = runner.get_or_insert_with(|| {
+            let mut r = Runner::new(settings.clone(), failing_spawns);
+            r.out.insert_str(0, &std::mem::take(&mut head));
+            r
+        });
+        runner.line(&line);
+    }
+    runner.map(|r| r.out).unwrap_or(head)
+}
+
+fn apply_setting(settings: &mut Settings, flag: &str, value: &str) -> Option<()> {
+    use switchboard_core::config::{parse_duration as duration, parse_size as size, Restart};
+    match flag {
+        "restart" => {
+            settings.restart = match value {
+                "never" => Restart::Never,
+                "always" => Restart::Always,
+                "on-failure" => Restart::OnFailure,
+                _ => return None,
+            }
+        }
+        "keepalive" => settings.keepalive = duration(value).ok()?,
+        "ping-interval" => settings.ping_interval = duration(value).ok()?,
+        "ping-timeout" => settings.ping_timeout = duration(value).ok()?,
+        "grace" => settings.grace = duration(value).ok()?,
+        "session-buffer" => settings.session_buffer = size(value).ok()?,
+        "max-sessions" => settings.max_sessions = value.parse().ok()?,
+        "stdin-queue" => settings.stdin_queue = value.parse().ok()?,
+        _ => return None,
+    }
+    Some(())
+}
+
+struct Runner {
+    driver: Driver,
+    labels: Labels,
+    owners: BTreeMap<String, Principal>,
+    streams: BTreeMap<StreamId, String>,
+    label_streams: BTreeMap<String, StreamId>,
+    requests: BTreeMap<RequestId, usize>,
+    /// The request of the line being run, answered inline.
+    current: Option<RequestId>,
+    metrics_prefix: Option<String>,
+    out: String,
+}
+
+impl Runner {
+    fn new(settings: Settings, failing_spawns: usize) -> Runner {
+        let mut driver = Driver::start(settings, failing_spawns);
+        let start = driver.take_records();
+        assert!(
+            start
+                .iter()
+                .any(|r| matches!(r.seen, Seen::Output(Output::SpawnBackend { .. }))),
+            "the hub starts its backend"
+        );
+        let usual = start.iter().all(|r| {
+            matches!(
+                r.seen,
+                Seen::Output(
+                    Output::SpawnBackend { .. } | Output::Log(Event::BackendStarted { .. })
+                )
+            )
+        });
+        let mut runner = Runner {
+            driver,
+            labels: Labels::default(),
+            owners: BTreeMap::new(),
+            streams: BTreeMap::new(),
+            label_streams: BTreeMap::new(),
+            requests: BTreeMap::new(),
+            current: None,
+            metrics_prefix: None,
+            out: String::new(),
+        };
+        if !usual {
+            // Only a start that went wrong is worth showing.
+            runner.out.push_str("(start)\n");
+            runner.render(Duration::ZERO, &start);
+        }
+        runner
+    }
+
+    fn line(&mut self, line: &Line) {
+        let Some(command) = &line.command else {
+            self.out.push_str(&line.text);
+            self.out.push('\n');
+            return;
+        };
+        writeln!(self.out, "{}", line.text).unwrap();
+        let started = self.driver.elapsed();
+        self.current = None;
+        self.metrics_prefix = None;
+        let request = self.run(command);
+        if let Some(request) = request {
+            self.requests.insert(request, line.number);
+            self.current = Some(request);
+        }
+        let records = self.driver.take_records();
+        self.render(started, &records);
+    }
+
+    fn stream(&self, label: &str) -> StreamId {
+        *self
+            .label_streams
+            .get(label)
+            .unwrap_or_else(|| panic!("session {label} has no stream"))
+    }
+
+    fn run(&mut self, command: &Command) -> Option<RequestId> {
+        let d = &mut self.driver;
+        match command {
+            Command::Open { label, principal } => {
+                assert!(
+                    !self.owners.contains_key(label),
+                    "session ids are never reused; use a new label for {label}"
+                );
+                let principal = Principal::new(principal);
+                self.owners.insert(label.clone(), principal.clone());
+                let entropy = self.labels.entropy(label);
+                let request = d.request(
+                    Endpoint::Stream,
+                    principal,
+                    "",
+                    Payload::Bytes(Vec::new()),
+                    entropy,
+                );
+                if let Some(stream) = d.stream_of(request) {
+                    self.streams.insert(stream, label.clone());
+                    self.label_streams.insert(label.clone(), stream);
+                }
+                Some(request)
+            }
+            Command::HangUp(label) => {
+                let stream = self.stream(label);
+                self.driver.hang_up(stream);
+                None
+            }
+            Command::Stall(label, stalled) => {
+                let stream = self.stream(label);
+                self.driver.stall(stream, *stalled);
+                None
+            }
+            Command::Post {
+                label,
+                principal,
+                body,
+            } => {
+                let sid = self.labels.sid(label);
+                let principal = match principal {
+                    Some(p) => Principal::new(p),
+                    None => self
+                        .owners
+                        .get(label)
+                        .cloned()
+                        .unwrap_or_else(|| panic!("session {label} was never opened")),
+                };
+                let body = match body {
+                    PostBody::Text(text) => Payload::Bytes(self.labels.expand(text).into_bytes()),
+                    PostBody::Raw(text) => Payload::Bytes(unescape(&self.labels.expand(text))),
+                    PostBody::TooLarge => Payload::TooLarge,
+                };
+                Some(self.driver.request(
+                    Endpoint::Messages,
+                    principal,
+                    sid.as_str(),
+                    body,
+                    [0; 16],
+                ))
+            }
+            Command::PostSid {
+                session,
+                principal,
+                body,
+            } => {
+                let session = self.labels.expand(session);
+                let body = self.labels.expand(body).into_bytes();
+                let principal = principal
+                    .as_deref()
+                    .map_or_else(Principal::anonymous, Principal::new);
+                Some(self.driver.request(
+                    Endpoint::Messages,
+                    principal,
+                    &session,
+                    Payload::Bytes(body),
+                    [0; 16],
+                ))
+            }
+            Command::Backend { line, raw } => {
+                let text = self.labels.expand(line);
+                let bytes = if *raw {
+                    unescape(&text)
+                } else {
+                    text.into_bytes()
+                };
+                self.driver.backend_line(Some(&bytes));
+                None
+            }
+            Command::BackendTooLong => {
+                d.backend_line(None);
+                None
+            }
+            Command::BackendExit(exit) => {
+                d.backend_exit(*exit);
+                None
+            }
+            Command::SpawnFails(n) => {
+                d.fail_spawns(*n);
+                None
+            }
+            Command::StdinStall(stalled) => {
+                d.stall_stdin(*stalled);
+                None
+            }
+            Command::StubbornBackend => {
+                d.script.stubborn = true;
+                None
+            }
+            Command::At(by) => {
+                d.advance(*by);
+                None
+            }
+            Command::Health => Some(d.request(
+                Endpoint::Health,
+                Principal::anonymous(),
+                "",
+                Payload::Bytes(Vec::new()),
+                [0; 16],
+            )),
+            Command::Metrics(prefix) => {
+                self.metrics_prefix = Some(prefix.clone());
+                Some(d.request(
+                    Endpoint::Metrics,
+                    Principal::anonymous(),
+                    "",
+                    Payload::Bytes(Vec::new()),
+                    [0; 16],
+                ))
+            }
+            Command::Sigterm => {
+                d.shutdown();
+                None
+            }
+            Command::With(..) => unreachable!("handled before the hub starts"),
+        }
+    }
+
+    fn render(&mut self, started: Duration, records: &[Record]) {
+        let mut shown_at = started;
+        for record in records {
+            if record.at != shown_at {
+                writeln!(self.out, "  @{}", show_time(record.at)).unwrap();
+                shown_at = record.at;
+            }
+            let text = match &record.seen {
+                Seen::Note(note) => format!(".. {}", self.name_streams(note)),
+                Seen::Output(output) => match self.render_output(output) {
+                    Some(text) => text,
+                    None => continue,
+                },
+            };
+            writeln!(self.out, "  {}", self.labels.redact(&text)).unwrap();
+        }
+    }
+
+    fn name_streams(&self, text: &str) -> String {
+        let mut text = text.to_owned();
+        for (stream, label) in &self.streams {
+            text = text.replace(&format!("{stream:?}'s"), &format!("{label}'s"));
+        }
+        text
+    }
+
+    fn stream_label(&self, stream: StreamId) -> String {
+        self.streams
+            .get(&stream)
+            .cloned()
+            .unwrap_or_else(|| format!("{stream:?}"))
+    }
+
+    fn answer_prefix(&self, request: RequestId) -> String {
+        if Some(request) == self.current {
+            "= ".to_owned()
+        } else {
+            match self.requests.get(&request) {
+                Some(line) => format!("= (line {line}) "),
+                None => format!("= ({request:?}) "),
+            }
+        }
+    }
+
+    fn render_output(&self, output: &Output) -> Option<String> {
+        Some(match output {
+            Output::Respond { request, response } => {
+                let mut text = self.answer_prefix(*request);
+                write!(text, "{}", response.status).unwrap();
+                let body = String::from_utf8_lossy(&response.body);
+                match &self.metrics_prefix {
+                    Some(prefix) if response.status == 200 && Some(*request) == self.current => {
+                        for l in body
+                            .lines()
+                            .filter(|l| !l.starts_with('#') && l.starts_with(prefix.as_str()))
+                        {
+                            write!(text, "\n    {l}").unwrap();
+                        }
+                    }
+                    _ => {
+                        write!(text, " {}", render_bytes(&response.body)).unwrap();
+                        for (name, value) in &response.headers {
+                            if *name != "content-type" {
+                                write!(text, " ({name}: {value})").unwrap();
+                            }
+                        }
+                    }
+                }
+                text
+            }
+            Output::StartStream {
+                request, stream, ..
+            } => format!(
+                "{}200 stream {}",
+                self.answer_prefix(*request),
+                self.stream_label(*stream)
+            ),
+            Output::ToStream { stream, frame } => {
+                let bytes = frame.as_ref();
+                let shown = if bytes == switchboard_core::sse::KEEPALIVE {
+                    "keep-alive".to_owned()
+                } else if let Some(url) = bytes
+                    .strip_prefix(b"event: endpoint\ndata: ")
+                    .and_then(|r| r.strip_suffix(b"\n\n"))
+                {
+                    format!("endpoint {}", String::from_utf8_lossy(url))
+                } else {
+                    let data = bytes
+                        .strip_prefix(b"event: message\ndata: ")
+                        .and_then(|r| r.strip_suffix(b"\n\n"))
+                        .unwrap_or(bytes);
+                    render_bytes(data)
+                };
+                format!("-> {}: {shown}", self.stream_label(*stream))
+            }
+            Output::EndStream { stream } => format!("-> end {}", self.stream_label(*stream)),
+            Output::SpawnBackend { .. } => "-> spawn backend".to_owned(),
+            Output::ToBackend { line, .. } => {
+                format!("-> backend: {}", render_bytes(&line[..line.len() - 1]))
+            }
+            Output::CloseBackendStdin { .. } => "-> close backend stdin".to_owned(),
+            Output::SignalBackend { signal, .. } => format!("-> signal {signal:?}"),
+            Output::StopAccepting => "-> stop accepting".to_owned(),
+            Output::Exit { status, drain } => {
+                format!("-> exit {status} (answers under way get {drain:?})")
+            }
+            Output::Log(Event::Dropped {
+                reason,
+                method,
+                level,
+            }) => {
+                let level = match level {
+                    LogLevel::Warn => "warn",
+                    LogLevel::Debug => "debug",
+                };
+                let method = method.as_deref().unwrap_or("-");
+                format!("-> drop {reason} method={method} level={level}")
+            }
+            Output::Log(Event::SessionOpened { .. }) => return None,
+            Output::Log(event) => {
+                let who = event.session().map(|s| format!("{s} ")).unwrap_or_default();
+                format!("-> log: {who}{event}")
+            }
+        })
+    }
+}
+
+/// `12.5s`.
+fn show_time(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms.is_multiple_of(1000) {
+        format!("{}s", ms / 1000)
+    } else {
+        let text = format!("{}.{:03}", ms / 1000, ms % 1000);
+        format!("{}s", text.trim_end_matches('0'))
+    }
+}
+
+/// Bytes as readable text: control characters and invalid UTF-8 escaped, and a run of
+/// more than 16 of one character written as the scripts write it, `${1500*a}`.
+pub fn render_bytes(bytes: &[u8]) -> String {
+    let mut text = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        let mut chars = chunk.valid().chars().peekable();
+        while let Some(c) = chars.next() {
+            let mut run = 1;
+            while chars.peek() == Some(&c) {
+                chars.next();
+                run += 1;
+            }
+            if run > 16 && !c.is_control() && c != '}' && c != '{' {
+                write!(text, "${{{run}*{c}}}").unwrap();
+                continue;
+            }
+            for _ in 0..run {
+                match c {
+                    '\n' => text.push_str("\\n"),
+                    '\r' => text.push_str("\\r"),
+                    '\t' => text.push_str("\\t"),
+                    c if c.is_control() => write!(text, "\\x{:02x}", u32::from(c)).unwrap(),
+                    c => text.push(c),
+                }
+            }
+        }
+        for b in chunk.invalid() {
+            write!(text, "\\x{b:02x}").unwrap();
+        }
+    }
+    text
+}

@@ -1,0 +1,194 @@
+//! The command line as a user meets it, on both binaries: `--version`, `--help`, typed
+//! refusals of absurd values (exit status 2, the flag named), `--host`/`--port` beside
+//! `--listen`, a backend command that cannot start, and the Host check falling back to the
+//! request target's authority.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use switchboard_tests::{suite, Proxy, Target, WAIT};
+
+const BACKEND: &str = env!("CARGO_BIN_EXE_test-backend");
+
+/// Runs the binary with `args` to completion (it must exit on its own within `WAIT`).
+fn run_to_exit(target: Target, args: &[&str]) -> Output {
+    let mut child = Command::new(target.binary())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the binary");
+    let deadline = Instant::now() + WAIT;
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{args:?} did not exit within {WAIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+fn version_and_help(target: Target) {
+    let out = run_to_exit(target, &["--version"]);
+    assert!(out.status.success(), "--version: {out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text.trim(),
+        format!("{} {}", target.bin_name(), env!("CARGO_PKG_VERSION")),
+        "--version prints the binary's name and version"
+    );
+    let out = run_to_exit(target, &["--help"]);
+    assert!(out.status.success(), "--help: {out:?}");
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--host",
+        "--port",
+        "--listen",
+        "--keepalive",
+        "--ping-interval",
+        "--max-sessions",
+    ] {
+        assert!(
+            help.contains(flag),
+            "--help does not explain {flag}:\n{help}"
+        );
+    }
+}
+
+fn absurd_values_are_refused_naming_the_flag(target: Target) {
+    for (args, flag) in [
+        (&["--ping-interval", "0"][..], "--ping-interval"),
+        (&["--keepalive", "0"][..], "--keepalive"),
+        (&["--ping-timeout", "0ms"][..], "--ping-timeout"),
+        (&["--grace", "0s"][..], "--grace"),
+        (&["--keepalive", "3000h"][..], "--keepalive"),
+        (&["--max-body", "0"][..], "--max-body"),
+        (&["--session-buffer", "10"][..], "--session-buffer"),
+        (&["--max-sessions", "0"][..], "--max-sessions"),
+        (&["--port", "70000"][..], "--port"),
+        (&["--listen", "127.0.0.1:1", "--port", "2"][..], "--listen"),
+        (&["--ping-interval", "1.5s"][..], "--ping-interval"),
+    ] {
+        let out = run_to_exit(target, args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?} must be refused with status 2; stderr:\n{stderr}"
+        );
+        assert!(
+            stderr.contains(flag),
+            "the refusal of {args:?} does not name {flag}:\n{stderr}"
+        );
+    }
+}
+
+fn host_and_port_flags(target: Target) {
+    let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let mut child = Command::new(target.binary())
+        .args([
+            "--host",
+            "localhost",
+            "--port",
+            &port.to_string(),
+            "--",
+            BACKEND,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the binary");
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let deadline = Instant::now() + WAIT;
+    let healthy = loop {
+        match switchboard_tests::http::request(
+            addr,
+            "GET",
+            "/health",
+            &[],
+            switchboard_tests::Body::None,
+            WAIT,
+        ) {
+            Ok(r) if r.status == 200 => break true,
+            _ if Instant::now() > deadline => break false,
+            _ => std::thread::sleep(Duration::from_millis(25)),
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        healthy,
+        "--host localhost --port {port} did not serve /health"
+    );
+}
+
+fn backend_that_cannot_start_exits_1(target: Target) {
+    let out = run_to_exit(
+        target,
+        &["--listen", "127.0.0.1:0", "--", "/nonexistent/mcp-server"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr:\n{stderr}");
+    assert!(
+        stderr.contains("cannot start backend") && stderr.contains("/nonexistent/mcp-server"),
+        "the log does not say which command failed:\n{stderr}"
+    );
+}
+
+/// A request in absolute form without a Host header is checked against its target's
+/// authority, on both binaries.
+fn host_check_falls_back_to_the_target_authority(target: Target) {
+    let p = Proxy::builder(target).backend([BACKEND]).start();
+    let status = |authority: &str| {
+        let mut s = TcpStream::connect(p.addr).expect("connect");
+        s.set_read_timeout(Some(WAIT)).expect("timeout");
+        write!(
+            s,
+            "GET http://{authority}/metrics HTTP/1.1\r\nConnection: close\r\n\r\n"
+        )
+        .expect("write");
+        let mut head = [0u8; 12];
+        s.read_exact(&mut head).expect("a status line");
+        String::from_utf8_lossy(&head[9..12]).into_owned()
+    };
+    // /metrics is not Host-checked; /sse is.
+    let sse_status = |authority: &str| {
+        let mut s = TcpStream::connect(p.addr).expect("connect");
+        s.set_read_timeout(Some(WAIT)).expect("timeout");
+        write!(
+            s,
+            "GET http://{authority}/sse HTTP/1.1\r\nConnection: close\r\n\r\n"
+        )
+        .expect("write");
+        let mut head = [0u8; 12];
+        s.read_exact(&mut head).expect("a status line");
+        String::from_utf8_lossy(&head[9..12]).into_owned()
+    };
+    assert_eq!(status(&p.addr.to_string()), "200");
+    assert_eq!(
+        sse_status(&p.addr.to_string()),
+        "200",
+        "a loopback authority passes"
+    );
+    assert_eq!(
+        sse_status("evil.example"),
+        "403",
+        "a foreign authority is refused"
+    );
+}
+
+suite!(
+    version_and_help,
+    absurd_values_are_refused_naming_the_flag,
+    host_and_port_flags,
+    backend_that_cannot_start_exits_1,
+    host_check_falls_back_to_the_target_authority,
+);
