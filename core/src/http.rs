@@ -435,6 +435,68 @@ mod tests {
     }
 
     #[test]
+    fn host_falls_back_to_the_target_authority() {
+        let gate = Gate {
+            auth: Auth::None,
+            origins: OriginPolicy {
+                loopback_bind: true,
+                ..Default::default()
+            },
+            base_path: String::new(),
+            metrics_auth: false,
+        };
+        let head = |target, authority, host| RequestHead {
+            method: "GET",
+            target,
+            authority,
+            host,
+            ..Default::default()
+        };
+        let admit = |h: RequestHead<'_>| gate.admit(&h, 0).map(|a| a.endpoint);
+        assert_eq!(
+            admit(head("/sse", None, Some("localhost:1"))),
+            Ok(Endpoint::Stream)
+        );
+        // No Host header: the authority the HTTP library split off, or the absolute target's.
+        assert_eq!(
+            admit(head("/sse", Some("127.0.0.1:9"), None)),
+            Ok(Endpoint::Stream)
+        );
+        assert_eq!(
+            admit(head("http://[::1]:9/sse", None, None)),
+            Ok(Endpoint::Stream)
+        );
+        assert_eq!(
+            admit(head("http://evil.example/sse", None, None)),
+            Err(Rejection::HostNotAllowed)
+        );
+        assert_eq!(
+            admit(head("/sse", Some("evil.example"), None)),
+            Err(Rejection::HostNotAllowed)
+        );
+        // The Host header wins over the authority.
+        assert_eq!(
+            admit(head("http://localhost/sse", None, Some("evil.example"))),
+            Err(Rejection::HostNotAllowed)
+        );
+        assert_eq!(
+            admit(head("http://localhost", None, None)),
+            Err(Rejection::NotFound)
+        );
+        let messages = gate
+            .admit(
+                &RequestHead {
+                    method: "POST",
+                    target: "http://localhost:1/messages?session_id=abc",
+                    ..Default::default()
+                },
+                0,
+            )
+            .expect("admitted");
+        assert_eq!(messages.session, "abc");
+    }
+
+    #[test]
     fn session_param_rules() {
         assert_eq!(session_param(Some("session_id=a")), "a");
         assert_eq!(session_param(Some("x=1&sessionId=b")), "b");

@@ -34,7 +34,7 @@
 //!
 //! | output | transcript |
 //! |---|---|
-//! | answer to this line's request | `= 202 Accepted`, `= 404 {...} (retry-after: 1)`, `= 200 stream A` |
+//! | answer to this line's request | `= 202 Accepted`, `= 404 {...} (retry-after: 1)`, `= 200 stream A (content-type: text/event-stream, ...)` |
 //! | answer to an earlier line's request | `= (line 12) 503 {...}` |
 //! | a frame on a stream | `-> A: {...}`, `-> A: endpoint /messages?...`, `-> A: keep-alive` |
 //! | the end of a stream | `-> end A` |
@@ -706,12 +706,24 @@ impl Runner {
                 text
             }
             Output::StartStream {
-                request, stream, ..
-            } => format!(
-                "{}200 stream {}",
-                self.answer_prefix(*request),
-                self.stream_label(*stream)
-            ),
+                request,
+                stream,
+                head,
+                ..
+            } => {
+                let headers: Vec<String> = head
+                    .headers
+                    .iter()
+                    .map(|(n, v)| format!("{n}: {v}"))
+                    .collect();
+                format!(
+                    "{}{} stream {} ({})",
+                    self.answer_prefix(*request),
+                    head.status,
+                    self.stream_label(*stream),
+                    headers.join(", ")
+                )
+            }
             Output::ToStream { stream, frame } => {
                 let bytes = frame.as_ref();
                 let shown = if bytes == switchboard_core::sse::KEEPALIVE {
