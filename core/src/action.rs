@@ -2,6 +2,7 @@
 //! protocol decision has already been made.
 
 use std::fmt;
+use std::ops::Range;
 use std::sync::Arc;
 
 use crate::routed_id::SessionId;
@@ -29,6 +30,8 @@ pub enum Action {
         session: SessionId,
         /// The message, original ids restored.
         message: Vec<u8>,
+        /// What it is, for a session that routes answers to the request waiting for them.
+        what: Delivery,
     },
     /// Queue `message` on every live session's stream (the same bytes, shared).
     Broadcast {
@@ -49,6 +52,24 @@ pub enum Action {
         /// The number the ping went out under.
         ping: u64,
     },
+}
+
+/// What a delivered message is. Spans are byte ranges of the message holding the
+/// restored id or token as JSON text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    /// The answer to the session's request whose id is at `id`.
+    Response {
+        /// Where the id is in the message.
+        id: Range<usize>,
+    },
+    /// `notifications/progress` for the token at `token`.
+    Progress {
+        /// Where the token is in the message.
+        token: Range<usize>,
+    },
+    /// `notifications/resources/updated` for a resource the session watches.
+    Update,
 }
 
 /// Why a backend line (or part of a client's message) went nowhere.
@@ -78,6 +99,11 @@ pub enum DropReason {
     AnsweredPing,
     /// The backend's stdin queue was full, so a proxy line was not written (shell-side).
     BackendQueueFull,
+    /// An answer for a Streamable session's request that is no longer awaited (answered,
+    /// cancelled, timed out, or its client hung up).
+    NotInFlight,
+    /// A message for a Streamable session that has no stream open to carry it.
+    NoStream,
 }
 
 impl DropReason {
@@ -96,6 +122,8 @@ impl DropReason {
             DropReason::AnsweredServerRequest => "answered_server_request",
             DropReason::AnsweredPing => "answered_ping",
             DropReason::BackendQueueFull => "backend_queue_full",
+            DropReason::NotInFlight => "not_in_flight",
+            DropReason::NoStream => "no_stream",
         }
     }
 }

@@ -138,6 +138,21 @@ pub struct Config {
     #[cfg_attr(feature = "cli", arg(long, default_value = "4MiB", value_parser = parse_size, value_name = "SIZE"))]
     pub session_buffer: usize,
 
+    /// How long a Streamable HTTP request may wait for its answer before the client gets
+    /// -32001 and the backend a cancellation; each progress notification restarts the
+    /// clock. 0 means no limit.
+    #[cfg_attr(feature = "cli", arg(long, default_value = "5m", value_parser = parse_duration, value_name = "DURATION"))]
+    pub request_timeout: Duration,
+
+    /// A Streamable HTTP session with no request and no open stream for this long ends
+    /// (its client starts a new one with initialize).
+    #[cfg_attr(feature = "cli", arg(long, default_value = "30m", value_parser = parse_duration, value_name = "DURATION"))]
+    pub session_idle: Duration,
+
+    /// Requests one Streamable HTTP session may have in flight; more get 429.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 256, value_name = "N"))]
+    pub max_inflight: usize,
+
     /// Interval of `: keep-alive` comments on idle streams.
     #[cfg_attr(feature = "cli", arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION"))]
     pub keepalive: Duration,
@@ -293,12 +308,24 @@ impl Config {
 
     /// Refuses values no deployment means: zero or absurd durations and sizes.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let durations: [(&'static str, Duration, Duration, Duration); 5] = [
+        if !self.request_timeout.is_zero()
+            && !(100 * MS..=24 * HOUR).contains(&self.request_timeout)
+        {
+            return Err(ConfigError {
+                flag: "--request-timeout",
+                problem: format!(
+                    "{} is out of range (0 for no limit, or 100ms to 86400s)",
+                    show_duration(self.request_timeout)
+                ),
+            });
+        }
+        let durations: [(&'static str, Duration, Duration, Duration); 6] = [
             ("--keepalive", self.keepalive, 100 * MS, HOUR),
             ("--ping-interval", self.ping_interval, 100 * MS, 24 * HOUR),
             ("--ping-timeout", self.ping_timeout, 10 * MS, HOUR),
             ("--grace", self.grace, 10 * MS, HOUR),
             ("--jwt-leeway", self.jwt_leeway, Duration::ZERO, HOUR),
+            ("--session-idle", self.session_idle, 100 * MS, 7 * 24 * HOUR),
         ];
         for (flag, value, min, max) in durations {
             if value < min || value > max {
@@ -325,6 +352,12 @@ impl Config {
                     problem: format!("{value} bytes is out of range (1KiB to 1GiB)"),
                 });
             }
+        }
+        if !(1..=65_536).contains(&self.max_inflight) {
+            return Err(ConfigError {
+                flag: "--max-inflight",
+                problem: format!("{} is out of range (1 to 65536)", self.max_inflight),
+            });
         }
         if !(1..=1_000_000).contains(&self.max_sessions) {
             return Err(ConfigError {
@@ -372,6 +405,9 @@ impl Config {
             grace: self.grace,
             restart: self.restart,
             stdin_queue: crate::hub::STDIN_QUEUE,
+            request_timeout: (!self.request_timeout.is_zero()).then_some(self.request_timeout),
+            session_idle: self.session_idle,
+            max_inflight: self.max_inflight,
             endpoint_prefix: format!("{base}{}", self.base_path()),
         }
     }

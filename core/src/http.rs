@@ -10,10 +10,18 @@ use crate::message::Invalid;
 /// What a request asks for, from its method and path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Endpoint {
-    /// `GET /sse`: open a session stream.
+    /// `GET /sse`: open a legacy session's stream.
     Stream,
-    /// `POST /messages`: one JSON-RPC message for a session.
+    /// `POST /messages`: one JSON-RPC message for a legacy session.
     Messages,
+    /// `POST /mcp`: one JSON-RPC message, Streamable HTTP (SPEC section 7).
+    McpPost,
+    /// `GET /mcp`: a Streamable session's standalone stream.
+    McpGet,
+    /// `DELETE /mcp`: end a Streamable session.
+    McpDelete,
+    /// `OPTIONS` on `/mcp`, `/messages` or `/sse`: a browser's CORS preflight.
+    Preflight,
     /// `GET /health`.
     Health,
     /// `GET /metrics`.
@@ -23,18 +31,29 @@ pub enum Endpoint {
 impl Endpoint {
     /// Routes `method` and `path` (without query, `--base-path` already removed).
     pub fn route(method: &str, path: &str) -> Result<Endpoint, Rejection> {
-        let (endpoint, allow) = match path {
-            "/sse" => (Endpoint::Stream, "GET"),
-            "/messages" | "/messages/" => (Endpoint::Messages, "POST"),
-            "/health" => (Endpoint::Health, "GET"),
-            "/metrics" => (Endpoint::Metrics, "GET"),
-            _ => return Err(Rejection::NotFound),
+        let endpoint = match (path, method) {
+            ("/sse", "GET") => Endpoint::Stream,
+            ("/messages" | "/messages/", "POST") => Endpoint::Messages,
+            ("/mcp" | "/mcp/", "POST") => Endpoint::McpPost,
+            ("/mcp" | "/mcp/", "GET") => Endpoint::McpGet,
+            ("/mcp" | "/mcp/", "DELETE") => Endpoint::McpDelete,
+            ("/sse" | "/messages" | "/messages/" | "/mcp" | "/mcp/", "OPTIONS") => {
+                Endpoint::Preflight
+            }
+            ("/health", "GET") => Endpoint::Health,
+            ("/metrics", "GET") => Endpoint::Metrics,
+            (path, _) => {
+                let allow = match path {
+                    "/sse" => "GET, OPTIONS",
+                    "/messages" | "/messages/" => "POST, OPTIONS",
+                    "/mcp" | "/mcp/" => "GET, POST, DELETE, OPTIONS",
+                    "/health" | "/metrics" => "GET",
+                    _ => return Err(Rejection::NotFound),
+                };
+                return Err(Rejection::MethodNotAllowed { allow });
+            }
         };
-        if method == allow {
-            Ok(endpoint)
-        } else {
-            Err(Rejection::MethodNotAllowed { allow })
-        }
+        Ok(endpoint)
     }
 }
 
@@ -54,6 +73,14 @@ pub struct RequestHead<'a> {
     pub origin: Option<&'a str>,
     /// The `Host` header.
     pub host: Option<&'a str>,
+    /// The `Content-Type` header.
+    pub content_type: Option<&'a str>,
+    /// The `Accept` header.
+    pub accept: Option<&'a str>,
+    /// The `Mcp-Session-Id` header.
+    pub mcp_session_id: Option<&'a str>,
+    /// The `MCP-Protocol-Version` header.
+    pub mcp_protocol_version: Option<&'a str>,
 }
 
 impl<'a> RequestHead<'a> {
@@ -85,7 +112,7 @@ impl<'a> RequestHead<'a> {
 
 /// Who may reach which endpoint: routing under `--base-path`, then auth, Origin and Host
 /// in the order of SPEC section 1. `/health` is open; `/metrics` too unless
-/// `--metrics-auth`.
+/// `--metrics-auth`; a CORS preflight carries no credentials.
 #[derive(Debug, Clone)]
 pub struct Gate {
     /// How callers are identified.
@@ -98,6 +125,19 @@ pub struct Gate {
     pub metrics_auth: bool,
 }
 
+/// The Streamable HTTP headers of a `/mcp` request, as sent.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct McpHeaders {
+    /// `Mcp-Session-Id`.
+    pub session: Option<String>,
+    /// `Content-Type` (POST).
+    pub content_type: Option<String>,
+    /// `Accept`.
+    pub accept: Option<String>,
+    /// `MCP-Protocol-Version`.
+    pub protocol_version: Option<String>,
+}
+
 /// A request the gate let through: what it asks for, who asks, and the session it names.
 #[derive(Debug, Clone)]
 pub struct Admitted {
@@ -107,61 +147,162 @@ pub struct Admitted {
     pub principal: Principal,
     /// The session named by `session_id` (or `sessionId`), empty when none.
     pub session: String,
+    /// The Streamable HTTP headers, for `/mcp`.
+    pub mcp: McpHeaders,
+    /// The browser origin to answer with CORS headers (present and allowed).
+    pub cors: Option<String>,
 }
 
 impl Admitted {
+    /// An admitted request for `endpoint` by `principal` naming `session`, with no other
+    /// headers (tests and tools).
+    pub fn new(endpoint: Endpoint, principal: Principal, session: &str) -> Admitted {
+        Admitted {
+            endpoint,
+            principal,
+            session: session.to_owned(),
+            mcp: McpHeaders::default(),
+            cors: None,
+        }
+    }
+
     /// The hub's input for this request with the body the shell read; `entropy` (16
     /// random bytes from the OS) is called only for a request that may create a session.
     pub fn into_request(self, body: Payload, entropy: impl FnOnce() -> [u8; 16]) -> Request {
-        let entropy = match self.endpoint {
-            Endpoint::Stream => entropy(),
-            Endpoint::Messages | Endpoint::Health | Endpoint::Metrics => [0; 16],
+        let creates = match self.endpoint {
+            Endpoint::Stream => true,
+            Endpoint::McpPost => self.mcp.session.is_none(),
+            _ => false,
         };
         Request {
             endpoint: self.endpoint,
             principal: self.principal,
             session: self.session,
+            mcp: self.mcp,
+            cors: self.cors,
             body,
-            entropy,
+            entropy: if creates { entropy() } else { [0; 16] },
         }
     }
+}
+
+/// A request the gate refused: why (counted by the hub) and the answer to send now.
+#[derive(Debug, Clone)]
+pub struct Refused {
+    /// Why.
+    pub rejection: Rejection,
+    /// The answer, CORS headers included for an allowed origin.
+    pub response: Response,
 }
 
 impl Gate {
     /// What the request asks for and who asks, or the refusal to send at once. `now` is
     /// seconds since the Unix epoch (token expiry).
-    pub fn admit(&self, head: &RequestHead<'_>, now: u64) -> Result<Admitted, Rejection> {
+    pub fn admit(&self, head: &RequestHead<'_>, now: u64) -> Result<Admitted, Refused> {
+        self.admit_inner(head, now).map_err(|rejection| {
+            let mut response = rejection.response();
+            if rejection != Rejection::OriginNotAllowed {
+                if let Some(origin) = head.origin {
+                    add_cors(&mut response, origin);
+                }
+            }
+            Refused {
+                rejection,
+                response,
+            }
+        })
+    }
+
+    fn admit_inner(&self, head: &RequestHead<'_>, now: u64) -> Result<Admitted, Rejection> {
         let (path, query) = head.path_and_query();
         let path = path
             .strip_prefix(self.base_path.trim_end_matches('/'))
             .filter(|rest| rest.starts_with('/'))
             .ok_or(Rejection::NotFound)?;
         let endpoint = Endpoint::route(head.method, path)?;
-        let checked = match endpoint {
-            Endpoint::Health => false,
-            Endpoint::Metrics => self.metrics_auth,
-            Endpoint::Stream | Endpoint::Messages => true,
+        let (authenticated, checked) = match endpoint {
+            Endpoint::Health => (false, false),
+            Endpoint::Metrics => (self.metrics_auth, self.metrics_auth),
+            Endpoint::Preflight => (false, true),
+            Endpoint::Stream
+            | Endpoint::Messages
+            | Endpoint::McpPost
+            | Endpoint::McpGet
+            | Endpoint::McpDelete => (true, true),
         };
-        let principal = if checked {
-            let principal = self
-                .auth
+        let principal = if authenticated {
+            self.auth
                 .authenticate(head.authorization, now)
-                .map_err(Rejection::Unauthorized)?;
-            self.origins.check(head.origin, head.host())?;
-            principal
+                .map_err(Rejection::Unauthorized)?
         } else {
             Principal::anonymous()
         };
+        if checked {
+            self.origins.check(head.origin, head.host())?;
+        }
         let session = match endpoint {
             Endpoint::Messages => session_param(query).to_owned(),
             _ => String::new(),
+        };
+        let mcp = match endpoint {
+            Endpoint::McpPost | Endpoint::McpGet | Endpoint::McpDelete => McpHeaders {
+                session: head.mcp_session_id.map(str::to_owned),
+                content_type: head.content_type.map(str::to_owned),
+                accept: head.accept.map(str::to_owned),
+                protocol_version: head.mcp_protocol_version.map(str::to_owned),
+            },
+            _ => McpHeaders::default(),
         };
         Ok(Admitted {
             endpoint,
             principal,
             session,
+            mcp,
+            cors: if checked {
+                head.origin.map(str::to_owned)
+            } else {
+                None
+            },
         })
     }
+}
+
+/// Adds the CORS headers of an answer to an allowed browser `origin`.
+pub fn add_cors(response: &mut Response, origin: &str) {
+    response.headers.extend([
+        ("access-control-allow-origin", Cow::Owned(origin.to_owned())),
+        ("vary", Cow::Borrowed("Origin")),
+        (
+            "access-control-expose-headers",
+            Cow::Borrowed("Mcp-Session-Id"),
+        ),
+    ]);
+}
+
+/// The answer to a CORS preflight from an allowed origin (or to a plain `OPTIONS`).
+pub fn preflight(origin: Option<&str>) -> Response {
+    let mut response = Response {
+        status: 204,
+        headers: vec![("allow", Cow::Borrowed("GET, POST, DELETE, OPTIONS"))],
+        body: Cow::Borrowed(&[]),
+    };
+    if let Some(origin) = origin {
+        add_cors(&mut response, origin);
+        response.headers.extend([
+            (
+                "access-control-allow-methods",
+                Cow::Borrowed("GET, POST, DELETE, OPTIONS"),
+            ),
+            (
+                "access-control-allow-headers",
+                Cow::Borrowed(
+                    "Authorization, Content-Type, Accept, Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID",
+                ),
+            ),
+            ("access-control-max-age", Cow::Borrowed("600")),
+        ]);
+    }
+    response
 }
 
 /// What the router is given when `session_id` and `sessionId` disagree: text no session id
@@ -268,6 +409,21 @@ pub enum Rejection {
     TooManySessions,
     /// 404: no such path.
     NotFound,
+    /// 415: a `/mcp` POST whose body is not declared `application/json`.
+    UnsupportedMediaType,
+    /// 406: an `Accept` that admits neither JSON nor an event stream (or no event stream,
+    /// for a GET).
+    NotAcceptable,
+    /// 400: an `MCP-Protocol-Version` this proxy does not speak.
+    BadProtocolVersion,
+    /// 400: a `/mcp` request without `Mcp-Session-Id` that is not an `initialize`.
+    MissingMcpSession,
+    /// 400: an `initialize` that names a session.
+    InitializeWithSession,
+    /// 429: `--max-inflight` requests of this session are in flight.
+    TooManyInFlight,
+    /// 409: a request reused the id of one still in flight in its session.
+    IdInFlight,
     /// 405: the path exists for another method.
     MethodNotAllowed {
         /// The method it takes.
@@ -339,7 +495,15 @@ impl Rejection {
         match self {
             Rejection::Unauthorized(_) => 401,
             Rejection::OriginNotAllowed | Rejection::HostNotAllowed => 403,
-            Rejection::MissingSessionId | Rejection::Invalid(_) => 400,
+            Rejection::MissingSessionId
+            | Rejection::Invalid(_)
+            | Rejection::BadProtocolVersion
+            | Rejection::MissingMcpSession
+            | Rejection::InitializeWithSession => 400,
+            Rejection::UnsupportedMediaType => 415,
+            Rejection::NotAcceptable => 406,
+            Rejection::TooManyInFlight => 429,
+            Rejection::IdInFlight => 409,
             Rejection::SessionNotFound | Rejection::NotFound => 404,
             Rejection::MethodNotAllowed { .. } => 405,
             Rejection::BodyTooLarge => 413,
@@ -362,6 +526,13 @@ impl Rejection {
             Rejection::TooManySessions => "too_many_sessions",
             Rejection::NotFound => "not_found",
             Rejection::MethodNotAllowed { .. } => "method_not_allowed",
+            Rejection::UnsupportedMediaType => "unsupported_media_type",
+            Rejection::NotAcceptable => "not_acceptable",
+            Rejection::BadProtocolVersion => "bad_protocol_version",
+            Rejection::MissingMcpSession => "missing_mcp_session",
+            Rejection::InitializeWithSession => "initialize_with_session",
+            Rejection::TooManyInFlight => "too_many_in_flight",
+            Rejection::IdInFlight => "id_in_flight",
         }
     }
 
@@ -379,6 +550,27 @@ impl Rejection {
             Rejection::TooManySessions => (-32002, "Too many sessions, retry later"),
             Rejection::NotFound => (-32601, "Not found"),
             Rejection::MethodNotAllowed { .. } => (-32601, "Method not allowed"),
+            Rejection::UnsupportedMediaType => {
+                (-32600, "Unsupported Media Type: Content-Type must be application/json")
+            }
+            Rejection::NotAcceptable => (
+                -32600,
+                "Not Acceptable: Accept must admit application/json or text/event-stream",
+            ),
+            Rejection::BadProtocolVersion => (
+                -32600,
+                "Bad Request: unsupported MCP-Protocol-Version (2024-11-05, 2025-03-26, 2025-06-18 and 2025-11-25 are spoken)",
+            ),
+            Rejection::MissingMcpSession => (
+                -32600,
+                "Bad Request: no Mcp-Session-Id header; start a session with initialize",
+            ),
+            Rejection::InitializeWithSession => (
+                -32600,
+                "Bad Request: initialize starts a session and must not name one",
+            ),
+            Rejection::TooManyInFlight => (-32600, "Too many requests in flight for this session"),
+            Rejection::IdInFlight => (-32600, "Request id already in flight in this session"),
         }
     }
 
@@ -397,9 +589,10 @@ impl Rejection {
                 )),
             )),
             Rejection::MethodNotAllowed { allow } => headers.push(("allow", Cow::Borrowed(allow))),
-            Rejection::BackendDown | Rejection::BackendBusy | Rejection::TooManySessions => {
-                headers.push(("retry-after", Cow::Borrowed("1")))
-            }
+            Rejection::BackendDown
+            | Rejection::BackendBusy
+            | Rejection::TooManySessions
+            | Rejection::TooManyInFlight => headers.push(("retry-after", Cow::Borrowed("1"))),
             // The rest of the body was not read: the connection cannot be reused.
             Rejection::BodyTooLarge => headers.push(("connection", Cow::Borrowed("close"))),
             _ => {}
@@ -429,7 +622,9 @@ mod tests {
         assert_eq!(Endpoint::route("GET", "/sse"), Ok(Endpoint::Stream));
         assert_eq!(
             Endpoint::route("POST", "/sse"),
-            Err(Rejection::MethodNotAllowed { allow: "GET" })
+            Err(Rejection::MethodNotAllowed {
+                allow: "GET, OPTIONS"
+            })
         );
         assert_eq!(Endpoint::route("GET", "/nope"), Err(Rejection::NotFound));
     }
@@ -452,7 +647,11 @@ mod tests {
             host,
             ..Default::default()
         };
-        let admit = |h: RequestHead<'_>| gate.admit(&h, 0).map(|a| a.endpoint);
+        let admit = |h: RequestHead<'_>| {
+            gate.admit(&h, 0)
+                .map(|a| a.endpoint)
+                .map_err(|r| r.rejection)
+        };
         assert_eq!(
             admit(head("/sse", None, Some("localhost:1"))),
             Ok(Endpoint::Stream)

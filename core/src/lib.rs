@@ -27,7 +27,7 @@
 //! hub.handle_backend_spawned(start, backend, 4242); // the shell started the process
 //! while hub.poll_output().is_some() {}
 //!
-//! let open = Admitted { endpoint: Endpoint::Stream, principal: Principal::anonymous(), session: String::new() };
+//! let open = Admitted::new(Endpoint::Stream, Principal::anonymous(), "");
 //! let request = hub.handle_request(start, open.into_request(Payload::Bytes(Vec::new()), || [7; 16]));
 //! match hub.poll_output() {
 //!     Some(Output::StartStream { request: r, head, .. }) => assert!(r == request && head.status == 200),
@@ -77,9 +77,10 @@ pub mod output;
 pub mod routed_id;
 pub mod router;
 pub mod sse;
+pub mod streamable;
 pub mod supervise;
 
-pub use action::{Action, DropReason, LogLevel};
+pub use action::{Action, Delivery, DropReason, LogLevel};
 pub use auth::{Auth, Principal};
 pub use http::Rejection;
 pub use hub::Hub;

@@ -288,6 +288,9 @@ pub struct Params<'a> {
     pub capabilities: Option<&'a RawValue>,
     /// `params.uri` (subscriptions and `notifications/resources/updated`).
     pub uri: Option<&'a RawValue>,
+    /// `params._meta` names a protocol version (`io.modelcontextprotocol/protocolVersion`):
+    /// a client of the 2026 revision that sends no session.
+    pub meta_protocol_version: bool,
 }
 
 struct Members<'a> {
@@ -469,7 +472,9 @@ impl<'de> Visitor<'de> for ParamsSeed {
         while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
             match &*key {
                 "_meta" => {
-                    out.meta_progress_token = map.next_value_seed(MetaSeed { deep: self.deep })?
+                    let meta = map.next_value_seed(MetaSeed { deep: self.deep })?;
+                    out.meta_progress_token = meta.progress_token;
+                    out.meta_protocol_version = meta.protocol_version;
                 }
                 "progressToken" => out.progress_token = Some(raw_value(&mut map, self.deep)?),
                 "requestId" => out.request_id = Some(raw_value(&mut map, self.deep)?),
@@ -491,15 +496,26 @@ struct MetaSeed {
     deep: bool,
 }
 
+/// What the proxy reads in `params._meta`.
+#[derive(Default)]
+struct Meta<'a> {
+    progress_token: Option<&'a RawValue>,
+    protocol_version: bool,
+}
+
+/// The `_meta` key with which a 2026-era client names its protocol version instead of
+/// opening a session.
+const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+
 impl<'de> DeserializeSeed<'de> for MetaSeed {
-    type Value = Option<&'de RawValue>;
+    type Value = Meta<'de>;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_any(self)
     }
 }
 
 impl<'de> Visitor<'de> for MetaSeed {
-    type Value = Option<&'de RawValue>;
+    type Value = Meta<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("_meta")
@@ -508,19 +524,20 @@ impl<'de> Visitor<'de> for MetaSeed {
     skip_non_objects!();
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut token = None;
+        let mut meta = Meta::default();
         let mut seen = SeenKeys::default();
         while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
             if &*key == "progressToken" {
-                token = Some(raw_value(&mut map, self.deep)?);
+                meta.progress_token = Some(raw_value(&mut map, self.deep)?);
             } else {
+                meta.protocol_version |= &*key == META_PROTOCOL_VERSION;
                 skip_value(&mut map, self.deep)?;
             }
             if !seen.insert(key) {
                 return Err(de::Error::custom(DUPLICATE));
             }
         }
-        Ok(token)
+        Ok(meta)
     }
 }
 

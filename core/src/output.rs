@@ -219,6 +219,10 @@ pub enum CloseReason {
     BackendExited,
     /// The proxy is shutting down.
     Shutdown,
+    /// Its client sent `DELETE /mcp`.
+    Deleted,
+    /// No request and no open stream for `--session-idle`.
+    Idle,
 }
 
 /// Something for the log; [`Event::level`] says how loud.
@@ -349,6 +353,8 @@ impl fmt::Display for Event {
                 ),
                 CloseReason::BackendExited => write!(f, "session closed: backend exited"),
                 CloseReason::Shutdown => write!(f, "session closed: shutting down"),
+                CloseReason::Deleted => write!(f, "session closed: deleted by its client"),
+                CloseReason::Idle => write!(f, "session closed: idle"),
             },
             Event::Dropped { reason, method, .. } => match method {
                 Some(m) => write!(f, "dropped backend message ({reason}, method {m})"),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::value::RawValue;
 
-use crate::action::{Action, DropReason, LogLevel};
+use crate::action::{Action, Delivery, DropReason, LogLevel};
 use crate::auth::Principal;
 use crate::http::Rejection;
 use crate::message::{self, Kind, Message, RawId};
@@ -240,12 +240,35 @@ impl Router {
         principal: &Principal,
         body: Body<'_>,
     ) -> Result<Accepted, Rejection> {
-        let result = self.client_message_inner(session, principal, body);
+        self.client_message_checked(session, principal, body, |_| Ok(()))
+            .map(|(accepted, ())| accepted)
+    }
+
+    /// [`Router::client_message`], with `check` called once the message is admitted and
+    /// before anything happens: its refusal refuses the message (nothing is forwarded,
+    /// recorded or answered), its value comes back with the answer. Streamable HTTP uses it
+    /// for the rules that need the message read (409 for an id in flight, 429).
+    pub fn client_message_checked<T>(
+        &mut self,
+        session: &str,
+        principal: &Principal,
+        body: Body<'_>,
+        check: impl FnOnce(&MessageInfo<'_>) -> Result<T, Rejection>,
+    ) -> Result<(Accepted, T), Rejection> {
+        let result = self.admit(session, principal, body).and_then(|(sid, msg)| {
+            let value = check(&MessageInfo::of(&msg))?;
+            Ok((self.act(sid, &msg), value))
+        });
         match &result {
             Ok(_) => self.metrics.client_messages += 1,
             Err(rejection) => self.metrics.rejected(rejection),
         }
         result
+    }
+
+    /// Counts a message the hub dropped for a reason of its own (and logs it once loudly).
+    pub fn note_drop(&mut self, reason: DropReason, method: Option<&str>) {
+        self.drop_message(reason, method);
     }
 
     /// Runs every check of [`Router::client_message`] without acting on the message: a
@@ -279,33 +302,27 @@ impl Router {
         Ok((sid, msg))
     }
 
-    fn client_message_inner(
-        &mut self,
-        session: &str,
-        principal: &Principal,
-        body: Body<'_>,
-    ) -> Result<Accepted, Rejection> {
-        let (sid, msg) = self.admit(session, principal, body)?;
+    fn act(&mut self, sid: SessionId, msg: &Message<'_>) -> Accepted {
         let method = msg.method.as_deref().unwrap_or_default();
-        Ok(match msg.kind {
+        match msg.kind {
             Kind::Request => match method {
-                "initialize" => self.client_initialize(sid, &msg),
-                "resources/unsubscribe" => self.client_unsubscribe(sid, &msg),
+                "initialize" => self.client_initialize(sid, msg),
+                "resources/unsubscribe" => self.client_unsubscribe(sid, msg),
                 "resources/subscribe" => {
-                    if let Some(uri) = param_uri(&msg) {
+                    if let Some(uri) = param_uri(msg) {
                         let state = self.sessions.get_mut(&sid).expect("authorized above");
                         if !state.subscriptions.contains(&uri)
                             && state.subscriptions.len() >= MAX_SUBSCRIPTIONS_PER_SESSION
                         {
-                            self.answer_error(sid, &msg, -32603, "Too many subscriptions");
-                            return Ok(Accepted::Answered);
+                            self.answer_error(sid, msg, -32603, "Too many subscriptions");
+                            return Accepted::Answered;
                         }
                         state.subscriptions.insert(uri.clone());
                         self.subscribers.entry(uri).or_default().insert(sid);
                     }
-                    self.forward_request(sid, &msg)
+                    self.forward_request(sid, msg)
                 }
-                _ => self.forward_request(sid, &msg),
+                _ => self.forward_request(sid, msg),
             },
             Kind::Notification => match method {
                 // The proxy alone completes the backend's one handshake: a client's
@@ -313,21 +330,21 @@ impl Router {
                 "notifications/initialized" | "initialize" => Accepted::Absorbed,
                 "notifications/cancelled" => {
                     let mut edits = Edits::default();
-                    edits.route(sid, &msg, msg.params.meta_progress_token);
-                    edits.route(sid, &msg, msg.params.request_id);
-                    self.push_rewrite(&msg, edits);
+                    edits.route(sid, msg, msg.params.meta_progress_token);
+                    edits.route(sid, msg, msg.params.request_id);
+                    self.push_rewrite(msg, edits);
                     Accepted::Forwarded
                 }
                 _ => {
                     // SPEC 6.2: every progressToken a client sends carries its own sid.
                     let mut edits = Edits::default();
-                    edits.route(sid, &msg, msg.params.meta_progress_token);
-                    self.push_rewrite(&msg, edits);
+                    edits.route(sid, msg, msg.params.meta_progress_token);
+                    self.push_rewrite(msg, edits);
                     Accepted::Forwarded
                 }
             },
             Kind::Response => unreachable!("admit_client refuses responses"),
-        })
+        }
     }
 
     fn client_initialize(&mut self, sid: SessionId, msg: &Message<'_>) -> Accepted {
@@ -335,7 +352,7 @@ impl Router {
         match &mut self.init {
             Init::Ready { result } => {
                 let answer = response_line(&id, "result", result.get());
-                self.deliver(sid, answer);
+                self.deliver(sid, answer, answer_to(&id));
                 Accepted::Answered
             }
             Init::InFlight { waiting, .. } if waiting.len() < MAX_INITIALIZE_WAITERS => {
@@ -386,7 +403,7 @@ impl Router {
             // Others still watch: only this session leaves; the backend keeps the subscription.
             (_, Some(n)) if n > 0 => {
                 let answer = response_line(client_id(msg), "result", "{}");
-                self.deliver(sid, answer);
+                self.deliver(sid, answer, answer_to(client_id(msg)));
                 Accepted::Answered
             }
             _ => {
@@ -421,7 +438,7 @@ impl Router {
             serde_json::Value::from(text)
         );
         let answer = response_line(client_id(msg), "error", &error);
-        self.deliver(sid, answer);
+        self.deliver(sid, answer, answer_to(client_id(msg)));
     }
 
     /// The backend process is running: sessions may open and POSTs may pass.
@@ -500,9 +517,10 @@ impl Router {
         }
         let mut edits = Edits::default();
         let span = msg.span(msg.id.expect("decoded from the id"));
+        let id = span.start..span.start + decoded.original.len();
         edits.push(span, Patch::Text(decoded.original.as_bytes()));
         let message = splice(msg.text, edits, false);
-        self.deliver(decoded.session, message);
+        self.deliver(decoded.session, message, Delivery::Response { id });
     }
 
     /// A response to one of the proxy's own requests (`<kind>:<n>` after the prefix).
@@ -567,7 +585,7 @@ impl Router {
         for (sid, id) in waiting {
             if self.sessions.contains_key(&sid) {
                 let answer = response_line(&id, member, value.get());
-                self.deliver(sid, answer);
+                self.deliver(sid, answer, answer_to(&id));
             }
         }
         if member == "result" {
@@ -603,9 +621,11 @@ impl Router {
                 match (token, decoded) {
                     (Some(token), Some(d)) if self.sessions.contains_key(&d.session) => {
                         let mut edits = Edits::default();
-                        edits.push(msg.span(token), Patch::Text(d.original.as_bytes()));
+                        let span = msg.span(token);
+                        let at = span.start..span.start + d.original.len();
+                        edits.push(span, Patch::Text(d.original.as_bytes()));
                         let message = splice(msg.text, edits, false);
-                        self.deliver(d.session, message);
+                        self.deliver(d.session, message, Delivery::Progress { token: at });
                     }
                     (_, Some(_)) => self.drop_message(DropReason::SessionGone, Some(method)),
                     (_, None) => self.drop_message(DropReason::UnroutedProgress, Some(method)),
@@ -621,7 +641,7 @@ impl Router {
                 }
                 let message = splice(msg.text, Edits::default(), false);
                 for sid in watchers {
-                    self.deliver(sid, message.clone());
+                    self.deliver(sid, message.clone(), Delivery::Update);
                 }
             }
             _ => self.drop_message(DropReason::UnroutableNotification, Some(method)),
@@ -650,9 +670,13 @@ impl Router {
         self.push_reply(line);
     }
 
-    fn deliver(&mut self, session: SessionId, message: Vec<u8>) {
+    fn deliver(&mut self, session: SessionId, message: Vec<u8>, what: Delivery) {
         self.metrics.delivered += 1;
-        self.actions.push_back(Action::Deliver { session, message });
+        self.actions.push_back(Action::Deliver {
+            session,
+            message,
+            what,
+        });
     }
 
     fn push_reply(&mut self, line: Vec<u8>) {
@@ -689,6 +713,40 @@ impl Router {
     }
 }
 
+/// What an admitted client message is, as [`Router::client_message_checked`] shows it.
+#[derive(Debug, Clone, Copy)]
+pub struct MessageInfo<'a> {
+    /// Request or notification.
+    pub kind: Kind,
+    /// Its method.
+    pub method: &'a str,
+    /// A request's id, as JSON text.
+    pub id: Option<&'a str>,
+    /// `params._meta.progressToken` when it is an integer or a string, as JSON text.
+    pub progress_token: Option<&'a str>,
+    /// The `requestId` of a `notifications/cancelled` when an integer or a string.
+    pub cancels: Option<&'a str>,
+}
+
+impl<'a> MessageInfo<'a> {
+    fn of(msg: &'a Message<'a>) -> MessageInfo<'a> {
+        let id_like = |v: Option<&'a RawValue>| {
+            v.map(RawValue::get)
+                .filter(|raw| RawId::classify(raw).is_some())
+        };
+        let method = msg.method.as_deref().unwrap_or_default();
+        MessageInfo {
+            kind: msg.kind,
+            method,
+            id: msg.id.map(RawValue::get),
+            progress_token: id_like(msg.params.meta_progress_token),
+            cancels: (method == "notifications/cancelled")
+                .then(|| id_like(msg.params.request_id))
+                .flatten(),
+        }
+    }
+}
+
 /// The raw text of a client request's id (admission guarantees it is present).
 fn client_id<'a>(msg: &Message<'a>) -> &'a str {
     msg.id.map(RawValue::get).unwrap_or("null")
@@ -697,6 +755,16 @@ fn client_id<'a>(msg: &Message<'a>) -> &'a str {
 /// The string value of `params.uri`, if it is a string.
 fn param_uri(msg: &Message<'_>) -> Option<String> {
     message::string_value(msg.params.uri?).map(|s| s.into_owned())
+}
+
+/// Where [`response_line`] puts the id.
+const RESPONSE_ID_AT: usize = r#"{"jsonrpc":"2.0","id":"#.len();
+
+/// The delivery of an answer [`response_line`] built for `id`.
+fn answer_to(id: &str) -> Delivery {
+    Delivery::Response {
+        id: RESPONSE_ID_AT..RESPONSE_ID_AT + id.len(),
+    }
 }
 
 /// `{"jsonrpc":"2.0","id":<id>,"<member>":<value>}` without a newline, carriage returns in

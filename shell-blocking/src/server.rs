@@ -92,14 +92,18 @@ impl Server {
             authorization: header("Authorization").map(str::as_bytes),
             origin: header("Origin"),
             host: header("Host"),
+            content_type: header("Content-Type"),
+            accept: header("Accept"),
+            mcp_session_id: header("Mcp-Session-Id"),
+            mcp_protocol_version: header("MCP-Protocol-Version"),
         };
         let admitted = match self.gate.admit(&head, unix_now()) {
             Ok(admitted) => admitted,
-            Err(rejection) => {
-                debug!(reason = rejection.as_str(), "refused");
+            Err(refused) => {
+                debug!(reason = refused.rejection.as_str(), "refused");
                 // Counting is best effort: never wait on the loop for it.
-                let _ = self.inputs.try_send(Input::Refused(rejection));
-                return respond(request, rejection.response());
+                let _ = self.inputs.try_send(Input::Refused(refused.rejection));
+                return respond(request, refused.response);
             }
         };
         let body = read_limited(&mut request, self.max_body);

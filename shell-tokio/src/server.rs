@@ -90,14 +90,18 @@ impl Server {
                 .map(HeaderValue::as_bytes),
             origin: text(header::ORIGIN),
             host: text(header::HOST),
+            content_type: text(header::CONTENT_TYPE),
+            accept: text(header::ACCEPT),
+            mcp_session_id: text(HeaderName::from_static("mcp-session-id")),
+            mcp_protocol_version: text(HeaderName::from_static("mcp-protocol-version")),
         };
         let admitted = match self.gate.admit(&head, unix_now()) {
             Ok(admitted) => admitted,
-            Err(rejection) => {
-                debug!(%peer, reason = rejection.as_str(), "refused");
+            Err(refused) => {
+                debug!(%peer, reason = refused.rejection.as_str(), "refused");
                 // Counting is best effort: never wait on the loop for it.
-                let _ = self.inputs.try_send(Input::Refused(rejection));
-                return full(rejection.response());
+                let _ = self.inputs.try_send(Input::Refused(refused.rejection));
+                return full(refused.response);
             }
         };
         let body = read_limited(req.into_body(), self.max_body).await;

@@ -213,12 +213,7 @@ impl Driver {
         body: Payload,
         entropy: [u8; 16],
     ) -> RequestId {
-        let admitted = Admitted {
-            endpoint,
-            principal,
-            session: session.to_owned(),
-        };
-        self.send(admitted.into_request(body, || entropy))
+        self.send(Admitted::new(endpoint, principal, session).into_request(body, || entropy))
     }
 
     /// Any admitted request.

@@ -20,7 +20,7 @@ use serde_json::value::RawValue;
 use switchboard_core::http::Rejection;
 use switchboard_core::routed_id::{self, SessionId};
 use switchboard_core::router::{Accepted, Body, Router};
-use switchboard_core::{Action, Principal};
+use switchboard_core::{Action, Delivery, Principal};
 
 /// The only methods a broadcast may carry, each rebuilt as `{"jsonrpc":"2.0","method":M}`.
 pub(crate) const LIST_CHANGED: [&str; 3] = [
@@ -238,9 +238,9 @@ impl ClientFixture {
                 let mine: Vec<&Vec<u8>> = after
                     .iter()
                     .filter_map(|a| match a {
-                        Action::Deliver { session, message } if *session == self.poster => {
-                            Some(message)
-                        }
+                        Action::Deliver {
+                            session, message, ..
+                        } if *session == self.poster => Some(message),
                         _ => None,
                     })
                     .collect();
@@ -265,10 +265,16 @@ impl ClientFixture {
                 self.init
             ),
         };
-        let [Action::Deliver { session, message }] = actions else {
+        let [Action::Deliver {
+            session,
+            message,
+            what,
+        }] = actions
+        else {
             panic!("an answered {method} produced {actions:?}");
         };
         assert_eq!(*session, self.poster, "an answer went to another session");
+        check_delivery_span(message, what);
         check_answer(message, id, "result", expected);
     }
 
@@ -291,7 +297,9 @@ impl ClientFixture {
                 let mut delivered = None;
                 for action in &actions {
                     match action {
-                        Action::Deliver { session, message } if *session == self.poster => {
+                        Action::Deliver {
+                            session, message, ..
+                        } if *session == self.poster => {
                             assert!(delivered.is_none(), "two answers for one id: {actions:?}");
                             delivered = Some(message);
                         }
@@ -325,10 +333,16 @@ impl ClientFixture {
                 );
                 self.router.backend_line(line.as_bytes());
                 let actions = drain(&mut self.router);
-                let [Action::Deliver { session, message }] = &actions[..] else {
+                let [Action::Deliver {
+                    session,
+                    message,
+                    what,
+                }] = &actions[..]
+                else {
                     panic!("progress for {echoed} produced {actions:?}");
                 };
                 assert_eq!(*session, self.poster, "progress went to another session");
+                check_delivery_span(message, what);
                 let d = one_line_object(message);
                 let back = at(&d, &["params", "progressToken"]).expect("the token is kept");
                 if echoed == token.get() {
@@ -670,7 +684,12 @@ pub(crate) fn check_backend_actions(
     let mut delivered = BTreeSet::new();
     for action in actions {
         match action {
-            Action::Deliver { session, message } => {
+            Action::Deliver {
+                session,
+                message,
+                what,
+            } => {
+                check_delivery_span(message, what);
                 assert!(
                     world.live.contains(session),
                     "delivered to {session}, which is not live"
@@ -715,6 +734,26 @@ pub(crate) fn check_backend_actions(
         }
     }
     delivered
+}
+
+/// A delivery names where its restored id or token is: exactly the message's `id`, or
+/// its `params.progressToken`.
+pub(crate) fn check_delivery_span(message: &[u8], what: &Delivery) {
+    let text = std::str::from_utf8(message).expect("a delivered message is UTF-8");
+    let m = members(text).expect("a delivered message is one object");
+    let (span, raw) = match what {
+        Delivery::Response { id } => (id, m.get("id").map(|v| v.get())),
+        Delivery::Progress { token } => (
+            token,
+            at(&m, &["params", "progressToken"]).map(RawValue::get),
+        ),
+        Delivery::Update => return,
+    };
+    assert_eq!(
+        text.get(span.clone()),
+        raw,
+        "the delivery's span does not hold the restored id or token: {text}"
+    );
 }
 
 /// A Deliver to `session` must be explained by the line itself (SPEC section 3).

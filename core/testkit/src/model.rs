@@ -26,7 +26,7 @@ use switchboard_core::http::{Endpoint, Response};
 use switchboard_core::hub::{Payload, Settings};
 use switchboard_core::routed_id::SessionId;
 use switchboard_core::supervise::Exit;
-use switchboard_core::{Action, Event, Frame, Output, Principal, StreamId};
+use switchboard_core::{Action, Delivery, Event, Frame, Output, Principal, StreamId};
 
 use crate::driver::{Answer, Driver, Record, Seen};
 use crate::fuzz::{
@@ -578,6 +578,8 @@ impl Model {
                     actions.push(Action::Deliver {
                         session,
                         message: message_data(bytes).to_vec(),
+                        // The frame no longer says; the spans are checked by `backend_line`.
+                        what: Delivery::Update,
                     });
                 }
                 Output::ToBackend { line, .. } => {
@@ -912,7 +914,9 @@ impl Model {
                     rewrites += 1;
                     self.check_prefixed(&sid, line);
                 }
-                Action::Deliver { session, message } => {
+                Action::Deliver {
+                    session, message, ..
+                } => {
                     assert_eq!(*session, sid, "a POST was answered into another session");
                     let d = one_line_object(message);
                     assert_eq!(

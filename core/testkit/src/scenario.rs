@@ -28,6 +28,11 @@
 //! | `health` | `GET /health` |
 //! | `metrics [PREFIX]` | `GET /metrics`, showing the sample lines that start with PREFIX |
 //! | `sigterm` | SIGTERM for the proxy |
+//! | `mcp-init A alice {...}` | `POST /mcp` without a session as `alice` (an `initialize`): the new session is A |
+//! | `mcp-post A {...}` | `POST /mcp` with A's `Mcp-Session-Id`, accepting JSON and SSE; an answer stream is `A@LINE` |
+//! | `mcp-get A`, `mcp-delete A` | `GET /mcp` (the stream `A/get`), `DELETE /mcp` for A |
+//! | `mcp-raw METHOD [A] [key=value ...] [{...}]` | any `/mcp` request: `as=bob`, `session=none\|B\|text`, `accept=json\|sse\|both\|any\|none\|TYPE`, `type=json\|none\|TYPE`, `version=V`, `origin=O`, `body=too-large` |
+//! | `hangup S`, `stall S` with a stream name | `A`, `A/get`, `A@12` |
 //! | `with FLAG VALUE` | before any other command: `restart never`, `keepalive 10s`, `ping-interval 5s`, `ping-timeout 2s`, `grace 1s`, `session-buffer 8192`, `max-sessions 2`, `stdin-queue 2`; `spawn-fails N` makes the first N starts fail |
 //!
 //! The transcript shows each command, then what followed, indented:
@@ -48,7 +53,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use switchboard_core::http::Endpoint;
+use switchboard_core::http::{Admitted, Endpoint, McpHeaders};
 use switchboard_core::hub::{Payload, Settings};
 use switchboard_core::supervise::Exit;
 use switchboard_core::{Event, LogLevel, Output, Principal, RequestId, SessionId, StreamId};
@@ -114,6 +119,150 @@ pub enum Command {
     Sigterm,
     /// `with FLAG VALUE`, before any other command: a setting of the hub.
     With(String, String),
+    /// A request on `/mcp`.
+    Mcp(McpCommand),
+}
+
+/// A request on `/mcp` (`mcp-init`, `mcp-post`, `mcp-get`, `mcp-delete`, `mcp-raw`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpCommand {
+    /// `POST`, `GET` or `DELETE`.
+    pub method: &'static str,
+    /// The session: its label names it (and, with `creates`, gets the new session).
+    pub label: Option<String>,
+    /// An `initialize` without a session header that starts the labelled session.
+    pub creates: bool,
+    /// Who asks; default the labelled session's owner.
+    pub principal: Option<String>,
+    /// The headers.
+    pub headers: McpHeaderOptions,
+    /// The body, unexpanded.
+    pub body: Option<String>,
+}
+
+/// The headers of a scripted `/mcp` request; `session` (a label, or `"text"` in quotes)
+/// overrides the labelled session's id.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct McpHeaderOptions {
+    /// `Mcp-Session-Id`: `None` to send the labelled session's (or none for `creates`).
+    pub session: Option<Option<String>>,
+    /// `Accept`.
+    pub accept: Option<String>,
+    /// `Content-Type`.
+    pub content_type: Option<String>,
+    /// `MCP-Protocol-Version`.
+    pub version: Option<String>,
+    /// `Origin`, for CORS.
+    pub origin: Option<String>,
+}
+
+impl McpHeaderOptions {
+    /// What an SDK client sends: both media types accepted, a JSON body.
+    pub fn standard() -> McpHeaderOptions {
+        McpHeaderOptions {
+            session: None,
+            accept: Some("application/json, text/event-stream".to_owned()),
+            content_type: Some("application/json".to_owned()),
+            version: None,
+            origin: None,
+        }
+    }
+}
+
+/// `mcp-raw METHOD [LABEL] [key=value ...] [{body}]`: keys `as`, `session` (`none`, a label,
+/// or any text), `accept` (`json`, `sse`, `both`, `any`, `none`, or a media range without
+/// spaces), `type` (`json`, `none`, or a media type), `version`, `origin`.
+fn parse_mcp_raw(rest: &str) -> Option<Command> {
+    let (method, mut rest) = rest.split_once(' ').unwrap_or((rest, ""));
+    let method = match method {
+        "POST" => "POST",
+        "GET" => "GET",
+        "DELETE" => "DELETE",
+        "OPTIONS" => "OPTIONS",
+        _ => return None,
+    };
+    let mut command = McpCommand {
+        method,
+        label: None,
+        creates: false,
+        principal: None,
+        headers: McpHeaderOptions::standard(),
+        body: None,
+    };
+    if method == "GET" {
+        command.headers.accept = Some("text/event-stream".to_owned());
+    }
+    loop {
+        rest = rest.trim_start();
+        if rest.is_empty() {
+            break;
+        }
+        if rest.starts_with('{') || rest.starts_with('[') {
+            command.body = Some(rest.to_owned());
+            break;
+        }
+        let (word, more) = rest.split_once(' ').unwrap_or((rest, ""));
+        rest = more;
+        if is_label(word) {
+            command.label = Some(word.to_owned());
+            continue;
+        }
+        let (key, value) = word.split_once('=')?;
+        let none = value == "none";
+        match key {
+            "as" => command.principal = Some(value.to_owned()),
+            "session" => {
+                let value = value.trim_matches('"');
+                command.headers.session = Some((!none).then(|| value.to_owned()))
+            }
+            "accept" => {
+                command.headers.accept = match value {
+                    "json" => Some("application/json".to_owned()),
+                    "sse" => Some("text/event-stream".to_owned()),
+                    "both" => Some("application/json, text/event-stream".to_owned()),
+                    "any" => Some("*/*".to_owned()),
+                    "none" => None,
+                    other => Some(other.to_owned()),
+                }
+            }
+            "type" => {
+                command.headers.content_type = match value {
+                    "json" => Some("application/json".to_owned()),
+                    "none" => None,
+                    other => Some(other.to_owned()),
+                }
+            }
+            "version" => command.headers.version = Some(value.to_owned()),
+            "origin" => command.headers.origin = Some(value.to_owned()),
+            "body" if value == "too-large" => command.body = Some(TOO_LARGE.to_owned()),
+            _ => return None,
+        }
+    }
+    // A label with no session header: the request starts that session.
+    command.creates = command.label.is_some() && command.headers.session == Some(None);
+    if command.creates {
+        command
+            .principal
+            .get_or_insert_with(|| "anonymous".to_owned());
+    }
+    Some(Command::Mcp(command))
+}
+
+/// The body text of `mcp-raw ... body=too-large`: a body over `--max-body`.
+const TOO_LARGE: &str = "\0too-large";
+
+/// A stream's name in a script: `A` (a legacy session's stream), `A/get` (a Streamable
+/// session's GET stream) or `A@12` (the answer stream of the request on line 12).
+fn stream_name(text: &str) -> Option<String> {
+    let label = text.split(['/', '@']).next()?;
+    let rest = &text[label.len()..];
+    let ok = is_label(label)
+        && (rest.is_empty()
+            || rest == "/get"
+            || rest
+                .strip_prefix('@')
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())));
+    ok.then(|| text.to_owned())
 }
 
 /// A POST body in a script.
@@ -169,9 +318,51 @@ fn parse_command(line: &str) -> Option<Command> {
                 principal: principal.to_owned(),
             }
         }
-        "hangup" => Command::HangUp(label(rest)?),
-        "stall" => Command::Stall(label(rest)?, true),
-        "resume" => Command::Stall(label(rest)?, false),
+        "hangup" => Command::HangUp(stream_name(rest)?),
+        "stall" => Command::Stall(stream_name(rest)?, true),
+        "resume" => Command::Stall(stream_name(rest)?, false),
+        "mcp-init" => {
+            let (l, rest) = rest.split_once(' ')?;
+            let (principal, body) = rest.split_once(' ')?;
+            Command::Mcp(McpCommand {
+                method: "POST",
+                label: Some(label(l)?),
+                creates: true,
+                principal: Some(principal.to_owned()),
+                headers: McpHeaderOptions::standard(),
+                body: Some(body.to_owned()),
+            })
+        }
+        "mcp-post" => {
+            let (l, body) = rest.split_once(' ')?;
+            Command::Mcp(McpCommand {
+                method: "POST",
+                label: Some(label(l)?),
+                creates: false,
+                principal: None,
+                headers: McpHeaderOptions::standard(),
+                body: Some(body.to_owned()),
+            })
+        }
+        "mcp-get" | "mcp-delete" => Command::Mcp(McpCommand {
+            method: if word == "mcp-get" { "GET" } else { "DELETE" },
+            label: Some(label(rest)?),
+            creates: false,
+            principal: None,
+            headers: McpHeaderOptions {
+                accept: Some(
+                    if word == "mcp-get" {
+                        "text/event-stream"
+                    } else {
+                        "application/json, text/event-stream"
+                    }
+                    .to_owned(),
+                ),
+                ..McpHeaderOptions::standard()
+            },
+            body: None,
+        }),
+        "mcp-raw" => parse_mcp_raw(rest)?,
         "post" | "post-raw" | "post-too-large" => {
             let (l, body) = rest.split_once(' ').unwrap_or((rest, ""));
             let body = match word {
@@ -415,6 +606,11 @@ fn apply_setting(settings: &mut Settings, flag: &str, value: &str) -> Option<()>
         "grace" => settings.grace = duration(value).ok()?,
         "session-buffer" => settings.session_buffer = size(value).ok()?,
         "max-sessions" => settings.max_sessions = value.parse().ok()?,
+        "max-inflight" => settings.max_inflight = value.parse().ok()?,
+        "session-idle" => settings.session_idle = duration(value).ok()?,
+        "request-timeout" => {
+            settings.request_timeout = Some(duration(value).ok()?).filter(|d| !d.is_zero())
+        }
         "stdin-queue" => settings.stdin_queue = value.parse().ok()?,
         _ => return None,
     }
@@ -428,6 +624,10 @@ struct Runner {
     streams: BTreeMap<StreamId, String>,
     label_streams: BTreeMap<String, StreamId>,
     requests: BTreeMap<RequestId, usize>,
+    /// The stream name a request's answer stream gets (`A/get`, `A@12`).
+    request_names: BTreeMap<RequestId, String>,
+    /// The line being run.
+    line_number: usize,
     /// The request of the line being run, answered inline.
     current: Option<RequestId>,
     metrics_prefix: Option<String>,
@@ -459,6 +659,8 @@ impl Runner {
             streams: BTreeMap::new(),
             label_streams: BTreeMap::new(),
             requests: BTreeMap::new(),
+            request_names: BTreeMap::new(),
+            line_number: 0,
             current: None,
             metrics_prefix: None,
             out: String::new(),
@@ -479,6 +681,7 @@ impl Runner {
         };
         writeln!(self.out, "{}", line.text).unwrap();
         let started = self.driver.elapsed();
+        self.line_number = line.number;
         self.current = None;
         self.metrics_prefix = None;
         let request = self.run(command);
@@ -488,6 +691,75 @@ impl Runner {
         }
         let records = self.driver.take_records();
         self.render(started, &records);
+    }
+
+    fn mcp(&mut self, command: &McpCommand) -> RequestId {
+        let endpoint = match command.method {
+            "POST" => Endpoint::McpPost,
+            "GET" => Endpoint::McpGet,
+            "OPTIONS" => Endpoint::Preflight,
+            _ => Endpoint::McpDelete,
+        };
+        if command.creates {
+            let label = command
+                .label
+                .as_deref()
+                .expect("mcp-init names its session");
+            assert!(
+                !self.owners.contains_key(label),
+                "session ids are never reused; use a new label for {label}"
+            );
+            let principal = Principal::new(command.principal.as_deref().unwrap_or("anonymous"));
+            self.owners.insert(label.to_owned(), principal);
+        }
+        let principal = match (&command.principal, &command.label) {
+            (Some(p), _) => Principal::new(p),
+            (None, Some(label)) => self
+                .owners
+                .get(label)
+                .cloned()
+                .unwrap_or_else(Principal::anonymous),
+            (None, None) => Principal::anonymous(),
+        };
+        let session = match (&command.headers.session, &command.label) {
+            (Some(explicit), _) => explicit.as_ref().map(|text| {
+                if is_label(text) {
+                    self.labels.sid(text).to_string()
+                } else {
+                    self.labels.expand(text)
+                }
+            }),
+            (None, Some(label)) if !command.creates => Some(self.labels.sid(label).to_string()),
+            _ => None,
+        };
+        let entropy = match &command.label {
+            Some(label) if command.creates => self.labels.entropy(label),
+            _ => [0xee; 16],
+        };
+        let body = match command.body.as_deref() {
+            Some(TOO_LARGE) => Payload::TooLarge,
+            Some(b) => Payload::Bytes(self.labels.expand(b).into_bytes()),
+            None => Payload::Bytes(Vec::new()),
+        };
+        let admitted = Admitted {
+            mcp: McpHeaders {
+                session,
+                content_type: command.headers.content_type.clone(),
+                accept: command.headers.accept.clone(),
+                protocol_version: command.headers.version.clone(),
+            },
+            cors: command.headers.origin.clone(),
+            ..Admitted::new(endpoint, principal, "")
+        };
+        let request = self.driver.send(admitted.into_request(body, || entropy));
+        if let Some(label) = &command.label {
+            let name = match command.method {
+                "GET" => format!("{label}/get"),
+                _ => format!("{label}@{}", self.line_number),
+            };
+            self.request_names.insert(request, name);
+        }
+        request
     }
 
     fn stream(&self, label: &str) -> StreamId {
@@ -632,6 +904,7 @@ impl Runner {
                 None
             }
             Command::With(..) => unreachable!("handled before the hub starts"),
+            Command::Mcp(command) => Some(self.mcp(command)),
         }
     }
 
@@ -679,7 +952,7 @@ impl Runner {
         }
     }
 
-    fn render_output(&self, output: &Output) -> Option<String> {
+    fn render_output(&mut self, output: &Output) -> Option<String> {
         Some(match output {
             Output::Respond { request, response } => {
                 let mut text = self.answer_prefix(*request);
@@ -695,7 +968,9 @@ impl Runner {
                         }
                     }
                     _ => {
-                        write!(text, " {}", render_bytes(&response.body)).unwrap();
+                        if !response.body.is_empty() {
+                            write!(text, " {}", render_bytes(&response.body)).unwrap();
+                        }
                         for (name, value) in &response.headers {
                             if *name != "content-type" {
                                 write!(text, " ({name}: {value})").unwrap();
@@ -711,6 +986,10 @@ impl Runner {
                 head,
                 ..
             } => {
+                if let Some(name) = self.request_names.get(request) {
+                    self.streams.insert(*stream, name.clone());
+                    self.label_streams.insert(name.clone(), *stream);
+                }
                 let headers: Vec<String> = head
                     .headers
                     .iter()

@@ -9,19 +9,22 @@
 //! ([`RequestId`], [`StreamId`], [`BackendId`]); the shell keeps its own maps from those ids
 //! to senders, sockets and processes.
 
+mod mcp;
+
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::action::Action;
+use crate::action::{Action, Delivery};
 use crate::auth::Principal;
 use crate::config::Restart;
-use crate::http::{self, Endpoint, Rejection, Response};
+use crate::http::{self, Endpoint, McpHeaders, Rejection, Response};
 use crate::metrics::{self, ShellGauges};
 use crate::output::{BackendId, CloseReason, Event, Frame, Output, RequestId, StreamEnd, StreamId};
 use crate::routed_id::SessionId;
 use crate::router::{Body, Router};
 use crate::sse;
+use crate::streamable::IdKey;
 use crate::supervise::{AfterExit, Exit, Health, Signal, Supervisor};
 
 /// Client lines the hub lets wait in the backend's stdin queue by default; past it a POST
@@ -54,6 +57,13 @@ pub struct Settings {
     pub restart: Restart,
     /// Client lines that may wait in the backend's stdin queue ([`STDIN_QUEUE`]).
     pub stdin_queue: usize,
+    /// How long a Streamable request may wait for its answer (progress restarts the
+    /// clock); `None` for no limit.
+    pub request_timeout: Option<Duration>,
+    /// How long a Streamable session may go without a request or an open stream.
+    pub session_idle: Duration,
+    /// Requests one Streamable session may have in flight.
+    pub max_inflight: usize,
     /// Prefix of the POST URL in a session's `endpoint` event (`--public-url` and
     /// `--base-path`), without a trailing slash.
     pub endpoint_prefix: String,
@@ -70,6 +80,9 @@ impl Default for Settings {
             grace: Duration::from_secs(5),
             restart: Restart::OnFailure,
             stdin_queue: STDIN_QUEUE,
+            request_timeout: Some(Duration::from_secs(300)),
+            session_idle: Duration::from_secs(1800),
+            max_inflight: 256,
             endpoint_prefix: String::new(),
         }
     }
@@ -83,8 +96,12 @@ pub struct Request {
     pub endpoint: Endpoint,
     /// Who asks.
     pub principal: Principal,
-    /// The session it names, as sent (empty when it names none).
+    /// The session `session_id` names, as sent (empty when none), for `/messages`.
     pub session: String,
+    /// The Streamable HTTP headers, for `/mcp`.
+    pub mcp: McpHeaders,
+    /// The browser origin to answer with CORS headers, when present and allowed.
+    pub cors: Option<String>,
     /// The body as far as the shell read it.
     pub body: Payload,
     /// 16 random bytes from the OS, for the id of a session this request may create.
@@ -113,9 +130,7 @@ impl Payload {
 #[derive(Debug)]
 struct WaitingPost {
     request: RequestId,
-    session: String,
-    principal: Principal,
-    body: Payload,
+    req: Request,
     deadline: Instant,
 }
 
@@ -130,13 +145,34 @@ struct HealthWaiter {
 #[derive(Debug)]
 struct Session {
     id: SessionId,
-    stream: StreamId,
+    kind: SessionKind,
+}
+
+/// The two transports side by side (SPEC section 7).
+#[derive(Debug)]
+enum SessionKind {
+    /// HTTP+SSE: the session is its one `/sse` stream.
+    Legacy { stream: StreamId },
+    /// Streamable HTTP: a standalone GET stream, and requests in flight.
+    Mcp(mcp::McpSession),
+}
+
+/// What a stream carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum StreamRole {
+    /// A legacy session's `/sse` stream.
+    Legacy,
+    /// A Streamable session's standalone GET stream.
+    Get,
+    /// The answer stream of the Streamable request with this id.
+    Request(IdKey),
 }
 
 #[derive(Debug)]
 struct StreamState {
     /// Creation number of the session it belongs to.
     session: u64,
+    role: StreamRole,
     /// When a frame was last queued on it, for keep-alives.
     last_frame: Instant,
 }
@@ -199,6 +235,10 @@ pub struct Hub {
     streams: BTreeMap<StreamId, StreamState>,
     /// Keep-alive deadlines; an entry whose stream saw a frame since is moved on lazily.
     keepalives: BTreeSet<(Instant, StreamId)>,
+    /// Request timeouts (session number, request id); stale entries are skipped.
+    request_deadlines: BTreeSet<(Instant, u64, IdKey)>,
+    /// Idle expiry checks (session number); stale entries are skipped.
+    idle_deadlines: BTreeSet<(Instant, u64)>,
     backend: Backend,
     /// A backend has run at least once (a first spawn failure ends the proxy).
     ever_started: bool,
@@ -223,6 +263,8 @@ impl Hub {
             by_sid: BTreeMap::new(),
             streams: BTreeMap::new(),
             keepalives: BTreeSet::new(),
+            request_deadlines: BTreeSet::new(),
+            idle_deadlines: BTreeSet::new(),
             backend: Backend::Down { restart_at: None },
             ever_started: false,
             waiting_posts: VecDeque::new(),
@@ -265,6 +307,8 @@ impl Hub {
             self.waiting_posts.front().map(|p| p.deadline),
             self.health_waiters.iter().map(|w| w.deadline).min(),
             self.keepalives.first().map(|(at, _)| *at),
+            self.request_deadlines.first().map(|(at, ..)| *at),
+            self.idle_deadlines.first().map(|(at, _)| *at),
         ]
         .into_iter()
         .flatten()
@@ -298,6 +342,20 @@ impl Hub {
                 self.pings.unresponsive = true;
                 self.log(Event::Unresponsive { silent });
             }
+        }
+        while let Some((at, number, key)) = self.request_deadlines.first().cloned() {
+            if at > now {
+                break;
+            }
+            self.request_deadlines.pop_first();
+            self.request_timed_out(now, at, number, &key);
+        }
+        while let Some(&(at, number)) = self.idle_deadlines.first() {
+            if at > now {
+                break;
+            }
+            self.idle_deadlines.pop_first();
+            self.idle_check(now, number);
         }
         while self
             .waiting_posts
@@ -353,8 +411,25 @@ impl Hub {
             }
         }
         match request.endpoint {
-            Endpoint::Stream => self.open_stream(now, id, request.principal, request.entropy),
-            Endpoint::Messages => self.post(now, id, request),
+            Endpoint::Stream => {
+                let (principal, cors) = (request.principal, request.cors);
+                self.open_stream(now, id, principal, request.entropy, cors)
+            }
+            Endpoint::Messages | Endpoint::McpPost => self.post(now, id, request),
+            Endpoint::McpGet => {
+                if let Err(rejection) = self.mcp_get(now, id, &request) {
+                    self.refuse_for(id, rejection, &request.cors);
+                }
+            }
+            Endpoint::McpDelete => {
+                if let Err(rejection) = self.mcp_delete(now, id, &request) {
+                    self.refuse_for(id, rejection, &request.cors);
+                }
+            }
+            Endpoint::Preflight => self.outputs.push_back(Output::Respond {
+                request: id,
+                response: http::preflight(request.cors.as_deref()),
+            }),
             Endpoint::Health => self.health(now, id),
             Endpoint::Metrics => {
                 let response = Response::text(
@@ -385,14 +460,19 @@ impl Hub {
             StreamEnd::ClientGone => CloseReason::ClientGone,
             StreamEnd::Full => CloseReason::SlowConsumer,
         };
-        if let Some(session) = self.sessions.remove(&state.session) {
-            self.by_sid.remove(&session.id);
-            self.log(Event::SessionClosed {
-                session: session.id,
-                reason,
-            });
-            self.router.close_session(&session.id);
-            self.drain_router(now);
+        match state.role {
+            StreamRole::Legacy => self.end_session(now, state.session, reason),
+            StreamRole::Get => {
+                if let Some(SessionKind::Mcp(m)) =
+                    self.sessions.get_mut(&state.session).map(|s| &mut s.kind)
+                {
+                    if m.get_stream == Some(stream) {
+                        m.get_stream = None;
+                    }
+                }
+                self.touch(state.session, now);
+            }
+            StreamRole::Request(key) => self.request_stream_closed(now, state.session, &key),
         }
     }
 
@@ -476,13 +556,7 @@ impl Hub {
             let Some(post) = self.waiting_posts.pop_front() else {
                 break;
             };
-            self.forward_post(
-                now,
-                post.request,
-                &post.session,
-                &post.principal,
-                &post.body,
-            );
+            self.dispatch_post(now, post.request, &post.req);
         }
     }
 
@@ -505,7 +579,7 @@ impl Hub {
             self.exit(status);
             return;
         }
-        self.end_all_sessions(CloseReason::BackendExited);
+        self.end_all_sessions(now, CloseReason::BackendExited);
         for post in std::mem::take(&mut self.waiting_posts) {
             self.refuse(post.request, Rejection::BackendDown);
         }
@@ -561,6 +635,7 @@ impl Hub {
         request: RequestId,
         principal: Principal,
         entropy: [u8; 16],
+        cors: Option<String>,
     ) {
         let sid = SessionId::from_random(entropy);
         if let Err(rejection) = self.router.open_session(sid, principal.clone()) {
@@ -570,23 +645,25 @@ impl Hub {
         let stream = StreamId(self.mint());
         let number = self.next_session;
         self.next_session += 1;
-        self.sessions.insert(number, Session { id: sid, stream });
-        self.by_sid.insert(sid, number);
-        self.streams.insert(
-            stream,
-            StreamState {
-                session: number,
-                last_frame: now,
+        self.sessions.insert(
+            number,
+            Session {
+                id: sid,
+                kind: SessionKind::Legacy { stream },
             },
         );
-        self.keepalives
-            .insert((now + self.settings.keepalive, stream));
+        self.by_sid.insert(sid, number);
+        let mut head = http::sse_head();
+        if let Some(origin) = &cors {
+            http::add_cors(&mut head, origin);
+        }
         self.outputs.push_back(Output::StartStream {
             request,
             stream,
-            head: http::sse_head(),
+            head,
             budget: self.settings.session_buffer,
         });
+        self.add_stream(now, stream, number, StreamRole::Legacy);
         let url = format!(
             "{}/messages?session_id={sid}",
             self.settings.endpoint_prefix
@@ -601,49 +678,72 @@ impl Hub {
         });
     }
 
+    /// A POST to `/messages` or `/mcp`: at once when the backend's stdin has room;
+    /// otherwise a POST that would be refused anyway is refused now, and the others wait
+    /// their turn, in order, for a bounded time.
     fn post(&mut self, now: Instant, request: RequestId, req: Request) {
         if self.waiting_posts.is_empty() && self.client_room() {
-            self.forward_post(now, request, &req.session, &req.principal, &req.body);
+            self.dispatch_post(now, request, &req);
             return;
         }
-        // No room in the backend's stdin: a POST that would be refused anyway is refused
-        // now; the others wait their turn, in order, for a bounded time.
-        let check =
-            self.router
-                .check_client_message(&req.session, &req.principal, req.body.as_body());
+        let check = match req.endpoint {
+            Endpoint::McpPost => self.mcp_post(now, request, &req, true),
+            _ => self.legacy_session(&req).and_then(|()| {
+                self.router
+                    .check_client_message(&req.session, &req.principal, req.body.as_body())
+            }),
+        };
         if let Err(rejection) = check {
-            self.router.count_rejection(&rejection);
-            self.respond_rejection(request, rejection);
+            self.refuse_for(request, rejection, &req.cors);
             return;
         }
         self.waiting_posts.push_back(WaitingPost {
             request,
-            session: req.session,
-            principal: req.principal,
-            body: req.body,
+            req,
             deadline: now + BACKEND_BUSY_WAIT,
         });
     }
 
-    fn forward_post(
+    fn dispatch_post(&mut self, now: Instant, request: RequestId, req: &Request) {
+        let result = match req.endpoint {
+            Endpoint::McpPost => self.mcp_post(now, request, req, false),
+            _ => self.legacy_post(now, request, req),
+        };
+        if let Err(rejection) = result {
+            self.refuse_for(request, rejection, &req.cors);
+        }
+    }
+
+    /// A legacy session's `session_id` must not name a Streamable session.
+    fn legacy_session(&self, req: &Request) -> Result<(), Rejection> {
+        let streamable = SessionId::parse(&req.session)
+            .and_then(|sid| self.by_sid.get(&sid))
+            .and_then(|n| self.sessions.get(n))
+            .is_some_and(|s| matches!(s.kind, SessionKind::Mcp(_)));
+        if streamable {
+            return Err(Rejection::SessionNotFound);
+        }
+        Ok(())
+    }
+
+    fn legacy_post(
         &mut self,
         now: Instant,
         request: RequestId,
-        session: &str,
-        principal: &Principal,
-        body: &Payload,
-    ) {
-        let result = self
-            .router
-            .client_message(session, principal, body.as_body());
+        req: &Request,
+    ) -> Result<(), Rejection> {
+        self.legacy_session(req)?;
+        self.router
+            .client_message(&req.session, &req.principal, req.body.as_body())
+            .inspect_err(|_| self.drain_router(now))?;
         self.drain_router(now);
-        match result {
-            Ok(_) => self.outputs.push_back(Output::Respond {
-                request,
-                response: http::accepted(),
-            }),
-            Err(rejection) => self.respond_rejection(request, rejection),
+        let mut response = http::accepted();
+        if let Some(origin) = &req.cors {
+            http::add_cors(&mut response, origin);
         }
+        self.outputs
+            .push_back(Output::Respond { request, response });
+        Ok(())
     }
 
     fn health(&mut self, now: Instant, request: RequestId) {
@@ -689,6 +789,17 @@ impl Hub {
     fn refuse(&mut self, request: RequestId, rejection: Rejection) {
         self.router.count_rejection(&rejection);
         self.respond_rejection(request, rejection);
+    }
+
+    /// Refuses `request`, with CORS headers for an allowed browser origin. (The router
+    /// counts what it refuses itself; the hub's own refusals are counted here.)
+    fn refuse_for(&mut self, request: RequestId, rejection: Rejection, cors: &Option<String>) {
+        let mut response = rejection.response();
+        if let Some(origin) = cors {
+            http::add_cors(&mut response, origin);
+        }
+        self.outputs
+            .push_back(Output::Respond { request, response });
     }
 
     fn respond_rejection(&mut self, request: RequestId, rejection: Rejection) {
@@ -792,7 +903,7 @@ impl Hub {
 
     fn begin_stop(&mut self, now: Instant, status: i32) {
         self.outputs.push_back(Output::StopAccepting);
-        self.end_all_sessions(CloseReason::Shutdown);
+        self.end_all_sessions(now, CloseReason::Shutdown);
         for post in std::mem::take(&mut self.waiting_posts) {
             self.refuse(post.request, Rejection::BackendDown);
         }
@@ -861,23 +972,56 @@ impl Hub {
         });
     }
 
-    /// Ends every live session in creation order.
-    fn end_all_sessions(&mut self, reason: CloseReason) {
+    /// Ends every live session in creation order; a Streamable session's requests in
+    /// flight are answered first.
+    fn end_all_sessions(&mut self, now: Instant, reason: CloseReason) {
+        let ending = match reason {
+            CloseReason::BackendExited => mcp::Ending::BackendExited,
+            _ => mcp::Ending::Shutdown,
+        };
         for (_, session) in std::mem::take(&mut self.sessions) {
-            self.streams.remove(&session.stream);
-            self.outputs.push_back(Output::EndStream {
-                stream: session.stream,
-            });
+            self.close_kind(now, session.id, session.kind, ending);
             self.log(Event::SessionClosed {
                 session: session.id,
                 reason,
             });
         }
         self.by_sid.clear();
+        self.streams.clear();
         self.keepalives.clear();
+        self.request_deadlines.clear();
+        self.idle_deadlines.clear();
         self.router.close_all_sessions();
         // Unsubscribes for a backend that is gone or going are not sent.
         while self.router.poll_action().is_some() {}
+    }
+
+    /// Ends one session (its stream ended, DELETE, idle): its streams end, its requests in
+    /// flight are answered (and, on DELETE, cancelled at the backend), and the router
+    /// forgets it, unsubscribing what only it watched.
+    fn end_session(&mut self, now: Instant, number: u64, reason: CloseReason) {
+        let Some(session) = self.sessions.remove(&number) else {
+            return;
+        };
+        self.by_sid.remove(&session.id);
+        self.close_kind(now, session.id, session.kind, mcp::Ending::Deleted);
+        self.log(Event::SessionClosed {
+            session: session.id,
+            reason,
+        });
+        self.router.close_session(&session.id);
+        self.drain_router(now);
+    }
+
+    fn close_kind(&mut self, now: Instant, sid: SessionId, kind: SessionKind, ending: mcp::Ending) {
+        match kind {
+            SessionKind::Legacy { stream } => {
+                if self.streams.remove(&stream).is_some() {
+                    self.outputs.push_back(Output::EndStream { stream });
+                }
+            }
+            SessionKind::Mcp(m) => self.end_mcp(now, sid, m, ending),
+        }
     }
 
     // -----------------------------------------------------------------------------------
@@ -911,14 +1055,23 @@ impl Hub {
         match action {
             Action::Rewrite { line } => self.queue_for_backend(line, true),
             Action::Reply { line } => self.queue_for_backend(line, false),
-            Action::Deliver { session, message } => {
-                if let Some(stream) = self.session_stream(&session) {
-                    self.queue_on_stream(now, stream, Frame::Owned(sse::message_event(&message)));
-                }
-            }
+            Action::Deliver {
+                session,
+                message,
+                what,
+            } => self.deliver(now, session, message, what),
             Action::Broadcast { message } => {
                 let frame: Arc<[u8]> = Arc::from(sse::message_event(&message));
-                let streams: Vec<StreamId> = self.sessions.values().map(|s| s.stream).collect();
+                // Legacy streams and Streamable GET streams, in creation order; a Streamable
+                // session without a GET stream is not told (never replayed).
+                let streams: Vec<StreamId> = self
+                    .sessions
+                    .values()
+                    .filter_map(|s| match &s.kind {
+                        SessionKind::Legacy { stream } => Some(*stream),
+                        SessionKind::Mcp(m) => m.get_stream,
+                    })
+                    .collect();
                 for stream in streams {
                     self.queue_on_stream(now, stream, Frame::Shared(frame.clone()));
                 }
@@ -936,9 +1089,17 @@ impl Hub {
         }
     }
 
-    fn session_stream(&self, session: &SessionId) -> Option<StreamId> {
-        let number = self.by_sid.get(session)?;
-        self.sessions.get(number).map(|s| s.stream)
+    fn deliver(&mut self, now: Instant, session: SessionId, message: Vec<u8>, what: Delivery) {
+        let Some(&number) = self.by_sid.get(&session) else {
+            return;
+        };
+        match &self.sessions[&number].kind {
+            SessionKind::Legacy { stream } => {
+                let stream = *stream;
+                self.queue_on_stream(now, stream, Frame::Owned(sse::message_event(&message)));
+            }
+            SessionKind::Mcp(_) => self.mcp_deliver(now, number, message, what),
+        }
     }
 
     fn queue_on_stream(&mut self, now: Instant, stream: StreamId, frame: Frame) {

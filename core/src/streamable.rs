@@ -1,0 +1,198 @@
+//! Pure helpers of the Streamable HTTP transport (SPEC section 7): what the headers of a
+//! `/mcp` request admit, the key an id is known by in a session's in-flight table, and the
+//! lines and bodies the proxy writes itself.
+
+use std::borrow::Cow;
+
+use crate::http::Response;
+use crate::message::RawId;
+use crate::routed_id::{self, SessionId};
+
+/// The protocol revisions a `MCP-Protocol-Version` header may name.
+pub const PROTOCOL_VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+
+/// Whether `version` (the header, when present) is one this proxy speaks.
+pub fn supported_version(version: Option<&str>) -> bool {
+    version.is_none_or(|v| PROTOCOL_VERSIONS.contains(&v.trim()))
+}
+
+/// Whether a `Content-Type` declares JSON (`application/json`, parameters allowed).
+pub fn is_json(content_type: Option<&str>) -> bool {
+    content_type.is_some_and(|ct| {
+        ct.split(';')
+            .next()
+            .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
+    })
+}
+
+/// What an `Accept` header admits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Accepts {
+    /// `application/json` (or `application/*`, `*/*`).
+    pub json: bool,
+    /// `text/event-stream` (or `text/*`, `*/*`).
+    pub event_stream: bool,
+}
+
+impl Accepts {
+    /// Reads an `Accept` header; a media range with `q=0` admits nothing.
+    pub fn parse(accept: Option<&str>) -> Accepts {
+        let mut out = Accepts::default();
+        for range in accept.unwrap_or_default().split(',') {
+            let mut parts = range.split(';');
+            let media = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
+            let refused = parts.any(|p| {
+                p.trim()
+                    .strip_prefix("q=")
+                    .is_some_and(|q| q.trim().parse::<f32>().is_ok_and(|q| q <= 0.0))
+            });
+            if refused {
+                continue;
+            }
+            match media.as_str() {
+                "*/*" => {
+                    out.json = true;
+                    out.event_stream = true;
+                }
+                "application/json" | "application/*" => out.json = true,
+                "text/event-stream" | "text/*" => out.event_stream = true,
+                _ => {}
+            }
+        }
+        out
+    }
+}
+
+/// An id (or progress token) as a session's in-flight table knows it: its type and its
+/// value, so that `"a"` and `"\u0061"` are the same request and `1` and `"1"` are not.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct IdKey {
+    string: bool,
+    text: String,
+}
+
+impl IdKey {
+    /// The key of an id given as raw JSON text; `None` for what is not an id.
+    pub fn of(raw: &str) -> Option<IdKey> {
+        match RawId::classify(raw)? {
+            RawId::Int(digits) => Some(IdKey {
+                string: false,
+                text: digits.to_owned(),
+            }),
+            RawId::Str(literal) => {
+                let value: Cow<'_, str> = if literal.contains('\\') {
+                    Cow::Owned(serde_json::from_str::<String>(literal).ok()?)
+                } else {
+                    Cow::Borrowed(&literal[1..literal.len() - 1])
+                };
+                Some(IdKey {
+                    string: true,
+                    text: value.into_owned(),
+                })
+            }
+        }
+    }
+}
+
+/// `{"jsonrpc":"2.0","id":<id>,"error":{"code":<code>,"message":<message>}}`.
+pub fn error_message(raw_id: &str, code: i32, text: &str) -> Vec<u8> {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{raw_id},"error":{{"code":{code},"message":{}}}}}"#,
+        serde_json::Value::from(text)
+    )
+    .into_bytes()
+}
+
+/// The proxy's `notifications/cancelled` for the request `raw_id` of `session` (its routed
+/// id, as the backend knows it), as a backend line.
+pub fn cancel_line(session: &SessionId, raw_id: &str, reason: &str) -> Option<Vec<u8>> {
+    let id = RawId::classify(raw_id)?;
+    let mut line =
+        br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"#.to_vec();
+    routed_id::encode(session, id, &mut line);
+    line.extend_from_slice(
+        format!(r#","reason":{}}}}}"#, serde_json::Value::from(reason)).as_bytes(),
+    );
+    line.push(b'\n');
+    Some(line)
+}
+
+/// `200 application/json` carrying one message.
+pub fn json_answer(message: Vec<u8>) -> Response {
+    Response::json(200, message)
+}
+
+/// `202 Accepted` with an empty body: a notification was taken (Streamable HTTP).
+pub fn notification_accepted() -> Response {
+    Response {
+        status: 202,
+        headers: Vec::new(),
+        body: Cow::Borrowed(&[]),
+    }
+}
+
+/// `204 No Content`: a session was deleted.
+pub fn deleted() -> Response {
+    Response {
+        status: 204,
+        headers: Vec::new(),
+        body: Cow::Borrowed(&[]),
+    }
+}
+
+/// `409 Conflict`: a request reused the id of one still in flight in its session.
+pub fn id_in_flight(raw_id: &str) -> Response {
+    Response::json(
+        409,
+        error_message(
+            raw_id,
+            -32600,
+            "Request id already in flight in this session",
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_and_content_type() {
+        let a = Accepts::parse(Some("application/json, text/event-stream"));
+        assert!(a.json && a.event_stream);
+        assert_eq!(
+            Accepts::parse(Some("*/*")),
+            Accepts {
+                json: true,
+                event_stream: true
+            }
+        );
+        assert!(!Accepts::parse(Some("text/html")).json);
+        assert!(!Accepts::parse(None).event_stream);
+        assert!(!Accepts::parse(Some("text/event-stream;q=0")).event_stream);
+        assert!(Accepts::parse(Some("text/event-stream;q=0.5")).event_stream);
+        assert!(is_json(Some("application/json; charset=utf-8")));
+        assert!(is_json(Some("Application/JSON")));
+        assert!(!is_json(Some("text/plain")));
+        assert!(!is_json(None));
+        assert!(supported_version(None));
+        assert!(supported_version(Some("2025-03-26")));
+        assert!(!supported_version(Some("2026-07-28")));
+    }
+
+    #[test]
+    fn id_keys() {
+        assert_eq!(IdKey::of(r#""a""#), IdKey::of(r#""\u0061""#));
+        assert_ne!(IdKey::of("1"), IdKey::of(r#""1""#));
+        assert_eq!(IdKey::of("1.5"), None);
+        assert_eq!(IdKey::of("null"), None);
+        let sid = SessionId::from_random([1; 16]);
+        let line = String::from_utf8(cancel_line(&sid, "7", "request timed out").unwrap()).unwrap();
+        assert_eq!(
+            line,
+            format!(
+                "{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{{\"requestId\":\"{sid}|n:7\",\"reason\":\"request timed out\"}}}}\n"
+            )
+        );
+    }
+}
