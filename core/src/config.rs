@@ -294,8 +294,18 @@ impl Config {
     /// message naming the flag when one is missing, malformed or out of range.
     #[cfg(feature = "cli")]
     pub fn from_args(name: &'static str) -> Config {
+        Config::from_args_with(name, |command| command)
+    }
+
+    /// [`Config::from_args`] with the command adjusted first (a binary whose defaults
+    /// depend on the host, such as the blocking one's `--max-sessions`).
+    #[cfg(feature = "cli")]
+    pub fn from_args_with(
+        name: &'static str,
+        adjust: impl FnOnce(clap::Command) -> clap::Command,
+    ) -> Config {
         use clap::{CommandFactory, FromArgMatches};
-        let mut command = Config::command().name(name).bin_name(name);
+        let mut command = adjust(Config::command().name(name).bin_name(name));
         let config = Config::from_arg_matches(&command.clone().get_matches())
             .unwrap_or_else(|e| e.format(&mut command).exit());
         if let Err(e) = config.validate() {

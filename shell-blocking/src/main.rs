@@ -18,7 +18,18 @@ use crate::server::Server;
 use crate::supervisor::Supervisor;
 
 fn main() {
-    let config = Config::from_args("switchboard-blocking");
+    let (budget, limit) = thread_budget();
+    let config = Config::from_args_with("switchboard-blocking", |command| {
+        command.mut_arg("max_sessions", |arg| {
+            // Computed once at start; clap keeps defaults for the process's life.
+            let default: &'static str = Box::leak(budget.to_string().into_boxed_str());
+            arg.default_value(default).help(format!(
+                "Most live sessions; more get 503. The default is what this host's thread \
+                 limits allow (one thread per session; here {budget}, set by {limit}); a \
+                 larger value is capped to it"
+            ))
+        })
+    });
     if config.demo_backend {
         let stdin = std::io::stdin().lock();
         let stdout = std::io::stdout().lock();
@@ -27,6 +38,18 @@ fn main() {
         ));
     }
     init_logging(&config);
+    let mut config = config;
+    if config.max_sessions as u64 > budget {
+        tracing::warn!(
+            "--max-sessions {} is more than this host's threads allow; capped at {budget} ({limit})",
+            config.max_sessions
+        );
+        config.max_sessions = budget as usize;
+    }
+    info!(
+        "thread budget: {budget} sessions ({limit}); --max-sessions {}",
+        config.max_sessions
+    );
     let status = run(config).unwrap_or_else(|e| {
         error!("{e}");
         2
@@ -51,8 +74,12 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
     let me = std::env::current_exe()?;
     let command = config.backend_command(&me.to_string_lossy());
     let listen = config.listen_addr();
-    let http =
-        tiny_http::Server::http(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let listener = std::net::TcpListener::bind(listen)
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let local = listener.local_addr()?;
+    no_delay(&listener);
+    let http = tiny_http::Server::from_listener(listener, None)
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let http = Arc::new(http);
     info!(
         "listening on http://{}{}/sse (backend: {})",
@@ -80,12 +107,19 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
             }
         })?;
 
+    let (activity, nudges) = crossbeam_channel::bounded(1);
+    thread::Builder::new()
+        .name("nudge".into())
+        .stack_size(session::STREAM_STACK)
+        .spawn(move || server::nudge(local, nudges))?;
     let server = Arc::new(Server {
         gate,
         max_body: config.max_body,
         inputs,
         closed,
         busy: AtomicUsize::new(0),
+        local_port: local.port(),
+        activity,
     });
     let serving = server.clone();
     thread::Builder::new()
@@ -95,3 +129,85 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
     server.drain(drain);
     Ok(status)
 }
+
+/// Small answers and SSE events go out at once: accepted connections inherit `TCP_NODELAY`
+/// from the listening socket on Linux (tiny_http sets no socket options).
+fn no_delay(listener: &std::net::TcpListener) {
+    use std::os::fd::AsRawFd;
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from `on`, which lives on the
+    // stack for the call; a failure only leaves Nagle's algorithm on.
+    unsafe {
+        libc::setsockopt(
+            listener.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+}
+
+/// Threads a live session holds: its stream's writer (the connection's pool thread is
+/// released, see `session`).
+const THREADS_PER_SESSION: u64 = 1;
+/// Threads kept out of the budget: handler threads, tiny_http's pool threads for
+/// connections between requests, the backend's four, the loop, accept, signals, nudge.
+const RESERVED_THREADS: u64 = 256;
+
+/// How many sessions this process's threads allow: the tightest of the process limit
+/// (`RLIMIT_NPROC`), the system limits (`threads-max`, `pid_max`), the cgroup's `pids.max`
+/// and the memory maps a thread stack takes (`max_map_count`), less what is in use and a
+/// reserve for the other threads, in sessions.
+fn thread_budget() -> (u64, String) {
+    let read =
+        |path: &str| -> Option<u64> { std::fs::read_to_string(path).ok()?.trim().parse().ok() };
+    // Threads in use on the system: /proc/loadavg's "running/total".
+    let in_use = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().nth(3)?.split('/').nth(1)?.parse().ok())
+        .unwrap_or(0u64);
+    let mut limits: Vec<(String, u64)> = Vec::new();
+    let mut nproc = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into `nproc`, which is that large.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NPROC, &mut nproc) } == 0
+        && nproc.rlim_cur != libc::RLIM_INFINITY
+    {
+        let limit = nproc.rlim_cur;
+        limits.push((
+            format!("RLIMIT_NPROC {limit}"),
+            limit.saturating_sub(in_use),
+        ));
+    }
+    if let Some(max) = read("/proc/sys/kernel/threads-max") {
+        limits.push((format!("threads-max {max}"), max.saturating_sub(in_use)));
+    }
+    if let Some(max) = read("/proc/sys/kernel/pid_max") {
+        limits.push((format!("pid_max {max}"), max.saturating_sub(in_use)));
+    }
+    if let (Some(max), Some(current)) = (
+        read("/sys/fs/cgroup/pids.max"),
+        read("/sys/fs/cgroup/pids.current"),
+    ) {
+        limits.push((
+            format!("cgroup pids.max {max}"),
+            max.saturating_sub(current),
+        ));
+    }
+    if let Some(maps) = read("/proc/sys/vm/max_map_count") {
+        // A thread's stack and its guard page are two mappings.
+        limits.push((format!("max_map_count {maps}"), maps / 2));
+    }
+    let (what, threads) = limits
+        .into_iter()
+        .min_by_key(|(_, free)| *free)
+        .unwrap_or_else(|| ("no known limit".to_owned(), u64::MAX));
+    let sessions = threads.saturating_sub(RESERVED_THREADS) / THREADS_PER_SESSION;
+    (sessions.clamp(1, DEFAULT_MAX_SESSIONS), what)
+}
+
+/// The `--max-sessions` of the tokio binary, which no thread budget bounds.
+const DEFAULT_MAX_SESSIONS: u64 = 10_000;

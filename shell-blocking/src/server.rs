@@ -4,10 +4,11 @@
 //! onto the wire. Every status, header and body comes from the core.
 
 use std::io::Read;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use switchboard_core::http::{self, Gate, RequestHead};
@@ -18,6 +19,13 @@ use tracing::{debug, warn};
 
 use crate::session;
 use crate::supervisor::{Input, Reply};
+
+/// How soon after a request the pool is nudged, and how often while requests keep coming.
+const NUDGE_EVERY: Duration = Duration::from_millis(50);
+/// How long nudging goes on after the last request.
+const NUDGE_FOR: Duration = Duration::from_secs(1);
+/// Throwaway connections per nudge.
+const NUDGES: usize = 4;
 
 /// Handler threads never exceed this; requests beyond wait in the queue.
 const MAX_HANDLERS: usize = 512;
@@ -31,6 +39,10 @@ pub struct Server {
     pub closed: Sender<StreamId>,
     /// Requests being handled now, so exit can let their answers out first.
     pub busy: AtomicUsize,
+    /// The port connections arrive on (to find a stream's own socket by).
+    pub local_port: u16,
+    /// Told of every request, for [`nudge`].
+    pub activity: Sender<()>,
 }
 
 impl Server {
@@ -42,9 +54,15 @@ impl Server {
         let idle = Arc::new(AtomicUsize::new(0));
         let mut handlers = 0;
         while let Ok(request) = http.recv() {
+            let _ = self.activity.try_send(());
             if idle.load(Ordering::Acquire) == 0 && handlers < MAX_HANDLERS {
-                handlers += 1;
-                self.clone().spawn_handler(requests.clone(), idle.clone());
+                if self.clone().spawn_handler(requests.clone(), idle.clone()) {
+                    handlers += 1;
+                } else if handlers == 0 {
+                    // No thread at all to answer it: refuse rather than leave it waiting.
+                    respond(request, Rejection::BackendBusy.response());
+                    continue;
+                }
             }
             if queue.send(request).is_err() {
                 return;
@@ -60,7 +78,8 @@ impl Server {
         }
     }
 
-    fn spawn_handler(self: Arc<Self>, requests: Receiver<Request>, idle: Arc<AtomicUsize>) {
+    /// Starts one more handler thread; false when the OS refused one.
+    fn spawn_handler(self: Arc<Self>, requests: Receiver<Request>, idle: Arc<AtomicUsize>) -> bool {
         let spawned = thread::Builder::new()
             .name("http".into())
             .stack_size(HANDLER_STACK)
@@ -72,9 +91,10 @@ impl Server {
                 self.handle(request);
                 self.busy.fetch_sub(1, Ordering::AcqRel);
             });
-        if let Err(e) = spawned {
+        if let Err(e) = &spawned {
             warn!("cannot start a handler thread: {e}");
         }
+        spawned.is_ok()
     }
 
     fn handle(&self, mut request: Request) {
@@ -118,10 +138,46 @@ impl Server {
         match answer.recv() {
             Ok(Reply::Full(response)) => respond(request, response),
             Ok(Reply::Stream(head, body)) => {
-                session::serve(request, head, body, self.closed.clone())
+                if let Err(request) =
+                    session::serve(request, head, body, self.local_port, self.closed.clone())
+                {
+                    respond(*request, Rejection::TooManySessions.response());
+                }
             }
             // The loop ended without answering: the proxy is exiting.
             Err(_) => respond(request, Rejection::BackendDown.response()),
+        }
+    }
+}
+
+/// Works around a lost wake-up in tiny_http 0.12's connection pool: when connections arrive
+/// in a burst, the pool may notify a thread that is already awake, and a connection then
+/// waits in its queue until some pool thread finishes a task, which an SSE stream or an
+/// idle keep-alive connection never does. So while requests arrive (and for a second
+/// after), every [`NUDGE_EVERY`] a few throwaway connections to our own port give the pool
+/// tasks that end at once; each pool thread that takes one goes on to the oldest waiting
+/// connection. Idle, the proxy makes none.
+pub fn nudge(addr: SocketAddr, activity: Receiver<()>) {
+    let addr = match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => {
+            SocketAddr::from((Ipv4Addr::LOCALHOST, addr.port()))
+        }
+        IpAddr::V6(ip) if ip.is_unspecified() => {
+            SocketAddr::from((Ipv6Addr::LOCALHOST, addr.port()))
+        }
+        _ => addr,
+    };
+    while activity.recv().is_ok() {
+        let mut until = Instant::now() + NUDGE_FOR;
+        while Instant::now() < until {
+            thread::sleep(NUDGE_EVERY);
+            for _ in 0..NUDGES {
+                // Refused or slow: the pool is not starving for lack of connections then.
+                let _ = TcpStream::connect_timeout(&addr, NUDGE_EVERY);
+            }
+            if activity.try_recv().is_ok() {
+                until = Instant::now() + NUDGE_FOR;
+            }
         }
     }
 }

@@ -158,9 +158,17 @@ pub struct ProxyBuilder {
     record: bool,
     wait_healthy: bool,
     health_path: String,
+    nproc: Option<u64>,
 }
 
 impl ProxyBuilder {
+    /// Starts the proxy under `RLIMIT_NPROC = limit` (threads of its user, the thread
+    /// budget's tightest limit in the tests).
+    pub fn nproc_limit(mut self, limit: u64) -> Self {
+        self.nproc = Some(limit);
+        self
+    }
+
     /// One more flag for the binary (before `--`).
     pub fn arg(mut self, arg: impl Into<String>) -> Self {
         self.args.push(arg.into());
@@ -244,6 +252,23 @@ impl ProxyBuilder {
                 .stderr(Stdio::from(log));
             for (k, v) in &self.env {
                 cmd.env(k, v);
+            }
+            if let Some(limit) = self.nproc {
+                use std::os::unix::process::CommandExt;
+                // SAFETY: the closure runs in the child between fork and exec and only calls
+                // setrlimit(2), which is async-signal-safe and touches only its argument.
+                unsafe {
+                    cmd.pre_exec(move || {
+                        let rlimit = libc::rlimit {
+                            rlim_cur: limit,
+                            rlim_max: limit,
+                        };
+                        if libc::setrlimit(libc::RLIMIT_NPROC, &rlimit) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        Ok(())
+                    });
+                }
             }
             if let Some(r) = &record {
                 cmd.env("TEST_BACKEND_RECORD", r);
@@ -333,6 +358,7 @@ impl Proxy {
             record: false,
             wait_healthy: true,
             health_path: "/health".to_owned(),
+            nproc: None,
         }
     }
 

@@ -1,0 +1,253 @@
+//! A proxy that outlives its clients' manners and its host's limits, on both binaries:
+//! a client that closes its stream is noticed within a second whether or not anything is
+//! written to it; a burst of new streams right after heavy use (and beside busy streams)
+//! is served at once; sessions past `--max-sessions` or past what the host's threads allow
+//! get 503 + Retry-After while the open ones keep working.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use switchboard_tests::{
+    echo_body, open_session, suite, try_open_session, OpenOptions, Proxy, Session, Target,
+    SESSION_NOT_FOUND, WAIT,
+};
+
+const BACKEND: &str = env!("CARGO_BIN_EXE_test-backend");
+
+/// Within this, a departed client's session must be over.
+const NOTICE_WITHIN: Duration = Duration::from_secs(1);
+
+fn departed_client_is_noticed_within_a_second(target: Target) {
+    // A long keep-alive: nothing is written to the idle stream meanwhile.
+    let p = Proxy::builder(target)
+        .backend([BACKEND])
+        .args(["--keepalive", "1h"])
+        .record()
+        .start();
+    let mut stay = open_session(&p, None);
+    stay.initialize();
+    let mut leave = open_session(&p, None);
+    leave.initialize();
+    let sid = leave.sid.clone();
+    let post_target = leave.post_target.clone();
+    let sessions = |p: &Proxy| p.metric("switchboard_sessions").unwrap_or(-1.0);
+    assert_eq!(sessions(&p), 2.0);
+    leave.shutdown();
+    drop(leave);
+    let closed_at = Instant::now();
+    let marker = "MARK-DEPARTED-LATE";
+    let noticed = loop {
+        let r = p.request(
+            "POST",
+            &post_target,
+            &[("Content-Type", "application/json")],
+            // A notification: the backend answers nothing, so nothing is written to the
+            // departed stream that could fail and give the departure away.
+            switchboard_tests::Body::json(&format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/roots/list_changed","params":{{"mark":"{marker}"}}}}"#
+            )),
+        );
+        if r.status == 404 {
+            assert_eq!(r.text(), SESSION_NOT_FOUND);
+            break closed_at.elapsed();
+        }
+        assert_eq!(r.status, 202, "{}", r.text());
+        assert!(
+            closed_at.elapsed() < NOTICE_WITHIN,
+            "session {sid} still accepted POSTs {:?} after its client left",
+            closed_at.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    println!("{target:?}: departure noticed after {noticed:?}");
+    assert_eq!(sessions(&p), 1.0, "the departed session is still counted");
+    // What it POSTed before the proxy noticed is the only trace; nothing after the 404.
+    let before = p.recorded().iter().filter(|l| l.contains(marker)).count();
+    std::thread::sleep(Duration::from_millis(200));
+    let after = p.recorded().iter().filter(|l| l.contains(marker)).count();
+    assert_eq!(
+        before, after,
+        "messages for the departed session reached the backend"
+    );
+    // Its late answers are dropped, and the other session is untouched.
+    let m = stay.call("echo", json!({"still": "here"}));
+    assert!(m["result"].is_object(), "{m}");
+    stay.expect_silence(Duration::from_millis(200));
+}
+
+/// `n` sessions opened at once from `n` threads; each must see its endpoint event within
+/// a second. Returns them, still open.
+fn open_at_once(p: &Proxy, n: usize, what: &str) -> Vec<Session> {
+    let addr = p.addr;
+    let started = Instant::now();
+    let threads: Vec<_> = (0..n)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let begun = Instant::now();
+                let s = try_open_session(addr, &OpenOptions::default());
+                (begun.elapsed(), s.map_err(|r| r.status))
+            })
+        })
+        .collect();
+    let mut slowest = Duration::ZERO;
+    let mut sessions = Vec::with_capacity(n);
+    for t in threads {
+        let (took, result) = t.join().expect("opener thread");
+        let session = result.unwrap_or_else(|status| panic!("{what}: GET /sse answered {status}"));
+        sessions.push(session);
+        slowest = slowest.max(took);
+    }
+    println!("{what}: {n} streams opened at once, slowest endpoint event after {slowest:?} ({:?} in all)", started.elapsed());
+    assert!(
+        slowest < Duration::from_secs(1),
+        "{what}: a stream waited {slowest:?} for its endpoint event"
+    );
+    sessions
+}
+
+fn burst_of_streams_after_load_and_beside_busy_ones(target: Target) {
+    let p = Proxy::builder(target)
+        .backend([BACKEND])
+        .args(["--max-sessions", "1000"])
+        .start();
+    // A short load run: 20 sessions, 20 calls each, on keep-alive connections.
+    let mut load: Vec<Session> = (0..20).map(|_| open_session(&p, None)).collect();
+    for s in &mut load {
+        s.initialize();
+        for i in 0..20 {
+            let r = s.post_fast(&echo_body(&i.to_string(), json!({"n": i})));
+            assert_eq!(r.status, 202);
+        }
+        for _ in 0..20 {
+            s.expect_message("load answers");
+        }
+    }
+    drop(load);
+    let mut held = Vec::new();
+    for round in 1..=3 {
+        held.push(open_at_once(
+            &p,
+            100,
+            &format!("{target:?} after a load run, burst {round}"),
+        ));
+        // Let go of the last burst's streams: their pool threads go idle, the setting in
+        // which a wake-up was lost.
+        held.clear();
+    }
+
+    // Again while 50 streams are busy: a thread keeps calls going on them.
+    let busy: Vec<Session> = (0..50).map(|_| open_session(&p, None)).collect();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let worker = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut busy = busy;
+            for s in &mut busy {
+                s.initialize();
+            }
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let mut calls = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline {
+                for s in &mut busy {
+                    let r = s.post_fast(&echo_body(&calls.to_string(), json!({"n": calls})));
+                    assert_eq!(r.status, 202);
+                    s.expect_message("busy answers");
+                    calls += 1;
+                }
+            }
+            calls
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let _beside = open_at_once(&p, 100, &format!("{target:?} beside 50 busy streams"));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let calls = worker.join().expect("busy worker");
+    assert!(calls > 0, "the busy streams made no calls");
+}
+
+fn sessions_past_max_sessions_get_503(target: Target) {
+    let p = Proxy::builder(target)
+        .backend([BACKEND])
+        .args(["--max-sessions", "3"])
+        .start();
+    let mut open: Vec<Session> = (0..3).map(|_| open_session(&p, None)).collect();
+    assert_refused(&p, "past --max-sessions 3");
+    for s in &mut open {
+        s.initialize();
+        assert!(s.call("echo", json!({"ok": 1}))["result"].is_object());
+    }
+}
+
+fn assert_refused(p: &Proxy, what: &str) {
+    let refused = try_open_session(p.addr, &OpenOptions::default())
+        .map(|s| s.sid)
+        .expect_err(what);
+    assert_eq!(refused.status, 503, "{what}: {}", refused.text());
+    assert_eq!(
+        refused.header("retry-after"),
+        Some("1"),
+        "{what}: no Retry-After"
+    );
+}
+
+/// Threads in use on this host (`/proc/loadavg`).
+fn threads_in_use() -> u64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().nth(3)?.split('/').nth(1)?.parse().ok())
+        .expect("/proc/loadavg")
+}
+
+fn sessions_past_the_thread_limit_get_503(target: Target) {
+    // Room for a few hundred threads beyond those in use: the blocking binary reserves
+    // 256 for its other threads and budgets the rest, one per session.
+    let limit = threads_in_use() + 256 + 40;
+    let p = Proxy::builder(target)
+        .backend([BACKEND])
+        .nproc_limit(limit)
+        .start();
+    let budget: Option<usize> = p.log().lines().find_map(|l| {
+        l.split("thread budget: ")
+            .nth(1)?
+            .split(' ')
+            .next()?
+            .parse()
+            .ok()
+    });
+    let mut open = Vec::new();
+    match (target, budget) {
+        (Target::Blocking, Some(budget)) => {
+            assert!(
+                budget < 200,
+                "the budget ({budget}) ignores RLIMIT_NPROC {limit}"
+            );
+            println!("blocking: RLIMIT_NPROC {limit} allows {budget} sessions");
+            for _ in 0..budget {
+                open.push(open_session(&p, None));
+            }
+            assert_refused(&p, "past the thread budget");
+        }
+        (Target::Blocking, None) => panic!("the blocking binary did not log its thread budget"),
+        // The tokio binary spends no thread per session: the limit does not bind it.
+        (Target::Tokio, _) => {
+            for _ in 0..100 {
+                open.push(open_session(&p, None));
+            }
+        }
+    }
+    for s in open.iter_mut().step_by(10) {
+        s.initialize();
+        assert!(s.call("echo", json!({"ok": 1}))["result"].is_object());
+    }
+    let (status, health) = p.health();
+    assert_eq!(status, 200, "{health}");
+    assert_eq!(health["sessions"], open.len());
+    let _ = WAIT;
+}
+
+suite!(
+    departed_client_is_noticed_within_a_second,
+    burst_of_streams_after_load_and_beside_busy_ones,
+    sessions_past_max_sessions_get_503,
+    sessions_past_the_thread_limit_get_503,
+);
