@@ -24,6 +24,7 @@
 use std::time::Duration;
 
 pub mod http;
+pub mod mcp;
 pub mod proxy;
 pub mod sse;
 
@@ -32,7 +33,10 @@ pub use proxy::{
     parse_metric, proc_status_kb, run, target_dir, workspace_root, Proxy, ProxyBuilder, Target,
     TempDir,
 };
-pub use sse::{open_session, raw_member, try_open_session, Frame, OpenOptions, Session};
+pub use mcp::{Answer, McpSession};
+pub use sse::{
+    open_session, raw_member, request_events, try_open_session, Events, Frame, OpenOptions, Session,
+};
 
 /// The longest any single wait for something that should happen may take.
 pub const WAIT: Duration = Duration::from_secs(10);

@@ -545,3 +545,105 @@ impl Session {
         let _ = self.stream.wire.stream.shutdown(std::net::Shutdown::Both);
     }
 }
+
+/// An event stream answered to any request (`GET /mcp`, or a `POST /mcp` answered as a
+/// stream), read incrementally like a session's.
+pub struct Events {
+    /// Status line and headers (body empty).
+    pub head: Response,
+    stream: EventStream,
+}
+
+/// Sends `method target` with `headers` and `body` on a fresh connection. An answer of
+/// `text/event-stream` comes back as [`Events`]; any other, whole, as `Err`.
+pub fn request_events(
+    addr: SocketAddr,
+    method: &str,
+    target: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Result<Events, Response> {
+    let deadline = Instant::now() + WAIT;
+    let stream = http::connect(addr, WAIT).unwrap_or_else(|e| panic!("cannot connect to {addr}: {e}"));
+    let mut req = format!("{method} {target} HTTP/1.1\r\n");
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        req.push_str(&format!("Host: {addr}\r\n"));
+    }
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+    let mut bytes = req.into_bytes();
+    bytes.extend_from_slice(body);
+    io::Write::write_all(&mut &stream, &bytes).unwrap_or_else(|e| panic!("cannot send {method} {target}: {e}"));
+    let mut wire = Wire::new(stream);
+    let (status, reason, headers) = http::read_head(&mut wire, deadline)
+        .unwrap_or_else(|e| panic!("no answer to {method} {target}: {e}"));
+    let head = Response {
+        status,
+        reason,
+        headers,
+        body: Vec::new(),
+    };
+    let is_stream = head
+        .header("content-type")
+        .is_some_and(|ct| ct.starts_with("text/event-stream"));
+    if !is_stream {
+        let body = http::read_body(&mut wire, status, &head.headers, method == "HEAD", deadline)
+            .unwrap_or_default();
+        return Err(Response { body, ..head });
+    }
+    let chunked = http::is_chunked(&head.headers);
+    let mut stream = EventStream {
+        wire,
+        chunked,
+        chunk_left: None,
+        skip_crlf: false,
+        decoded: Vec::new(),
+        eof: false,
+    };
+    stream.decode().unwrap_or_else(|e| panic!("malformed stream: {e}"));
+    Ok(Events { head, stream })
+}
+
+impl Events {
+    /// The next frame of any kind, waiting at most `timeout`.
+    pub fn next_frame(&mut self, timeout: Duration) -> Frame {
+        self.stream.next_frame(Instant::now() + timeout)
+    }
+
+    /// The next `message` event as JSON (comments skipped); `None` on timeout or close.
+    pub fn next_message(&mut self, timeout: Duration) -> Option<Value> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.stream.next_frame(deadline) {
+                Frame::Event { event, data, id } => {
+                    assert_eq!(event, "message", "unexpected event type: {data}");
+                    assert_eq!(id, None, "events must carry no id field");
+                    return Some(serde_json::from_str(&data).unwrap_or_else(|e| panic!("not JSON ({e}): {data}")));
+                }
+                Frame::Comment(_) => continue,
+                Frame::Timeout | Frame::Closed => return None,
+            }
+        }
+    }
+
+    /// Whether the stream ends within `timeout` (messages meanwhile are returned in order).
+    pub fn rest_until_closed(&mut self, timeout: Duration) -> Option<Vec<Value>> {
+        let deadline = Instant::now() + timeout;
+        let mut seen = Vec::new();
+        loop {
+            match self.stream.next_frame(deadline) {
+                Frame::Event { data, .. } => seen.push(serde_json::from_str(&data).expect("JSON event")),
+                Frame::Comment(_) => continue,
+                Frame::Closed => return Some(seen),
+                Frame::Timeout => return None,
+            }
+        }
+    }
+
+    /// Hangs up.
+    pub fn shutdown(&self) {
+        let _ = self.stream.wire.stream.shutdown(std::net::Shutdown::Both);
+    }
+}
