@@ -18,7 +18,7 @@ if [[ -z "${SWITCHBOARD_PYTHON:-}" ]]; then
         echo "run.sh: creating $venv"
         python3 -m venv "$venv"
     fi
-    if ! "$venv/bin/python" -c 'import mcp.client.sse' 2>/dev/null || [[ ! -x "$venv/bin/mcp-server-time" ]]; then
+    if ! "$venv/bin/python" -c 'import mcp.client.sse, mcp.client.streamable_http' 2>/dev/null || [[ ! -x "$venv/bin/mcp-server-time" ]]; then
         echo "run.sh: installing mcp and mcp-server-time into $venv"
         "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "mcp==2.3.0" "mcp-server-time==2026.10.19"
     fi

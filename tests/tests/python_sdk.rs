@@ -1,7 +1,10 @@
-//! Interop with the official Python MCP SDK client (`mcp.client.sse.sse_client` +
-//! `ClientSession`) through the real binary: against the real `mcp-server-time` and against
-//! `test-backend --fail-second-initialize` (a server that, like the Go SDK's, rejects a
-//! second handshake), one client at a time and several at once.
+//! Interop with the official Python MCP SDK clients, the legacy one
+//! (`mcp.client.sse.sse_client`) on `/sse` and the Streamable HTTP one
+//! (`mcp.client.streamable_http.streamable_http_client`) on `/mcp`, through the real binary:
+//! against the real `mcp-server-time`, the built-in demo server, and `test-backend
+//! --fail-second-initialize` (a server that, like the Go SDK's, rejects a second handshake),
+//! one client at a time and several of both transports at once. Every SDK client numbers
+//! its requests from 0, so concurrent clients always send colliding ids.
 //!
 //! Needs `SWITCHBOARD_PYTHON` pointing at a Python with `mcp` (and `mcp-server-time` beside
 //! it); `tests/run.sh` sets that up. Without it the tests skip loudly, or fail when `CI=true`.
@@ -23,7 +26,7 @@ fn python() -> Option<PathBuf> {
         Some(p) => {
             let p = PathBuf::from(p);
             let probe = Command::new(&p)
-                .args(["-c", "import mcp.client.sse, mcp"])
+                .args(["-c", "import mcp.client.sse, mcp.client.streamable_http"])
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
                 .output();
@@ -62,18 +65,22 @@ fn mcp_server_time(python: &Path) -> PathBuf {
     }
 }
 
-/// Runs `sdk_client.py` with one SDK client per `args` (all at once); returns each client's
-/// summary in order.
-fn sdk_clients(python: &Path, proxy: &Proxy, tool: &str, args: &[Value]) -> Vec<Value> {
+/// Runs `sdk_client.py` with one SDK client per `(transport, args)` (`sse` or `mcp`), all at
+/// once; returns each client's summary in order.
+fn sdk_clients(python: &Path, proxy: &Proxy, tool: &str, clients: &[(&str, Value)]) -> Vec<Value> {
     let script = workspace_root().join("tests/python/sdk_client.py");
-    let url = format!("http://{}/sse", proxy.addr);
+    let url = format!("http://{}", proxy.addr);
     let out_path = proxy.dir().file("sdk-stdout.txt");
     let err_path = proxy.dir().file("sdk-stderr.txt");
     let mut child = Command::new(python)
         .arg(&script)
         .arg(&url)
         .arg(tool)
-        .args(args.iter().map(Value::to_string))
+        .args(
+            clients
+                .iter()
+                .map(|(transport, args)| format!("{transport}={args}")),
+        )
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&out_path).expect("stdout file"))
         .stderr(std::fs::File::create(&err_path).expect("stderr file"))
@@ -102,9 +109,12 @@ fn sdk_clients(python: &Path, proxy: &Proxy, tool: &str, args: &[Value]) -> Vec<
     );
     let summary: Value = serde_json::from_str(stdout.trim())
         .unwrap_or_else(|e| panic!("SDK client output is not JSON ({e}): {stdout:?}\n{stderr}"));
-    let clients = summary["clients"].as_array().cloned().unwrap_or_default();
-    assert_eq!(clients.len(), args.len(), "{summary}");
-    clients
+    let got = summary["clients"].as_array().cloned().unwrap_or_default();
+    assert_eq!(got.len(), clients.len(), "{summary}");
+    for (got, (transport, _)) in got.iter().zip(clients) {
+        assert_eq!(got["transport"], *transport, "{summary}");
+    }
+    got
 }
 
 fn time_result(client: &Value) -> Value {
@@ -121,32 +131,64 @@ fn sdk_through_proxy_to_mcp_server_time(target: Target) {
     let p = Proxy::builder(target)
         .backend([server.display().to_string()])
         .start();
-    let one = sdk_clients(
-        &python,
-        &p,
-        "get_current_time",
-        &[json!({"timezone": "UTC"})],
-    );
-    assert_eq!(one[0]["server"], "mcp-time", "{}", one[0]);
-    let tools: Vec<&str> = one[0]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
-    assert!(tools.contains(&"get_current_time"), "{tools:?}");
-    assert_eq!(time_result(&one[0])["timezone"], "UTC", "{}", one[0]);
+    for transport in ["sse", "mcp"] {
+        let one = sdk_clients(
+            &python,
+            &p,
+            "get_current_time",
+            &[(transport, json!({"timezone": "UTC"}))],
+        );
+        assert_eq!(one[0]["server"], "mcp-time", "{}", one[0]);
+        let tools: Vec<&str> = one[0]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert!(
+            tools.contains(&"get_current_time"),
+            "{transport}: {tools:?}"
+        );
+        assert_eq!(time_result(&one[0])["timezone"], "UTC", "{}", one[0]);
+    }
 
-    // Two SDK clients at once, each must get its own timezone back.
-    let zones = ["UTC", "Asia/Tokyo"];
-    let both = sdk_clients(
-        &python,
-        &p,
-        "get_current_time",
-        &zones.map(|z| json!({"timezone": z})),
-    );
-    for (client, zone) in both.iter().zip(zones) {
-        assert_eq!(time_result(client)["timezone"], zone, "{client}");
+    // Four SDK clients at once, two per transport, with the same ids: each must get its own
+    // timezone back.
+    let clients = [
+        ("sse", "UTC"),
+        ("mcp", "Asia/Tokyo"),
+        ("sse", "Europe/Paris"),
+        ("mcp", "America/New_York"),
+    ]
+    .map(|(t, z)| (t, json!({"timezone": z})));
+    let all = sdk_clients(&python, &p, "get_current_time", &clients);
+    for (client, (_, args)) in all.iter().zip(&clients) {
+        assert_eq!(
+            time_result(client)["timezone"],
+            args["timezone"],
+            "{client}"
+        );
+    }
+}
+
+/// The built-in demo server (no command after `--`), over both transports at once.
+fn sdk_through_proxy_to_the_demo_server(target: Target) {
+    let Some(python) = python() else { return };
+    let p = Proxy::builder(target).start();
+    let clients: Vec<(&str, Value)> = (0..4)
+        .map(|i| {
+            let transport = if i % 2 == 0 { "mcp" } else { "sse" };
+            (
+                transport,
+                json!({"text": format!("{transport} client {i}")}),
+            )
+        })
+        .collect();
+    let out = sdk_clients(&python, &p, "echo", &clients);
+    for (client, (_, args)) in out.iter().zip(&clients) {
+        assert_eq!(client["server"], "switchboard-demo", "{client}");
+        assert_eq!(client["is_error"], false, "{client}");
+        assert_eq!(client["texts"][0], args["text"], "{client}");
     }
 }
 
@@ -159,29 +201,34 @@ fn sdk_clients_share_a_server_that_rejects_a_second_initialize(target: Target) {
     // Three clients one after another...
     for i in 0..3 {
         let args = json!({"client": i, "mode": "sequential"});
-        let out = sdk_clients(&python, &p, "echo", std::slice::from_ref(&args));
+        let transport = if i == 1 { "mcp" } else { "sse" };
+        let out = sdk_clients(&python, &p, "echo", &[(transport, args.clone())]);
         assert_eq!(out[0]["server"], "test-backend", "{}", out[0]);
         assert_eq!(out[0]["is_error"], false, "{}", out[0]);
         let echoed: Value = serde_json::from_str(out[0]["texts"][0].as_str().unwrap()).unwrap();
         assert_eq!(echoed, args, "client {i} got someone else's answer");
     }
-    // ...and three at once.
-    let args: Vec<Value> = (0..3)
-        .map(|i| json!({"client": i, "mode": "concurrent"}))
+    // ...and six at once, three per transport.
+    let args: Vec<(&str, Value)> = (0..6)
+        .map(|i| {
+            let transport = if i % 2 == 0 { "sse" } else { "mcp" };
+            (transport, json!({"client": i, "mode": "concurrent"}))
+        })
         .collect();
     let out = sdk_clients(&python, &p, "echo", &args);
-    for (client, want) in out.iter().zip(&args) {
+    for (client, (_, want)) in out.iter().zip(&args) {
         let echoed: Value = serde_json::from_str(client["texts"][0].as_str().unwrap()).unwrap();
         assert_eq!(&echoed, want, "{client}");
     }
     let inits = p.recorded_initializes();
     assert_eq!(
         inits, 1,
-        "six SDK clients must cause exactly one backend initialize"
+        "nine SDK clients must cause exactly one backend initialize"
     );
 }
 
 suite!(
     sdk_through_proxy_to_mcp_server_time,
+    sdk_through_proxy_to_the_demo_server,
     sdk_clients_share_a_server_that_rejects_a_second_initialize,
 );
