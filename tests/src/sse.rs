@@ -73,6 +73,25 @@ struct EventStream {
 }
 
 impl EventStream {
+    /// The data of the next `message` event before `deadline` (comments skipped); `None`
+    /// on timeout or close. Panics on any other event type, or an event id.
+    fn next_message_data(&mut self, deadline: Instant, stream: &str) -> Option<String> {
+        loop {
+            match self.next_frame(deadline) {
+                Frame::Event { event, data, id } => {
+                    assert_eq!(
+                        event, "message",
+                        "unexpected event type on stream {stream}: {data}"
+                    );
+                    assert_eq!(id, None, "events must carry no id field");
+                    return Some(data);
+                }
+                Frame::Comment(_) => continue,
+                Frame::Timeout | Frame::Closed => return None,
+            }
+        }
+    }
+
     /// Moves whatever transport bytes are complete into `decoded`.
     fn decode(&mut self) -> io::Result<()> {
         if !self.chunked {
@@ -364,22 +383,8 @@ impl Session {
     /// The data of the next `message` event (comments skipped); `None` on timeout or close.
     /// Panics on any other event type.
     pub fn next_raw(&mut self, timeout: Duration) -> Option<String> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            match self.stream.next_frame(deadline) {
-                Frame::Event { event, data, id } => {
-                    assert_eq!(
-                        event, "message",
-                        "unexpected event type on session {}: {data}",
-                        self.sid
-                    );
-                    assert_eq!(id, None, "events must carry no id field");
-                    return Some(data);
-                }
-                Frame::Comment(_) => continue,
-                Frame::Timeout | Frame::Closed => return None,
-            }
-        }
+        self.stream
+            .next_message_data(Instant::now() + timeout, &self.sid)
     }
 
     /// The next message as JSON; `None` on timeout or close.
@@ -618,21 +623,10 @@ impl Events {
 
     /// The next `message` event as JSON (comments skipped); `None` on timeout or close.
     pub fn next_message(&mut self, timeout: Duration) -> Option<Value> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            match self.stream.next_frame(deadline) {
-                Frame::Event { event, data, id } => {
-                    assert_eq!(event, "message", "unexpected event type: {data}");
-                    assert_eq!(id, None, "events must carry no id field");
-                    return Some(
-                        serde_json::from_str(&data)
-                            .unwrap_or_else(|e| panic!("not JSON ({e}): {data}")),
-                    );
-                }
-                Frame::Comment(_) => continue,
-                Frame::Timeout | Frame::Closed => return None,
-            }
-        }
+        let data = self
+            .stream
+            .next_message_data(Instant::now() + timeout, "of the answer")?;
+        Some(serde_json::from_str(&data).unwrap_or_else(|e| panic!("not JSON ({e}): {data}")))
     }
 
     /// Whether the stream ends within `timeout` (messages meanwhile are returned in order).

@@ -238,15 +238,7 @@ impl Hub {
         if !Accepts::parse(req.mcp.accept.as_deref()).event_stream {
             return Err(Rejection::NotAcceptable);
         }
-        if !streamable::supported_version(req.mcp.protocol_version.as_deref()) {
-            return Err(Rejection::BadProtocolVersion);
-        }
-        let text = req
-            .mcp
-            .session
-            .as_deref()
-            .ok_or(Rejection::MissingMcpSession)?;
-        let (number, sid) = self.mcp_session(text, &req.principal)?;
+        let (number, sid) = self.named_mcp_session(req)?;
         let stream = StreamId(self.mint());
         let head = self.mcp_decorate(http::sse_head(), sid, &req.cors);
         self.outputs.push_back(Output::StartStream {
@@ -276,6 +268,17 @@ impl Hub {
         request: RequestId,
         req: &Request,
     ) -> Result<(), Rejection> {
+        let (number, sid) = self.named_mcp_session(req)?;
+        self.end_session(now, number, CloseReason::Deleted);
+        let response = self.mcp_decorate(streamable::deleted(), sid, &req.cors);
+        self.outputs
+            .push_back(Output::Respond { request, response });
+        Ok(())
+    }
+
+    /// GET's and DELETE's checks after their own: the version (400), the session header
+    /// (400 without it), then the session it names (404).
+    fn named_mcp_session(&self, req: &Request) -> Result<(u64, SessionId), Rejection> {
         if !streamable::supported_version(req.mcp.protocol_version.as_deref()) {
             return Err(Rejection::BadProtocolVersion);
         }
@@ -284,12 +287,7 @@ impl Hub {
             .session
             .as_deref()
             .ok_or(Rejection::MissingMcpSession)?;
-        let (number, sid) = self.mcp_session(text, &req.principal)?;
-        self.end_session(now, number, CloseReason::Deleted);
-        let response = self.mcp_decorate(streamable::deleted(), sid, &req.cors);
-        self.outputs
-            .push_back(Output::Respond { request, response });
-        Ok(())
+        self.mcp_session(text, &req.principal)
     }
 
     /// The live Streamable session `text` names for `principal`: one 404 for unknown,
