@@ -574,6 +574,77 @@ fn list_changed_once_per_session_on_the_get_stream(target: Target) {
     );
 }
 
+/// `resources/updated` reaches the GET stream of each subscribed session, of either kind,
+/// and no other; DELETE releases the session's subscriptions (the last one unsubscribes
+/// upstream).
+fn resources_updated_reaches_subscribed_get_streams(target: Target) {
+    let p = proxy(target, &[]);
+    let (a, b) = (start(&p, ALICE), start(&p, BOB));
+    let (mut ga, mut gb) = (a.get_stream(), b.get_stream());
+    let mut legacy = open_session(&p, Some(BOB.1));
+    legacy.initialize();
+    let subscribe = |s: &McpSession, id: u64, uri: &str| {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "resources/subscribe", "params": {"uri": uri}});
+        let (_, m) = s.post(&body.to_string()).response();
+        assert_eq!(m["result"], json!({}), "subscribe {uri}: {m}");
+    };
+    subscribe(&a, 1, "test://x");
+    subscribe(&a, 2, "test://both");
+    subscribe(&b, 1, "test://both");
+    let m = legacy.request(
+        json!(1),
+        "resources/subscribe",
+        json!({"uri": "test://legacy"}),
+    );
+    assert_eq!(m["result"], json!({}), "{m}");
+
+    let updated = |uri: &str| json!({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": uri}});
+    let barrier = json!({"jsonrpc": "2.0", "method": "notifications/prompts/list_changed"});
+    let lines = [
+        updated("test://x"),
+        updated("test://both"),
+        updated("test://legacy"),
+        updated("test://none"),
+        barrier.clone(),
+    ];
+    b.call(json!(2), "emit", json!({"lines": lines}));
+    let uri_of = |m: Option<Value>| m.map(|m| m["params"]["uri"].clone());
+    assert_eq!(uri_of(ga.next_message(WAIT)), Some(json!("test://x")));
+    assert_eq!(uri_of(ga.next_message(WAIT)), Some(json!("test://both")));
+    assert_eq!(
+        ga.next_message(WAIT),
+        Some(barrier.clone()),
+        "a got nothing else"
+    );
+    assert_eq!(uri_of(gb.next_message(WAIT)), Some(json!("test://both")));
+    assert_eq!(
+        gb.next_message(WAIT),
+        Some(barrier.clone()),
+        "b got nothing else"
+    );
+    assert_eq!(
+        uri_of(legacy.next_message(WAIT)),
+        Some(json!("test://legacy"))
+    );
+    assert_eq!(
+        legacy.next_message(WAIT),
+        Some(barrier),
+        "the legacy session got nothing else"
+    );
+
+    // a's DELETE: test://x was a's alone, test://both is still b's.
+    assert_eq!(a.delete().status, 204);
+    p.wait_recorded("the unsubscribe of test://x after DELETE", |l| {
+        l.contains("resources/unsubscribe") && l.contains("test://x")
+    });
+    assert!(
+        !p.recorded()
+            .iter()
+            .any(|l| l.contains("resources/unsubscribe") && l.contains("test://both")),
+        "test://both unsubscribed while b still watches it"
+    );
+}
+
 /// A legacy session and two Streamable ones (one of the same principal) send the same ids,
 /// and the backend answers in reverse order: each gets exactly its own answers.
 fn colliding_ids_across_transports_reordered(target: Target) {
@@ -899,6 +970,7 @@ suite!(
     delete_ends_the_session_and_cancels_upstream,
     progress_on_the_post_stream_before_the_result,
     list_changed_once_per_session_on_the_get_stream,
+    resources_updated_reaches_subscribed_get_streams,
     colliding_ids_across_transports_reordered,
     idle_sessions_expire_but_watched_ones_stay,
     request_timeout_answers_32001_and_cancels_upstream,
