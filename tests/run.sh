@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The one test command: sets up the Python SDK venv, builds every binary the end-to-end
-# suites start, then runs the whole workspace's tests.
+# The one test command: sets up the Python SDK venv and the Node tools (tests/node), builds
+# every binary the end-to-end suites start, then runs the whole workspace's tests.
 #
 #   tests/run.sh                 # everything
 #   tests/run.sh -p switchboard-tests -- tokio::   # extra arguments go to `cargo test`
@@ -25,13 +25,39 @@ if [[ -z "${SWITCHBOARD_PYTHON:-}" ]]; then
     export SWITCHBOARD_PYTHON="$venv/bin/python"
 fi
 
+# The Node tools (the MCP conformance suite, the TypeScript SDK), pinned by
+# tests/node/package-lock.json. `npm ci` runs when node_modules is missing or was installed
+# from another lockfile (a copy of the lockfile is kept as the stamp). Without node and npm
+# the Node suites skip loudly (and fail under CI=true). Set SWITCHBOARD_NODE_DIR to use
+# another folder with both installed.
+if [[ -z "${SWITCHBOARD_NODE_DIR:-}" ]]; then
+    node_dir="$root/tests/node"
+    stamp="$node_dir/node_modules/.switchboard-lock.json"
+    if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+        echo "run.sh: WARNING: node or npm not found: the conformance and TypeScript SDK suites will skip (they fail under CI=true)" >&2
+    elif cmp -s "$node_dir/package-lock.json" "$stamp"; then
+        export SWITCHBOARD_NODE_DIR="$node_dir"
+    else
+        echo "run.sh: npm ci in $node_dir"
+        if (cd "$node_dir" && npm ci --no-audit --no-fund); then
+            cp "$node_dir/package-lock.json" "$stamp"
+            export SWITCHBOARD_NODE_DIR="$node_dir"
+        elif [[ "${CI:-}" == "true" ]]; then
+            echo "run.sh: npm ci failed" >&2
+            exit 1
+        else
+            echo "run.sh: WARNING: npm ci failed: the Node suites will skip" >&2
+        fi
+    fi
+fi
+
 # The suites hold a thousand sessions open at once: allow the file descriptors they need.
 ulimit -Sn "$(ulimit -Hn)" 2>/dev/null || ulimit -Sn 8192 2>/dev/null || true
 
 echo "run.sh: building the binaries under test"
 cargo build -p switchboard -p switchboard-blocking -p switchboard-tests --bins
 
-echo "run.sh: cargo test --workspace (SWITCHBOARD_PYTHON=$SWITCHBOARD_PYTHON)"
+echo "run.sh: cargo test --workspace (SWITCHBOARD_PYTHON=$SWITCHBOARD_PYTHON SWITCHBOARD_NODE_DIR=${SWITCHBOARD_NODE_DIR:-})"
 if [[ $# -gt 0 ]]; then
     exec cargo test "$@"
 fi

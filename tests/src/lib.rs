@@ -25,11 +25,13 @@ use std::time::Duration;
 
 pub mod http;
 pub mod mcp;
+pub mod node;
 pub mod proxy;
 pub mod sse;
 
 pub use http::{Body, Conn, Response};
 pub use mcp::{Answer, McpSession};
+pub use node::{node, Node, NodeRun};
 pub use proxy::{
     parse_metric, proc_status_kb, run, target_dir, workspace_root, Proxy, ProxyBuilder, Target,
     TempDir,
