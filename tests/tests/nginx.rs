@@ -422,10 +422,10 @@ fn sessions_spread_and_stay_isolated(target: Target) {
     const STEP_MS: u64 = 60;
     let delay = |i: usize, n: usize| (ids.len() - i) as u64 * STEP_MS + (n % 5) as u64 * 7;
     let mut pending: Vec<(usize, usize, Events)> = Vec::new();
-    for i in 0..ids.len() {
+    for (i, id) in ids.iter().enumerate() {
         for (n, (who, s)) in legacy.iter().enumerate() {
             let r = s.post_with(
-                Body::json(&delay_call(&ids[i], delay(i, n), who).to_string()),
+                Body::json(&delay_call(id, delay(i, n), who).to_string()),
                 &[("Host", PUBLIC_HOST)],
             );
             assert_eq!(
@@ -437,7 +437,7 @@ fn sessions_spread_and_stay_isolated(target: Target) {
             );
         }
         for (n, (who, s)) in streamable.iter().enumerate() {
-            let events = mcp_stream_call(s, &delay_call(&ids[i], delay(i, n), who));
+            let events = mcp_stream_call(s, &delay_call(id, delay(i, n), who));
             pending.push((n, i, events));
         }
     }
