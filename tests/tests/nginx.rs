@@ -51,7 +51,7 @@ fn nginx_binary() -> Option<PathBuf> {
 fn nginx_or_skip(test: &str) -> Option<PathBuf> {
     let found = nginx_binary();
     if found.is_none() {
-        let msg = "nginx is not installed: `tests/run.sh` installs it (apt-get install nginx-light), or set SWITCHBOARD_NGINX";
+        let msg = "nginx is not installed: `tests/run.sh` installs it (apt-get install nginx), or set SWITCHBOARD_NGINX";
         if std::env::var("CI").as_deref() == Ok("true") {
             panic!("{msg}");
         }
