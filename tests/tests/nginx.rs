@@ -640,6 +640,32 @@ fn killed_instance_clients_move_to_survivors(target: Target) {
         .iter()
         .map(|(who, s)| mcp_stream_call(s, &delay_call(&id, SLOW_MS, who)))
         .collect();
+    // And, in every Streamable session, one waiting for a JSON answer.
+    let waiting: Vec<_> = streamable
+        .iter()
+        .map(|(who, s)| {
+            let (who, sid, token) = (who.clone(), s.sid.clone(), s.token.clone());
+            let body = delay_call(&json!("json"), SLOW_MS, &who).to_string();
+            std::thread::spawn(move || {
+                let s = McpSession {
+                    addr,
+                    sid,
+                    token,
+                    path: "/mcp".to_owned(),
+                    initialize_result: Value::Null,
+                };
+                match s.post_with(
+                    &[("Accept", "application/json"), ("Host", PUBLIC_HOST)],
+                    &body,
+                ) {
+                    Answer::Whole(r) => (r.status, r.text()),
+                    Answer::Stream(_) => panic!("{who}: a stream for a JSON-only client"),
+                }
+            })
+        })
+        .collect();
+    // Give the JSON requests time to reach their instances.
+    std::thread::sleep(Duration::from_millis(200));
 
     // Kill c, hard.
     let killed_at = Instant::now();
@@ -663,6 +689,17 @@ fn killed_instance_clients_move_to_survivors(target: Target) {
         } else {
             let m = stream_response(events, who);
             assert_own_answer(&m, who, &id, &s.sid);
+        }
+    }
+    for ((who, s), waiter) in streamable.iter().zip(waiting) {
+        let (status, text) = waiter.join().expect("the JSON request's thread");
+        if on_victim(&s.sid) {
+            // nginx lost the instance before the answer's head: the SPEC 404.
+            assert_eq!((status, text.as_str()), (404, SESSION_NOT_FOUND), "{who}");
+        } else {
+            assert_eq!(status, 200, "{who}: {text}");
+            let m: Value = serde_json::from_str(&text).expect("a JSON answer");
+            assert_own_answer(&m, who, &json!("json"), &s.sid);
         }
     }
     for (who, s) in legacy.iter_mut() {
@@ -764,6 +801,20 @@ fn reopen<T>(mut open: impl FnMut() -> Result<T, u16>) -> T {
         }
     }
     panic!("no new session through nginx within 20 tries");
+}
+
+/// The README shows the recipe the tests run, verbatim.
+#[test]
+fn readme_shows_the_tested_recipe() {
+    let readme = fs::read_to_string(workspace_root().join("README.md")).expect("README.md");
+    for file in ["switchboard.conf", "switchboard-locations.conf"] {
+        let text = fs::read_to_string(workspace_root().join("tests/nginx").join(file))
+            .expect("the recipe file");
+        assert!(
+            readme.contains(&format!("```nginx\n{text}```\n")),
+            "README.md does not show tests/nginx/{file} verbatim in an nginx code block"
+        );
+    }
 }
 
 suite!(
