@@ -464,4 +464,49 @@ mod tests {
             assert_eq!(decode(&raw), None, "{raw}");
         }
     }
+
+    #[test]
+    fn parse_is_exact_on_arbitrary_text() {
+        // Pieces that make near-misses likely: name characters, separators, UUID parts.
+        let pieces = [
+            "a",
+            "z9",
+            "-",
+            ".",
+            "|",
+            "\\",
+            "\"",
+            "A",
+            "é",
+            "0",
+            "eu-1.",
+            &sid().to_string(),
+            "11111111-1111-4111-9111-",
+            "111111111111",
+            &"q".repeat(32),
+        ];
+        let mut rng = fastrand::Rng::with_seed(13);
+        let (mut bare, mut named) = (0, 0);
+        for _ in 0..20_000 {
+            let text: String = (0..rng.usize(0..5))
+                .map(|_| pieces[rng.usize(..pieces.len())])
+                .collect();
+            if let Some(parsed) = SessionId::parse(&text) {
+                assert_eq!(parsed.as_str(), text);
+                assert!(text.len() == 36 || parsed.instance().is_some(), "{text}");
+                if parsed.instance().is_some() {
+                    named += 1;
+                } else {
+                    bare += 1;
+                }
+                let name = parsed.instance().map(|n| Instance::new(n).unwrap());
+                assert_eq!(name.map(|n| n.to_string()).as_deref(), parsed.instance());
+            }
+            let routed = format!("\"{text}|n:1\"");
+            if let Some(d) = decode(&routed) {
+                assert_eq!(d.session.as_str(), text);
+            }
+        }
+        assert!(bare > 0 && named > 0, "the pieces never made a valid id");
+    }
 }
