@@ -423,24 +423,30 @@ fn sessions_spread_and_stay_isolated(target: Target) {
     let ids = [json!(1), json!("same"), json!(0), json!(-3), json!(2)];
     const STEP_MS: u64 = 60;
     let delay = |i: usize, n: usize| (ids.len() - i) as u64 * STEP_MS + (n % 5) as u64 * 7;
+    // Each session's calls back to back (so that its answers surely come back reordered),
+    // sessions of both transports taking turns, every call in flight at once.
     let mut pending: Vec<(usize, usize, Events)> = Vec::new();
-    for (i, id) in ids.iter().enumerate() {
-        for (n, (who, s)) in legacy.iter().enumerate() {
-            let r = s.post_with(
-                Body::json(&delay_call(id, delay(i, n), who).to_string()),
-                &[("Host", PUBLIC_HOST)],
-            );
-            assert_eq!(
-                r.status,
-                202,
-                "{who}: POST through nginx: {} {}",
-                r.status,
-                r.text()
-            );
+    for n in 0..legacy.len().max(streamable.len()) {
+        if let Some((who, s)) = legacy.get(n) {
+            for (i, id) in ids.iter().enumerate() {
+                let r = s.post_with(
+                    Body::json(&delay_call(id, delay(i, n), who).to_string()),
+                    &[("Host", PUBLIC_HOST)],
+                );
+                assert_eq!(
+                    r.status,
+                    202,
+                    "{who}: POST through nginx: {} {}",
+                    r.status,
+                    r.text()
+                );
+            }
         }
-        for (n, (who, s)) in streamable.iter().enumerate() {
-            let events = mcp_stream_call(s, &delay_call(id, delay(i, n), who));
-            pending.push((n, i, events));
+        if let Some((who, s)) = streamable.get(n) {
+            for (i, id) in ids.iter().enumerate() {
+                let events = mcp_stream_call(s, &delay_call(id, delay(i, n), who));
+                pending.push((n, i, events));
+            }
         }
     }
     for (n, i, events) in pending.iter_mut() {
