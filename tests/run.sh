@@ -51,6 +51,22 @@ if [[ -z "${SWITCHBOARD_NODE_DIR:-}" ]]; then
     fi
 fi
 
+# tests/tests/nginx.rs runs real nginx in front of three instances. Install it (the Debian
+# package, once) when it is missing: as root with apt-get; without root only warn, and the
+# nginx tests skip loudly (under CI=true they fail instead).
+if ! command -v nginx >/dev/null 2>&1 && [[ ! -x /usr/sbin/nginx ]] && [[ -z "${SWITCHBOARD_NGINX:-}" ]]; then
+    if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        echo "run.sh: installing nginx (apt-get) for tests/tests/nginx.rs"
+        if ! { DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+            { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null ||
+                DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null; }; }; then
+            echo "run.sh: WARNING: could not install nginx: tests/tests/nginx.rs will skip (fail under CI=true)" >&2
+        fi
+    else
+        echo "run.sh: WARNING: nginx is not installed and this is not root: tests/tests/nginx.rs will skip (apt-get install nginx)" >&2
+    fi
+fi
+
 # The suites hold a thousand sessions open at once: allow the file descriptors they need.
 ulimit -Sn "$(ulimit -Hn)" 2>/dev/null || ulimit -Sn 8192 2>/dev/null || true
 

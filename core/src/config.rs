@@ -10,6 +10,7 @@ use clap::{Parser, ValueEnum};
 
 use crate::auth::{Auth, TokenTable};
 use crate::http::{Gate, OriginPolicy};
+use crate::routed_id::Instance;
 
 /// When the supervisor restarts the backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -77,6 +78,12 @@ pub struct Config {
     /// POST URL (e.g. https://mcp.example.com).
     #[cfg_attr(feature = "cli", arg(long, value_name = "URL"))]
     pub public_url: Option<String>,
+
+    /// Name of this instance when several run behind one load balancer (1 to 32 of a-z,
+    /// 0-9, -): every session id it mints starts with `NAME.`, so the balancer routes a
+    /// session's requests by its id alone.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "NAME"))]
+    pub instance: Option<String>,
 
     /// Static bearer tokens: a file of `principal token` lines. Sessions belong to the
     /// principal whose token opened them.
@@ -375,6 +382,12 @@ impl Config {
                 problem: format!("{} is out of range (1 to 1000000)", self.max_sessions),
             });
         }
+        if let Some(name) = &self.instance {
+            Instance::new(name).map_err(|problem| ConfigError {
+                flag: "--instance",
+                problem,
+            })?;
+        }
         if !self.base_path.is_empty() && !self.base_path.starts_with('/') {
             return Err(ConfigError {
                 flag: "--base-path",
@@ -399,6 +412,13 @@ impl Config {
         self.base_path.trim_end_matches('/')
     }
 
+    /// The `--instance` name, once [`Config::validate`] accepted it.
+    pub fn instance(&self) -> Option<Instance> {
+        self.instance
+            .as_deref()
+            .and_then(|name| Instance::new(name).ok())
+    }
+
     /// What the hub needs of these flags.
     pub fn settings(&self) -> crate::hub::Settings {
         let base = self
@@ -419,6 +439,7 @@ impl Config {
             session_idle: self.session_idle,
             max_inflight: self.max_inflight,
             endpoint_prefix: format!("{base}{}", self.base_path()),
+            instance: self.instance(),
         }
     }
 

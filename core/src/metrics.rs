@@ -51,6 +51,8 @@ pub struct ShellGauges {
     pub backend_running: bool,
     /// Restarts so far.
     pub backend_restarts: u64,
+    /// The `--instance` name, rendered as `switchboard_instance_info{instance="NAME"} 1`.
+    pub instance: Option<crate::routed_id::Instance>,
 }
 
 /// Renders the Prometheus text exposition format.
@@ -146,6 +148,14 @@ pub fn render(m: &Metrics, g: ShellGauges) -> String {
         "Backend restarts.",
         &one(g.backend_restarts),
     );
+    if let Some(instance) = g.instance {
+        metric(
+            "switchboard_instance_info",
+            "gauge",
+            "The --instance name this process mints session ids under.",
+            &[(format!("{{instance=\"{instance}\"}}"), 1)],
+        );
+    }
     out
 }
 

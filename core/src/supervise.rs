@@ -116,6 +116,8 @@ pub struct Health {
     pub answered: bool,
     /// Live sessions.
     pub sessions: usize,
+    /// The `--instance` name, shown when given.
+    pub instance: Option<crate::routed_id::Instance>,
 }
 
 impl Health {
@@ -129,7 +131,7 @@ impl Health {
         } else {
             "down"
         };
-        let body = serde_json::json!({
+        let mut body = serde_json::json!({
             "status": status,
             "backend": {
                 "running": self.running,
@@ -139,6 +141,9 @@ impl Health {
             },
             "sessions": self.sessions,
         });
+        if let Some(instance) = &self.instance {
+            body["instance"] = instance.as_str().into();
+        }
         (
             if healthy { 200 } else { 503 },
             body.to_string().into_bytes(),

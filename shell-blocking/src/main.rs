@@ -82,9 +82,14 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let http = Arc::new(http);
     info!(
-        "listening on http://{}{}/sse (backend: {})",
+        "listening on http://{}{}/sse{} (backend: {})",
         http.server_addr(),
         config.base_path(),
+        config
+            .instance
+            .as_deref()
+            .map(|name| format!(" as instance {name}"))
+            .unwrap_or_default(),
         command.join(" ")
     );
     let config = Arc::new(config);

@@ -59,9 +59,14 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
             .await
             .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
         info!(
-            "listening on http://{}{}/sse (backend: {})",
+            "listening on http://{}{}/sse{} (backend: {})",
             listener.local_addr()?,
             config.base_path(),
+            config
+                .instance
+                .as_deref()
+                .map(|name| format!(" as instance {name}"))
+                .unwrap_or_default(),
             command.join(" ")
         );
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();

@@ -72,6 +72,10 @@ fn absurd_values_are_refused_naming_the_flag(target: Target) {
         (&["--port", "70000"][..], "--port"),
         (&["--listen", "127.0.0.1:1", "--port", "2"][..], "--listen"),
         (&["--ping-interval", "1.5s"][..], "--ping-interval"),
+        (&["--instance", "Eu"][..], "--instance"),
+        (&["--instance", ""][..], "--instance"),
+        (&["--instance", "a.b"][..], "--instance"),
+        (&["--instance", &"a".repeat(33)][..], "--instance"),
     ] {
         let out = run_to_exit(target, args);
         let stderr = String::from_utf8_lossy(&out.stderr);

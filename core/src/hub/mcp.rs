@@ -100,7 +100,10 @@ impl Hub {
                 if !starts {
                     return Err(Rejection::MissingMcpSession);
                 }
-                (None, SessionId::from_random(req.entropy))
+                (
+                    None,
+                    SessionId::mint(self.settings.instance.as_ref(), req.entropy),
+                )
             }
         };
         if dry_run {

@@ -21,7 +21,7 @@ use crate::config::Restart;
 use crate::http::{self, Endpoint, McpHeaders, Rejection, Response};
 use crate::metrics::{self, ShellGauges};
 use crate::output::{BackendId, CloseReason, Event, Frame, Output, RequestId, StreamEnd, StreamId};
-use crate::routed_id::SessionId;
+use crate::routed_id::{Instance, SessionId};
 use crate::router::{Body, Router};
 use crate::sse;
 use crate::streamable::IdKey;
@@ -67,6 +67,8 @@ pub struct Settings {
     /// Prefix of the POST URL in a session's `endpoint` event (`--public-url` and
     /// `--base-path`), without a trailing slash.
     pub endpoint_prefix: String,
+    /// The `--instance` name every minted session id starts with, if any.
+    pub instance: Option<Instance>,
 }
 
 impl Default for Settings {
@@ -84,6 +86,7 @@ impl Default for Settings {
             session_idle: Duration::from_secs(1800),
             max_inflight: 256,
             endpoint_prefix: String::new(),
+            instance: None,
         }
     }
 }
@@ -622,6 +625,7 @@ impl Hub {
             live_sessions: self.sessions.len(),
             backend_running: matches!(self.backend, Backend::Up { .. }),
             backend_restarts: self.supervisor.restarts(),
+            instance: self.settings.instance,
         };
         metrics::render(self.router.metrics(), gauges)
     }
@@ -637,7 +641,7 @@ impl Hub {
         entropy: [u8; 16],
         cors: Option<String>,
     ) {
-        let sid = SessionId::from_random(entropy);
+        let sid = SessionId::mint(self.settings.instance.as_ref(), entropy);
         if let Err(rejection) = self.router.open_session(sid, principal.clone()) {
             self.respond_rejection(request, rejection);
             return;
@@ -775,6 +779,7 @@ impl Hub {
                 .map(|t| now.saturating_duration_since(t)),
             answered,
             sessions: self.sessions.len(),
+            instance: self.settings.instance,
         }
     }
 

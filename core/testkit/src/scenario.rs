@@ -33,7 +33,7 @@
 //! | `mcp-get A`, `mcp-delete A` | `GET /mcp` (the stream `A/get`), `DELETE /mcp` for A |
 //! | `mcp-raw METHOD [A] [key=value ...] [{...}]` | any `/mcp` request: `as=bob`, `session=none\|B\|text`, `accept=json\|sse\|both\|any\|none\|TYPE`, `type=json\|none\|TYPE`, `version=V`, `origin=O`, `body=too-large` |
 //! | `hangup S`, `stall S` with a stream name | `A`, `A/get`, `A@12` |
-//! | `with FLAG VALUE` | before any other command: `restart never`, `keepalive 10s`, `ping-interval 5s`, `ping-timeout 2s`, `grace 1s`, `session-buffer 8192`, `max-sessions 2`, `stdin-queue 2`; `spawn-fails N` makes the first N starts fail |
+//! | `with FLAG VALUE` | before any other command: `restart never`, `keepalive 10s`, `ping-interval 5s`, `ping-timeout 2s`, `grace 1s`, `session-buffer 8192`, `max-sessions 2`, `stdin-queue 2`, `instance a` (ids are minted as `a.<uuid>`, `<A>` still expands to the whole id and transcripts show it as `a.<A>`); `spawn-fails N` makes the first N starts fail |
 //!
 //! The transcript shows each command, then what followed, indented:
 //!
@@ -55,6 +55,7 @@ use std::time::Duration;
 
 use switchboard_core::http::{Admitted, Endpoint, McpHeaders};
 use switchboard_core::hub::{Payload, Settings};
+use switchboard_core::routed_id::Instance;
 use switchboard_core::supervise::Exit;
 use switchboard_core::{Event, LogLevel, Output, Principal, RequestId, SessionId, StreamId};
 
@@ -454,16 +455,26 @@ pub fn is_label(text: &str) -> bool {
 #[derive(Debug, Default, Clone)]
 pub struct Labels {
     labels: Vec<(String, SessionId)>,
+    instance: Option<Instance>,
 }
 
 impl Labels {
-    /// The session id of `label` (`from_random([n; 16])` for the n-th label first used).
+    /// Labels for a hub that mints its ids under `instance` (`with instance NAME`).
+    pub fn for_instance(instance: Option<Instance>) -> Labels {
+        Labels {
+            labels: Vec::new(),
+            instance,
+        }
+    }
+
+    /// The session id of `label` (`from_random([n; 16])` for the n-th label first used,
+    /// under the instance name if there is one).
     pub fn sid(&mut self, label: &str) -> SessionId {
         if let Some((_, sid)) = self.labels.iter().find(|(l, _)| l == label) {
             return *sid;
         }
         let n = u8::try_from(self.labels.len() + 1).expect("fewer than 256 labels");
-        let sid = SessionId::from_random([n; 16]);
+        let sid = SessionId::mint(self.instance.as_ref(), [n; 16]);
         self.labels.push((label.to_owned(), sid));
         sid
     }
@@ -509,11 +520,16 @@ impl Labels {
         out
     }
 
-    /// `text` with every labelled session id shown as `<LABEL>`.
+    /// `text` with every labelled session id shown as `<LABEL>`, or `NAME.<LABEL>` under
+    /// `with instance NAME` so that transcripts show the prefix.
     pub fn redact(&self, text: &str) -> String {
         let mut text = text.to_owned();
         for (label, sid) in &self.labels {
-            text = text.replace(sid.as_str(), &format!("<{label}>"));
+            let shown = match sid.instance() {
+                Some(name) => format!("{name}.<{label}>"),
+                None => format!("<{label}>"),
+            };
+            text = text.replace(sid.as_str(), &shown);
         }
         text
     }
@@ -612,6 +628,7 @@ fn apply_setting(settings: &mut Settings, flag: &str, value: &str) -> Option<()>
             settings.request_timeout = Some(duration(value).ok()?).filter(|d| !d.is_zero())
         }
         "stdin-queue" => settings.stdin_queue = value.parse().ok()?,
+        "instance" => settings.instance = Some(Instance::new(value).ok()?),
         _ => return None,
     }
     Some(())
@@ -636,6 +653,7 @@ struct Runner {
 
 impl Runner {
     fn new(settings: Settings, failing_spawns: usize) -> Runner {
+        let instance = settings.instance;
         let mut driver = Driver::start(settings, failing_spawns);
         let start = driver.take_records();
         assert!(
@@ -654,7 +672,7 @@ impl Runner {
         });
         let mut runner = Runner {
             driver,
-            labels: Labels::default(),
+            labels: Labels::for_instance(instance),
             owners: BTreeMap::new(),
             streams: BTreeMap::new(),
             label_streams: BTreeMap::new(),
