@@ -135,16 +135,18 @@ fn burst_of_streams_after_load_and_beside_busy_ones(target: Target) {
         held.clear();
     }
 
-    // Again while 50 streams are busy: a thread keeps calls going on them.
-    let busy: Vec<Session> = (0..50).map(|_| open_session(&p, None)).collect();
+    // Again while 50 streams are busy: a thread keeps calls going on them, and the burst
+    // starts once it has made a round of calls.
+    let mut busy: Vec<Session> = (0..50).map(|_| open_session(&p, None)).collect();
+    for s in &mut busy {
+        s.initialize();
+    }
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (busy_tx, busy_rx) = std::sync::mpsc::channel();
     let worker = {
         let stop = stop.clone();
         std::thread::spawn(move || {
             let mut busy = busy;
-            for s in &mut busy {
-                s.initialize();
-            }
             let deadline = Instant::now() + Duration::from_secs(20);
             let mut calls = 0u64;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline {
@@ -154,11 +156,14 @@ fn burst_of_streams_after_load_and_beside_busy_ones(target: Target) {
                     s.expect_message("busy answers");
                     calls += 1;
                 }
+                let _ = busy_tx.send(calls);
             }
             calls
         })
     };
-    std::thread::sleep(Duration::from_millis(300));
+    busy_rx
+        .recv_timeout(WAIT)
+        .expect("the busy streams made a round of calls");
     let _beside = open_at_once(&p, 100, &format!("{target:?} beside 50 busy streams"));
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let calls = worker.join().expect("busy worker");
@@ -242,7 +247,6 @@ fn sessions_past_the_thread_limit_get_503(target: Target) {
     let (status, health) = p.health();
     assert_eq!(status, 200, "{health}");
     assert_eq!(health["sessions"], open.len());
-    let _ = WAIT;
 }
 
 suite!(
