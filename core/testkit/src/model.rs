@@ -1,20 +1,36 @@
-//! The one reference model: sequences of [`Op`]s (sessions opening and hanging up, POSTs as
-//! the owner or an impostor, backend lines, backend exits and restarts, health checks, time
-//! passing) run against a [`Hub`](switchboard_core::Hub) in virtual time through the
-//! [`Driver`], with SPEC section 6 checked after every step against what a small model
-//! says should be live, watched and awaited:
+//! The one reference model: sequences of [`Op`]s (legacy sessions opening and hanging up,
+//! POSTs as the owner or an impostor; Streamable sessions initialized, POSTed to, cancelled,
+//! given GET streams, deleted and hung up on; backend lines, backend exits and restarts,
+//! health checks, time passing past the request timeout and the idle time) run against a
+//! [`Hub`](switchboard_core::Hub) in virtual time through the [`Driver`], with SPEC sections
+//! 6 and 7 checked after every step against what a small model says should be live, open,
+//! watched and in flight:
 //!
-//! 1. a message produced for session A is only ever written to A's stream;
+//! 1. a message produced for session A is only ever written to one of A's streams (or
+//!    A's JSON answer);
 //! 2. every id, `requestId` and progress token a client sends reaches the backend carrying
 //!    the client's own session id (or, for the handshake, the proxy's own id);
-//! 3. an impostor's POST gets 404 and changes nothing;
+//! 3. an impostor's request, or one naming a session of the other transport, gets 404 and
+//!    changes nothing;
 //! 4. nothing reaches a stream that has ended, and session ids are never reused;
-//! 5. broadcasts are the three bare `list_changed` notifications.
+//! 5. broadcasts are the three bare `list_changed` notifications, on every legacy and GET
+//!    stream;
+//! 6. (section 7) a Streamable request gets at most one response, as its JSON body or on
+//!    its own stream (which then ends), under the id it was sent with, and never on a GET
+//!    stream; progress goes to the newest request in flight carrying the token, else the GET
+//!    stream; the status of every `/mcp` request is the predicted one (404, 400, 409 for an
+//!    id in flight, 429 past `--max-inflight`, 202, a stream or a JSON body by `Accept` and
+//!    progress token); a request past `--request-timeout` gets -32001 and the backend a
+//!    `notifications/cancelled` with its routed id; DELETE cancels everything in flight; a
+//!    quiet session ends exactly `--session-idle` after its last activity;
+//! 7. the streams open at the client and the hub's per-session tables (in flight, progress
+//!    tokens, timers, subscriptions) are exactly the model's, so an ended session leaves
+//!    nothing behind.
 //!
-//! Answers, progress and updates for live sessions do arrive, and the same sequence run
-//! twice gives the same transcript. The fuzz target `session_ops` decodes [`Op`]s from the
-//! fuzzer's bytes ([`decode_ops`]); `core/tests/model.rs` draws them from seeded generators
-//! ([`random_ops`]).
+//! Answers, progress and updates that have somewhere to go do arrive, and the same sequence
+//! run twice gives the same transcript. The fuzz target `session_ops` decodes [`Op`]s from
+//! the fuzzer's bytes ([`decode_ops`]); `core/tests/model.rs` draws them from seeded
+//! generators ([`random_ops`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
