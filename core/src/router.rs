@@ -152,6 +152,16 @@ impl Router {
         self.sessions.keys()
     }
 
+    /// Subscriptions recorded, as (session, uri) pairs counted in the per-session sets and in
+    /// the per-uri sets (the two agree); for tests.
+    #[doc(hidden)]
+    pub fn subscription_count(&self) -> (usize, usize) {
+        (
+            self.sessions.values().map(|s| s.subscriptions.len()).sum(),
+            self.subscribers.values().map(BTreeSet::len).sum(),
+        )
+    }
+
     /// Whether the backend runs, as far as the router was told.
     pub fn backend_is_up(&self) -> bool {
         self.backend_up

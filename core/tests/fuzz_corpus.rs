@@ -327,8 +327,9 @@ fn backend_seeds() -> Vec<(&'static str, String)> {
     ]
 }
 
-/// The bytes of the scenario files' POST bodies and backend lines, expanded by the
-/// scenario language's own parser and labels (so `<A>` is usually `fixture_sid(1)`).
+/// The bytes of the scenario files' POST bodies (`/messages` and `/mcp`) and backend
+/// lines, expanded by the scenario language's own parser and labels (so `<A>` is usually
+/// `fixture_sid(1)`).
 struct ScenarioLines {
     posts: Vec<(String, Vec<u8>)>,
     backend: Vec<(String, Vec<u8>)>,
@@ -370,6 +371,17 @@ fn scenario_lines() -> ScenarioLines {
                 }
                 Some(Command::PostSid { body, .. }) => {
                     out.posts.push((name, labels.expand(&body).into_bytes()));
+                }
+                Some(Command::Mcp(command)) => {
+                    if let Some(label) = &command.label {
+                        labels.sid(label);
+                    }
+                    // Streamable POST bodies are message bodies like any other.
+                    if let Some(body) = command.body.filter(|b| !b.starts_with('\0')) {
+                        if command.method == "POST" {
+                            out.posts.push((name, labels.expand(&body).into_bytes()));
+                        }
+                    }
                 }
                 Some(Command::Backend { line, raw }) => {
                     let text = labels.expand(&line);

@@ -1,8 +1,12 @@
-//! Model-based property test: seeded random operation sequences (sessions opening and
-//! hanging up across three principals, POSTs as owners and impostors, backend answers,
-//! progress, updates, forged ids and requests, backend exits and restarts, health checks,
-//! time passing) run through the one reference model (`switchboard_testkit::model`),
-//! which drives the hub in virtual time and checks SPEC section 6 after every step.
+//! Model-based property test: seeded random operation sequences (legacy sessions opening
+//! and hanging up across three principals, POSTs as owners and impostors; Streamable
+//! sessions initialized, POSTed to with JSON and stream answers, cancellations, 409s and
+//! 429s, GET streams opened and replaced, DELETEs, hang-ups, request timeouts and idle
+//! expiry, with ids and tokens colliding across sessions and transports; backend answers
+//! in and out of order, progress, updates, forged ids and requests, backend exits and
+//! restarts, health checks, time passing) run through the one reference model
+//! (`switchboard_testkit::model`), which drives the hub in virtual time and checks SPEC
+//! sections 6 and 7 after every step.
 //!
 //! Deterministic: seeds `0..SEQUENCES`. A failure names its seed; rerun one sequence with
 //! `MODEL_SEED=<seed> cargo test -p switchboard-core --test model`. The full run asserts
@@ -18,11 +22,12 @@ const STEPS: usize = 40;
 
 /// What every full run must reach at least `MIN_HITS` times (label prefixes of
 /// `check_ops`).
-const COVERAGE: [&str; 16] = [
+const COVERAGE: [&str; 36] = [
     "open",
     "open:refused",
     "close:0",
     "close:1",
+    "close:get",
     "post:forwarded:tools/call",
     "post:forwarded:initialize",
     "post:answered:initialize",
@@ -35,6 +40,25 @@ const COVERAGE: [&str; 16] = [
     "backend:request:drop+reply",
     "exit",
     "start",
+    "mcp-init:json:forwarded",
+    "mcp-init:json:answered",
+    "mcp-init:stream:waiting",
+    "mcp-init:503",
+    "mcp-post:json:forwarded",
+    "mcp-post:stream:forwarded",
+    "mcp-post:404",
+    "mcp-post:409",
+    "mcp-post:429",
+    "cancel:json",
+    "cancel:stream",
+    "mcp-get:new",
+    "mcp-get:replace",
+    "mcp-delete:in-flight",
+    "hangup:stream",
+    "hangup:json",
+    "wait:timeout",
+    "wait:idle",
+    "backend:progress:deliver:mcp-progress",
 ];
 const MIN_HITS: u64 = 20;
 

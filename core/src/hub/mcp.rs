@@ -23,10 +23,13 @@ pub(super) struct McpSession {
     pub(super) get_stream: Option<StreamId>,
     /// Requests whose answer an HTTP exchange waits for, by id.
     pub(super) in_flight: BTreeMap<IdKey, InFlight>,
-    /// Progress tokens of requests in flight, to the request's id.
-    pub(super) tokens: BTreeMap<IdKey, IdKey>,
+    /// Progress tokens of requests in flight, to the ids of the requests carrying each, in
+    /// the order they came (a client may reuse a token; its progress goes to the newest).
+    pub(super) tokens: BTreeMap<IdKey, Vec<IdKey>>,
     /// The last request or stream end, for `--session-idle`.
     pub(super) last_active: Option<Instant>,
+    /// Its entry in the hub's idle timers, if it has one.
+    pub(super) idle_at: Option<Instant>,
 }
 
 impl McpSession {
@@ -113,6 +116,8 @@ impl Hub {
                     &req.principal,
                     req.body.as_body(),
                 ),
+                // Refused now as `open_mcp_session` would refuse it, not after a wait.
+                None if !self.router.backend_is_up() => Err(Rejection::BackendDown),
                 None if self.router.live_sessions() >= self.settings.max_sessions => {
                     Err(Rejection::TooManySessions)
                 }
@@ -210,7 +215,7 @@ impl Hub {
                     unreachable!("checked above");
                 };
                 if let Some(token) = &token {
-                    m.tokens.insert(token.clone(), key.clone());
+                    m.tokens.entry(token.clone()).or_default().push(key.clone());
                 }
                 m.in_flight.insert(
                     key,
@@ -349,7 +354,11 @@ impl Hub {
         let idle = self.settings.session_idle;
         if let Some(SessionKind::Mcp(m)) = self.sessions.get_mut(&number).map(|s| &mut s.kind) {
             m.last_active = Some(now);
+            if let Some(old) = m.idle_at.take() {
+                self.idle_deadlines.remove(&(old, number));
+            }
             if m.is_quiet() {
+                m.idle_at = Some(now + idle);
                 self.idle_deadlines.insert((now + idle, number));
             }
         }
@@ -386,8 +395,18 @@ impl Hub {
             return None;
         };
         let entry = m.in_flight.remove(key)?;
+        if let Some(at) = entry.deadline {
+            self.request_deadlines.remove(&(at, number, key.clone()));
+        }
         if let Some(token) = &entry.token {
-            m.tokens.remove(token);
+            // Only this request's claim on the token goes: another one in flight that
+            // carries the same token keeps its progress (and its clock restarts).
+            if let Some(carriers) = m.tokens.get_mut(token) {
+                carriers.retain(|k| k != key);
+                if carriers.is_empty() {
+                    m.tokens.remove(token);
+                }
+            }
         }
         Some(entry)
     }
@@ -422,12 +441,15 @@ impl Hub {
                     return;
                 };
                 let request = key
-                    .and_then(|k| m.tokens.get(&k).cloned())
+                    .and_then(|k| m.tokens.get(&k).and_then(|c| c.last()).cloned())
                     .and_then(|id| m.in_flight.get_mut(&id).map(|e| (id, e)));
                 let mut target = m.get_stream;
                 if let Some((id, entry)) = request {
                     // Progress restarts the request's clock.
                     if let Some(t) = timeout {
+                        if let Some(old) = entry.deadline {
+                            self.request_deadlines.remove(&(old, number, id.clone()));
+                        }
                         entry.deadline = Some(now + t);
                         self.request_deadlines.insert((now + t, number, id));
                     }
@@ -550,11 +572,18 @@ impl Hub {
     pub(super) fn end_mcp(
         &mut self,
         now: Instant,
+        number: u64,
         sid: SessionId,
         mut m: McpSession,
         ending: Ending,
     ) {
-        for (_, entry) in std::mem::take(&mut m.in_flight) {
+        if let Some(at) = m.idle_at.take() {
+            self.idle_deadlines.remove(&(at, number));
+        }
+        for (key, entry) in std::mem::take(&mut m.in_flight) {
+            if let Some(at) = entry.deadline {
+                self.request_deadlines.remove(&(at, number, key));
+            }
             if let (Ending::Deleted, Some(line)) = (
                 ending,
                 streamable::cancel_line(&sid, &entry.raw_id, "session deleted"),

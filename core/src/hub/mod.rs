@@ -129,6 +129,24 @@ impl Payload {
     }
 }
 
+/// What [`Hub::table_sizes`] counts (for tests).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TableSizes {
+    /// Streams open (legacy, GET and request streams).
+    pub streams: usize,
+    /// Streamable requests in flight.
+    pub in_flight: usize,
+    /// Progress tokens of requests in flight (one per request carrying one).
+    pub progress_tokens: usize,
+    /// Request timeout timers.
+    pub request_timers: usize,
+    /// Idle expiry timers.
+    pub idle_timers: usize,
+    /// Subscriptions the router records, as (session, uri) pairs in both of its maps.
+    pub subscriptions: (usize, usize),
+}
+
 /// A POST waiting for room in the backend's stdin queue.
 #[derive(Debug)]
 struct WaitingPost {
@@ -613,6 +631,26 @@ impl Hub {
         &self.router
     }
 
+    /// Entry counts of the hub's per-session tables, summed over every session, so a test
+    /// can check that a session leaves nothing behind when it ends. Not for shells.
+    #[doc(hidden)]
+    pub fn table_sizes(&self) -> TableSizes {
+        let mut sizes = TableSizes {
+            streams: self.streams.len(),
+            request_timers: self.request_deadlines.len(),
+            idle_timers: self.idle_deadlines.len(),
+            subscriptions: self.router.subscription_count(),
+            ..TableSizes::default()
+        };
+        for session in self.sessions.values() {
+            if let SessionKind::Mcp(m) = &session.kind {
+                sizes.in_flight += m.in_flight.len();
+                sizes.progress_tokens += m.tokens.values().map(Vec::len).sum::<usize>();
+            }
+        }
+        sizes
+    }
+
     /// The session a stream serves, while both are live.
     pub fn stream_session(&self, stream: StreamId) -> Option<SessionId> {
         let state = self.streams.get(&stream)?;
@@ -984,8 +1022,8 @@ impl Hub {
             CloseReason::BackendExited => mcp::Ending::BackendExited,
             _ => mcp::Ending::Shutdown,
         };
-        for (_, session) in std::mem::take(&mut self.sessions) {
-            self.close_kind(now, session.id, session.kind, ending);
+        for (number, session) in std::mem::take(&mut self.sessions) {
+            self.close_kind(now, number, session.id, session.kind, ending);
             self.log(Event::SessionClosed {
                 session: session.id,
                 reason,
@@ -1009,7 +1047,7 @@ impl Hub {
             return;
         };
         self.by_sid.remove(&session.id);
-        self.close_kind(now, session.id, session.kind, mcp::Ending::Deleted);
+        self.close_kind(now, number, session.id, session.kind, mcp::Ending::Deleted);
         self.log(Event::SessionClosed {
             session: session.id,
             reason,
@@ -1018,14 +1056,21 @@ impl Hub {
         self.drain_router(now);
     }
 
-    fn close_kind(&mut self, now: Instant, sid: SessionId, kind: SessionKind, ending: mcp::Ending) {
+    fn close_kind(
+        &mut self,
+        now: Instant,
+        number: u64,
+        sid: SessionId,
+        kind: SessionKind,
+        ending: mcp::Ending,
+    ) {
         match kind {
             SessionKind::Legacy { stream } => {
                 if self.streams.remove(&stream).is_some() {
                     self.outputs.push_back(Output::EndStream { stream });
                 }
             }
-            SessionKind::Mcp(m) => self.end_mcp(now, sid, m, ending),
+            SessionKind::Mcp(m) => self.end_mcp(now, number, sid, m, ending),
         }
     }
 

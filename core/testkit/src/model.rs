@@ -1,20 +1,36 @@
-//! The one reference model: sequences of [`Op`]s (sessions opening and hanging up, POSTs as
-//! the owner or an impostor, backend lines, backend exits and restarts, health checks, time
-//! passing) run against a [`Hub`](switchboard_core::Hub) in virtual time through the
-//! [`Driver`], with SPEC section 6 checked after every step against what a small model
-//! says should be live, watched and awaited:
+//! The one reference model: sequences of [`Op`]s (legacy sessions opening and hanging up,
+//! POSTs as the owner or an impostor; Streamable sessions initialized, POSTed to, cancelled,
+//! given GET streams, deleted and hung up on; backend lines, backend exits and restarts,
+//! health checks, time passing past the request timeout and the idle time) run against a
+//! [`Hub`](switchboard_core::Hub) in virtual time through the [`Driver`], with SPEC sections
+//! 6 and 7 checked after every step against what a small model says should be live, open,
+//! watched and in flight:
 //!
-//! 1. a message produced for session A is only ever written to A's stream;
+//! 1. a message produced for session A is only ever written to one of A's streams (or
+//!    A's JSON answer);
 //! 2. every id, `requestId` and progress token a client sends reaches the backend carrying
 //!    the client's own session id (or, for the handshake, the proxy's own id);
-//! 3. an impostor's POST gets 404 and changes nothing;
+//! 3. an impostor's request, or one naming a session of the other transport, gets 404 and
+//!    changes nothing;
 //! 4. nothing reaches a stream that has ended, and session ids are never reused;
-//! 5. broadcasts are the three bare `list_changed` notifications.
+//! 5. broadcasts are the three bare `list_changed` notifications, on every legacy and GET
+//!    stream;
+//! 6. (section 7) a Streamable request gets at most one response, as its JSON body or on
+//!    its own stream (which then ends), under the id it was sent with, and never on a GET
+//!    stream; progress goes to the newest request in flight carrying the token, else the GET
+//!    stream; the status of every `/mcp` request is the predicted one (404, 400, 409 for an
+//!    id in flight, 429 past `--max-inflight`, 202, a stream or a JSON body by `Accept` and
+//!    progress token); a request past `--request-timeout` gets -32001 and the backend a
+//!    `notifications/cancelled` with its routed id; DELETE cancels everything in flight; a
+//!    quiet session ends exactly `--session-idle` after its last activity;
+//! 7. the streams open at the client and the hub's per-session tables (in flight, progress
+//!    tokens, timers, subscriptions) are exactly the model's, so an ended session leaves
+//!    nothing behind.
 //!
-//! Answers, progress and updates for live sessions do arrive, and the same sequence run
-//! twice gives the same transcript. The fuzz target `session_ops` decodes [`Op`]s from the
-//! fuzzer's bytes ([`decode_ops`]); `core/tests/model.rs` draws them from seeded generators
-//! ([`random_ops`]).
+//! Answers, progress and updates that have somewhere to go do arrive, and the same sequence
+//! run twice gives the same transcript. The fuzz target `session_ops` decodes [`Op`]s from
+//! the fuzzer's bytes ([`decode_ops`]); `core/tests/model.rs` draws them from seeded
+//! generators ([`random_ops`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -22,11 +38,11 @@ use std::time::Duration;
 
 use arbitrary::{Arbitrary, Unstructured};
 use serde_json::value::RawValue;
-use switchboard_core::http::{Endpoint, Response};
-use switchboard_core::hub::{Payload, Settings};
+use switchboard_core::http::{Admitted, Endpoint, McpHeaders, Response};
+use switchboard_core::hub::{Payload, Settings, TableSizes};
 use switchboard_core::routed_id::SessionId;
 use switchboard_core::supervise::Exit;
-use switchboard_core::{Action, Delivery, Event, Frame, Output, Principal, StreamId};
+use switchboard_core::{Action, Delivery, Event, Frame, Output, Principal, RequestId, StreamId};
 
 use crate::driver::{Answer, Driver, Record, Seen};
 use crate::fuzz::{
@@ -93,6 +109,51 @@ pub enum Op {
     BackendStart,
     /// `GET /health`.
     Ping,
+    /// `POST /mcp` of an `initialize` without a session, into an empty slot: a new
+    /// Streamable session as `PRINCIPALS[principal % 3]`.
+    McpInit {
+        /// Which slot.
+        slot: u8,
+        /// Which principal.
+        principal: u8,
+        /// The request id.
+        id: Id,
+        /// What the client accepts.
+        accept: Accept,
+    },
+    /// `POST /mcp` naming the slot's session (or its last one), as its owner or not.
+    McpPost {
+        /// Which slot.
+        slot: u8,
+        /// Post as another principal.
+        impostor: bool,
+        /// What the client accepts.
+        accept: Accept,
+        /// What.
+        body: ClientBody,
+    },
+    /// `GET /mcp`: the slot's standalone stream (replacing the one open).
+    McpGet {
+        /// Which slot.
+        slot: u8,
+        /// As another principal.
+        impostor: bool,
+    },
+    /// `DELETE /mcp` for the slot's session.
+    McpDelete {
+        /// Which slot.
+        slot: u8,
+        /// As another principal.
+        impostor: bool,
+    },
+    /// The client of one of the slot's Streamable requests in flight hangs up (its stream,
+    /// or its wait for a JSON answer, which the hub cannot see).
+    HangUp {
+        /// Which slot.
+        slot: u8,
+        /// Which request.
+        pick: u8,
+    },
     /// Virtual time moves on by `seconds` (0 to 255): pings, keep-alives, timeouts.
     Wait {
         /// How long.
@@ -124,6 +185,9 @@ pub enum Id {
     },
     /// A string shaped like the proxy's own ping id.
     ProxyLike(u8),
+    /// A one-character string written as a `\u` escape: `"\u0061"` (the same id as
+    /// `"a"`) or a lone surrogate (`"\ud800"`).
+    Escape(u16),
     /// `1.5` (not an id).
     Fraction,
     /// `null` (not an id).
@@ -153,6 +217,35 @@ pub enum Method {
     RootsListChanged,
     /// Anything.
     Custom(String),
+}
+
+/// The `Accept` header of a `POST /mcp`.
+#[derive(Debug, Clone, Copy, Arbitrary)]
+pub enum Accept {
+    /// `application/json, text/event-stream` (what SDK clients send).
+    Both,
+    /// `application/json` only: the answer is always a JSON body.
+    Json,
+    /// `text/event-stream` only: the answer is always a stream.
+    Sse,
+}
+
+impl Accept {
+    fn header(self) -> &'static str {
+        match self {
+            Accept::Both => "application/json, text/event-stream",
+            Accept::Json => "application/json",
+            Accept::Sse => "text/event-stream",
+        }
+    }
+
+    fn json(self) -> bool {
+        !matches!(self, Accept::Sse)
+    }
+
+    fn sse(self) -> bool {
+        !matches!(self, Accept::Json)
+    }
 }
 
 /// A POST body.
@@ -293,6 +386,7 @@ impl Rng {
             },
             16 => Id::ProxyLike(self.below(4) as u8),
             17 => Id::Fraction,
+            18 => Id::Escape([0x61, 0xd800, 0xdc00, 0x7c][self.below(4) as usize]),
             _ => Id::Null,
         }
     }
@@ -341,6 +435,57 @@ impl Rng {
         }
     }
 
+    fn accept(&mut self) -> Accept {
+        match self.below(4) {
+            0 | 1 => Accept::Both,
+            2 => Accept::Json,
+            _ => Accept::Sse,
+        }
+    }
+
+    /// A Streamable POST body: mostly requests with small ids (colliding with the legacy
+    /// sessions' and with each other, for 409s), often with progress tokens, and
+    /// cancellations of small ids (in flight or not).
+    fn mcp_body(&mut self) -> ClientBody {
+        match self.below(20) {
+            0..=12 => ClientBody::Request {
+                id: Id::Small(self.below(5) as i8),
+                method: if self.chance(85) {
+                    Method::ToolsCall
+                } else {
+                    self.method()
+                },
+                uri: None,
+                request_id: None,
+                progress: self.chance(45).then(|| {
+                    if self.chance(80) {
+                        Id::Small(self.below(4) as i8)
+                    } else {
+                        self.id()
+                    }
+                }),
+            },
+            13..=15 => ClientBody::Notification {
+                method: Method::Cancelled,
+                uri: None,
+                request_id: Some(if self.chance(85) {
+                    Id::Small(self.below(5) as i8)
+                } else {
+                    self.id()
+                }),
+                progress: None,
+            },
+            16 => ClientBody::Request {
+                id: self.id(),
+                method: Method::Subscribe,
+                uri: Some(self.byte()),
+                request_id: None,
+                progress: None,
+            },
+            _ => self.body(),
+        }
+    }
+
     fn backend(&mut self) -> BackendMsg {
         match self.below(40) {
             0..=17 => BackendMsg::Answer {
@@ -373,8 +518,16 @@ impl Rng {
     }
 
     fn op(&mut self) -> Op {
-        let slot = self.below(SLOTS as u64) as u8;
-        match self.below(200) {
+        // Legacy ops mostly use slots 0 and 1, Streamable ops 2 and 3; sometimes either
+        // names the other transport's session (which must get 404).
+        let any = self.below(SLOTS as u64) as u8;
+        let pair = self.below(2) as u8;
+        let (slot, mcp_slot) = if self.chance(75) {
+            (pair, pair + 2)
+        } else {
+            (any, any)
+        };
+        match self.below(285) {
             0..=29 => Op::Open {
                 slot,
                 principal: self.byte(),
@@ -399,8 +552,39 @@ impl Rng {
             184..=186 => Op::BackendExit,
             187..=192 => Op::BackendStart,
             193..=196 => Op::Ping,
-            _ => Op::Wait {
+            197..=199 => Op::Wait {
                 seconds: self.below(40) as u8,
+            },
+            200..=224 => Op::McpInit {
+                slot: mcp_slot,
+                principal: self.byte(),
+                id: if self.chance(80) {
+                    Id::Small(self.below(3) as i8)
+                } else {
+                    self.id()
+                },
+                accept: self.accept(),
+            },
+            225..=262 => Op::McpPost {
+                slot: mcp_slot,
+                impostor: self.chance(5),
+                accept: self.accept(),
+                body: self.mcp_body(),
+            },
+            263..=267 => Op::McpGet {
+                slot: mcp_slot,
+                impostor: self.chance(10),
+            },
+            268..=270 => Op::McpDelete {
+                slot: mcp_slot,
+                impostor: self.chance(10),
+            },
+            271..=276 => Op::HangUp {
+                slot: mcp_slot,
+                pick: self.byte(),
+            },
+            _ => Op::Wait {
+                seconds: self.below(90) as u8,
             },
         }
     }
@@ -425,11 +609,182 @@ struct Slot {
     last: Option<SessionId>,
 }
 
+/// An id or progress token as the model tells them apart: by type and value (a string by
+/// its UTF-16 code units, so `"a"` and `"\u0061"` are one and lone surrogates stay apart).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Key {
+    Int(String),
+    Str(Vec<u16>),
+}
+
+/// The key of raw JSON `raw`, when it is an id type (an integer or a string).
+fn key_of(raw: &str) -> Option<Key> {
+    let first = *raw.as_bytes().first()?;
+    if first == b'"' {
+        return utf16_of(raw).map(Key::Str);
+    }
+    let integer = (first == b'-' || first.is_ascii_digit())
+        && !raw.bytes().any(|b| matches!(b, b'.' | b'e' | b'E'));
+    integer.then(|| Key::Int(raw.to_owned()))
+}
+
+/// The code units of a JSON string literal, escapes decoded (lone surrogates kept).
+fn utf16_of(literal: &str) -> Option<Vec<u16>> {
+    let inner = literal.strip_prefix('"')?.strip_suffix('"')?;
+    let mut units = Vec::new();
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            units.extend_from_slice(c.encode_utf16(&mut [0; 2]));
+            continue;
+        }
+        units.push(match chars.next()? {
+            '"' => 0x22,
+            '\\' => 0x5c,
+            '/' => 0x2f,
+            'b' => 0x08,
+            'f' => 0x0c,
+            'n' => 0x0a,
+            'r' => 0x0d,
+            't' => 0x09,
+            'u' => u16::from_str_radix(&chars.by_ref().take(4).collect::<String>(), 16).ok()?,
+            _ => return None,
+        });
+    }
+    Some(units)
+}
+
+/// The session text and request key of a routed id (raw JSON, as the backend echoes it).
+fn routed_key(raw: &str) -> Option<(String, Key)> {
+    let units = utf16_of(raw)?;
+    let bar = units.iter().position(|&u| u == u16::from(b'|'))?;
+    let sid = String::from_utf16(&units[..bar]).ok()?;
+    let rest = &units[bar + 1..];
+    let (kind, value) = (rest.get(..2)?, &rest[2..]);
+    if kind == [u16::from(b'n'), u16::from(b':')] {
+        Some((sid, Key::Int(String::from_utf16(value).ok()?)))
+    } else if kind == [u16::from(b's'), u16::from(b':')] {
+        Some((sid, Key::Str(value.to_vec())))
+    } else {
+        None
+    }
+}
+
+/// What a stream carries, as the model knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Role {
+    /// A legacy session's `/sse` stream.
+    Legacy,
+    /// A Streamable session's standalone GET stream.
+    Get,
+    /// The answer stream of the Streamable request with this key.
+    Request(Key),
+}
+
+/// A Streamable request in flight.
+#[derive(Debug, Clone)]
+struct Pending {
+    request: RequestId,
+    /// Its answer stream, or `None` for a JSON answer.
+    stream: Option<StreamId>,
+    /// The id as the client wrote it.
+    raw_id: String,
+    token: Option<Key>,
+    /// Virtual time it times out at.
+    deadline: Option<Duration>,
+    /// Admission order within its session (progress for a shared token goes to the newest).
+    seq: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+struct McpState {
+    get: Option<StreamId>,
+    in_flight: BTreeMap<Key, Pending>,
+    /// The last request, answer or stream end (`--session-idle` counts from it).
+    last_active: Duration,
+    seq: u64,
+}
+
+impl McpState {
+    fn quiet(&self) -> bool {
+        self.get.is_none() && self.in_flight.is_empty()
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Kind {
+    Legacy { stream: StreamId },
+    Mcp(McpState),
+}
+
 #[derive(Debug, Clone)]
 struct LiveSession {
     principal: Principal,
-    stream: StreamId,
+    /// Creation order among every session.
+    created: u64,
+    kind: Kind,
 }
+
+impl LiveSession {
+    fn mcp(&self) -> Option<&McpState> {
+        match &self.kind {
+            Kind::Mcp(m) => Some(m),
+            Kind::Legacy { .. } => None,
+        }
+    }
+
+    fn mcp_mut(&mut self) -> Option<&mut McpState> {
+        match &mut self.kind {
+            Kind::Mcp(m) => Some(m),
+            Kind::Legacy { .. } => None,
+        }
+    }
+}
+
+/// Where a message for a client went.
+#[derive(Debug, Clone)]
+enum Place {
+    Stream(StreamId, Role),
+    /// The JSON body answering this POST.
+    Json(RequestId),
+}
+
+/// One message that reached a client.
+#[derive(Debug, Clone)]
+struct Placed {
+    sid: SessionId,
+    place: Place,
+    message: Vec<u8>,
+}
+
+/// A step's outputs, sorted.
+#[derive(Debug, Default)]
+struct StepOut {
+    /// As router actions (frames and JSON answers as Deliver), for the §3 checks.
+    actions: Vec<Action>,
+    /// Every message that reached a client, and where.
+    placed: Vec<Placed>,
+    /// Streams the hub ended, in order; each must be explained by the step.
+    ends: Vec<StreamId>,
+    /// Lines written to the backend, in order.
+    lines: Vec<Vec<u8>>,
+    /// Everything else.
+    others: Vec<Output>,
+}
+
+/// A Streamable request answered in a step.
+#[derive(Debug)]
+struct Answered {
+    sid: SessionId,
+    raw_id: String,
+    message: Vec<u8>,
+}
+
+/// The request timeout, session idle time and in-flight limit of the model's hub: small,
+/// so that `Wait` reaches them.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
+const SESSION_IDLE: Duration = Duration::from_secs(60);
+const MAX_INFLIGHT: usize = 3;
 
 /// What the hub should believe, kept by the simplest means.
 struct Model {
@@ -438,7 +793,10 @@ struct Model {
     slots: [Slot; SLOTS],
     opened: u32,
     live: BTreeMap<SessionId, LiveSession>,
+    /// Every open stream, with its session and role.
+    streams: BTreeMap<StreamId, (SessionId, Role)>,
     ended: BTreeSet<StreamId>,
+    created: u64,
     subs: BTreeMap<SessionId, BTreeSet<String>>,
     /// Every routed id and token (raw JSON) a client line carried, with its session.
     minted: Vec<(SessionId, String)>,
@@ -454,6 +812,9 @@ impl Model {
         let settings = Settings {
             max_sessions: MAX_SESSIONS,
             session_buffer: 1 << 20,
+            request_timeout: Some(REQUEST_TIMEOUT),
+            session_idle: SESSION_IDLE,
+            max_inflight: MAX_INFLIGHT,
             ..Settings::default()
         };
         let mut driver = Driver::new(settings);
@@ -465,7 +826,9 @@ impl Model {
             slots: [Slot::default(); SLOTS],
             opened: 0,
             live: BTreeMap::new(),
+            streams: BTreeMap::new(),
             ended: BTreeSet::new(),
+            created: 0,
             subs: BTreeMap::new(),
             minted: Vec::new(),
             init_askers: BTreeSet::new(),
@@ -485,8 +848,9 @@ impl Model {
         (transcript, labels)
     }
 
-    /// After every step: the hub's live sessions are the model's, and no stream of an
-    /// ended session received anything after it ended (property 4).
+    /// After every step: the hub's live sessions are the model's, the streams open at the
+    /// client are exactly the model's, and the hub's per-session tables hold exactly what
+    /// the live sessions need (so an ended session leaves nothing behind: SPEC section 7).
     fn check_streams(&mut self, op: &Op) {
         let hub = self.driver.hub();
         assert_eq!(
@@ -499,8 +863,51 @@ impl Model {
                 hub.router().is_live(sid),
                 "{sid} should be live after {op:?}"
             );
-            assert_eq!(hub.stream_session(s.stream), Some(*sid), "{sid}'s stream");
+            if let Kind::Legacy { stream } = s.kind {
+                assert_eq!(hub.stream_session(stream), Some(*sid), "{sid}'s stream");
+            }
         }
+        let open: BTreeSet<StreamId> = self
+            .driver
+            .streams()
+            .filter(|(_, s)| s.is_open())
+            .map(|(id, _)| id)
+            .collect();
+        let modelled: BTreeSet<StreamId> = self.streams.keys().copied().collect();
+        assert_eq!(
+            open, modelled,
+            "open streams disagree with the model after {op:?}"
+        );
+        for (stream, (sid, _)) in &self.streams {
+            assert_eq!(
+                hub.stream_session(*stream),
+                Some(*sid),
+                "{stream:?}'s session"
+            );
+        }
+        let pendings = || {
+            self.live
+                .values()
+                .filter_map(LiveSession::mcp)
+                .flat_map(|m| m.in_flight.values())
+        };
+        let subs: usize = self.subs.values().map(BTreeSet::len).sum();
+        let sizes = hub.table_sizes();
+        let expected = TableSizes {
+            streams: self.streams.len(),
+            in_flight: pendings().count(),
+            progress_tokens: pendings().filter(|p| p.token.is_some()).count(),
+            request_timers: pendings().filter(|p| p.deadline.is_some()).count(),
+            idle_timers: sizes.idle_timers,
+            subscriptions: (subs, subs),
+        };
+        assert_eq!(sizes, expected, "the hub's tables after {op:?}");
+        let mcp_sessions = self.live.values().filter(|s| s.mcp().is_some()).count();
+        assert!(
+            sizes.idle_timers <= mcp_sessions,
+            "{} idle timers for {mcp_sessions} Streamable sessions",
+            sizes.idle_timers
+        );
     }
 
     fn slot(&mut self, slot: u8) -> &mut Slot {
@@ -515,30 +922,42 @@ impl Model {
             .unwrap_or_else(|| SessionId::from_random([0xee; 16]))
     }
 
-    fn stream_sid(&self, stream: StreamId) -> Option<SessionId> {
-        self.live
+    /// The streams every broadcast must reach: legacy streams and GET streams.
+    fn broadcast_streams(&self) -> BTreeSet<StreamId> {
+        self.streams
             .iter()
-            .find(|(_, s)| s.stream == stream)
-            .map(|(sid, _)| *sid)
+            .filter(|(_, (_, role))| matches!(role, Role::Legacy | Role::Get))
+            .map(|(id, _)| *id)
+            .collect()
     }
 
-    /// The outputs of the last step as router actions: a message frame on a live session's
-    /// stream is a Deliver to that session, the frames of one broadcast are one Broadcast
-    /// (which must reach every live stream), backend lines are Rewrites (`client`) or
-    /// Replies, drops are Drops. A frame for a stream that is not a live session's fails.
-    fn actions(&mut self, client: bool) -> (Vec<Action>, Vec<Output>) {
+    /// The session and request of the Streamable POST `request` waiting for a JSON answer.
+    fn json_waiter(&self, request: RequestId) -> Option<SessionId> {
+        self.live.iter().find_map(|(sid, s)| {
+            s.mcp()?
+                .in_flight
+                .values()
+                .any(|p| p.request == request && p.stream.is_none())
+                .then_some(*sid)
+        })
+    }
+
+    /// The outputs of the last step, sorted: a message frame on an open stream, or a JSON
+    /// answer to a Streamable POST in flight, is a Deliver to the stream's session; the
+    /// frames of one broadcast are one Broadcast (which must reach every legacy and GET
+    /// stream once); backend lines are Rewrites (`client`) or Replies; drops are Drops. A
+    /// frame for a stream the model does not hold open fails (SPEC section 6, 1 and 4).
+    fn collect(&mut self, client: bool) -> StepOut {
         let records = self.driver_records();
-        let mut actions = Vec::new();
-        let mut others = Vec::new();
+        let mut out = StepOut::default();
         let mut broadcast: Option<(Arc<[u8]>, BTreeSet<StreamId>)> = None;
+        let all = self.broadcast_streams();
         let flush = |broadcast: &mut Option<(Arc<[u8]>, BTreeSet<StreamId>)>,
-                     actions: &mut Vec<Action>,
-                     live: &BTreeMap<SessionId, LiveSession>| {
+                     actions: &mut Vec<Action>| {
             if let Some((frame, reached)) = broadcast.take() {
-                let all: BTreeSet<StreamId> = live.values().map(|s| s.stream).collect();
                 assert_eq!(
                     reached, all,
-                    "a broadcast reached other than every live stream"
+                    "a broadcast reached other than every legacy and GET stream"
                 );
                 actions.push(Action::Broadcast {
                     message: Arc::from(message_data(&frame)),
@@ -555,7 +974,7 @@ impl Model {
                         .as_ref()
                         .is_some_and(|(f, _)| Arc::ptr_eq(f, &shared));
                     if !same {
-                        flush(&mut broadcast, &mut actions, &self.live);
+                        flush(&mut broadcast, &mut out.actions);
                         broadcast = Some((shared.clone(), BTreeSet::new()));
                     }
                     let (_, reached) = broadcast.as_mut().expect("set above");
@@ -565,28 +984,72 @@ impl Model {
                     );
                 }
                 Output::ToStream { stream, frame } => {
-                    flush(&mut broadcast, &mut actions, &self.live);
+                    flush(&mut broadcast, &mut out.actions);
                     let bytes = frame.as_ref();
                     if bytes == switchboard_core::sse::KEEPALIVE
                         || bytes.starts_with(b"event: endpoint\n")
                     {
                         continue;
                     }
-                    let session = self.stream_sid(stream).unwrap_or_else(|| {
-                        panic!("a frame for {stream:?}, which is no live session's stream")
+                    let (session, role) = self.streams.get(&stream).cloned().unwrap_or_else(|| {
+                        panic!("a frame for {stream:?}, which is no live session's open stream")
                     });
-                    actions.push(Action::Deliver {
+                    let message = message_data(bytes).to_vec();
+                    out.actions.push(Action::Deliver {
                         session,
-                        message: message_data(bytes).to_vec(),
+                        message: message.clone(),
                         // The frame no longer says; the spans are checked by `backend_line`.
                         what: Delivery::Update,
                     });
+                    out.placed.push(Placed {
+                        sid: session,
+                        place: Place::Stream(stream, role),
+                        message,
+                    });
+                }
+                Output::Respond { request, response } if self.json_waiter(request).is_some() => {
+                    flush(&mut broadcast, &mut out.actions);
+                    let session = self.json_waiter(request).expect("checked");
+                    assert_eq!(response.status, 200, "a JSON answer is a 200");
+                    let header = response
+                        .headers
+                        .iter()
+                        .find(|(name, _)| *name == "mcp-session-id")
+                        .map(|(_, v)| v.to_string());
+                    assert_eq!(
+                        header.as_deref(),
+                        Some(session.as_str()),
+                        "the answer's session header"
+                    );
+                    let message = response.body.to_vec();
+                    out.actions.push(Action::Deliver {
+                        session,
+                        message: message.clone(),
+                        what: Delivery::Update,
+                    });
+                    out.placed.push(Placed {
+                        sid: session,
+                        place: Place::Json(request),
+                        message,
+                    });
+                }
+                Output::EndStream { stream } => {
+                    flush(&mut broadcast, &mut out.actions);
+                    out.ends.push(stream);
                 }
                 Output::ToBackend { line, .. } => {
-                    flush(&mut broadcast, &mut actions, &self.live);
+                    flush(&mut broadcast, &mut out.actions);
                     let is_ping =
                         line.starts_with(b"{\"jsonrpc\":\"2.0\",\"id\":\"switchboard|ping:");
-                    actions.push(
+                    let is_cancel = line.starts_with(
+                        b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":",
+                    ) && line.ends_with(b"}}\n")
+                        && !client;
+                    out.lines.push(line.clone());
+                    if is_cancel {
+                        continue; // The proxy's own cancellation: checked by the step.
+                    }
+                    out.actions.push(
                         if client && !is_ping && line != crate::fuzz::INITIALIZED_LINE {
                             Action::Rewrite { line }
                         } else {
@@ -599,21 +1062,125 @@ impl Model {
                     method,
                     level,
                 }) => {
-                    flush(&mut broadcast, &mut actions, &self.live);
-                    actions.push(Action::Drop {
+                    flush(&mut broadcast, &mut out.actions);
+                    out.actions.push(Action::Drop {
                         reason,
                         method,
                         level,
                     });
                 }
                 other => {
-                    flush(&mut broadcast, &mut actions, &self.live);
-                    others.push(other);
+                    flush(&mut broadcast, &mut out.actions);
+                    out.others.push(other);
                 }
             }
         }
-        flush(&mut broadcast, &mut actions, &self.live);
-        (actions, others)
+        flush(&mut broadcast, &mut out.actions);
+        out
+    }
+
+    /// The old shape of [`Model::collect`]: router actions and the other outputs.
+    fn actions(&mut self, client: bool) -> (Vec<Action>, Vec<Output>) {
+        let mut out = self.collect(client);
+        let answered = self.settle(&mut out);
+        assert!(
+            answered.is_empty(),
+            "Streamable requests answered: {answered:?}"
+        );
+        assert!(out.ends.is_empty(), "streams ended: {:?}", out.ends);
+        (out.actions, out.others)
+    }
+
+    /// SPEC section 7 for what reached Streamable sessions: a response only ever on its own
+    /// request's stream (which then ends) or as its POST's JSON body, under the id the
+    /// client wrote (type and value), at most once; never on a GET stream; only progress
+    /// on a request stream besides its response. Takes the answered requests out of the
+    /// model and the ends they explain out of `out.ends`.
+    fn settle(&mut self, out: &mut StepOut) -> Vec<Answered> {
+        let mut answered = Vec::new();
+        for p in &out.placed {
+            let m = one_line_object(&p.message);
+            let is_response = !m.contains_key("method");
+            let method = m.get("method").and_then(|v| string_of(v));
+            let (stream, key) = match &p.place {
+                Place::Stream(_, Role::Legacy) => continue,
+                Place::Stream(stream, Role::Get) => {
+                    assert!(!is_response, "a response on {stream:?}, a GET stream");
+                    continue;
+                }
+                Place::Stream(stream, Role::Request(key)) => {
+                    if !is_response {
+                        assert_eq!(
+                            method.as_deref(),
+                            Some("notifications/progress"),
+                            "a request stream carries its progress and its response only"
+                        );
+                        continue;
+                    }
+                    (Some(*stream), key.clone())
+                }
+                Place::Json(request) => {
+                    assert!(is_response, "a JSON answer that is not a response");
+                    let key = self.live[&p.sid]
+                        .mcp()
+                        .and_then(|m| m.in_flight.iter().find(|(_, e)| e.request == *request))
+                        .map(|(k, _)| k.clone())
+                        .expect("json_waiter found it");
+                    (None, key)
+                }
+            };
+            let id = m.get("id").map(|v| v.get().to_owned()).unwrap_or_default();
+            assert_eq!(
+                key_of(&id).as_ref(),
+                Some(&key),
+                "a response under id {id} answered the request with {key:?}"
+            );
+            let pending = self
+                .live
+                .get_mut(&p.sid)
+                .and_then(LiveSession::mcp_mut)
+                .and_then(|m| m.in_flight.remove(&key))
+                .unwrap_or_else(|| panic!("a second response for {key:?} of {}", p.sid));
+            assert_eq!(
+                pending.stream, stream,
+                "a response on another request's answer"
+            );
+            if let Some(stream) = stream {
+                let at = out
+                    .ends
+                    .iter()
+                    .position(|s| *s == stream)
+                    .unwrap_or_else(|| panic!("{stream:?} carried its response and did not end"));
+                out.ends.remove(at);
+                self.end_stream(stream);
+            }
+            answered.push(Answered {
+                sid: p.sid,
+                raw_id: pending.raw_id,
+                message: p.message.clone(),
+            });
+        }
+        answered
+    }
+
+    /// A stream ended: the model forgets it.
+    fn end_stream(&mut self, stream: StreamId) {
+        assert!(
+            self.streams.remove(&stream).is_some(),
+            "{stream:?} ended twice"
+        );
+        self.ended.insert(stream);
+    }
+
+    /// Consumes `stream` from the step's ends: the step was expected to end it.
+    fn expect_end(&mut self, out: &mut StepOut, stream: StreamId, why: &str) {
+        let at = out
+            .ends
+            .iter()
+            .position(|s| *s == stream)
+            .unwrap_or_else(|| panic!("{stream:?} should have ended ({why})"));
+        out.ends.remove(at);
+        self.end_stream(stream);
     }
 
     /// The outputs seen since the last step, without taking them from the transcript.
@@ -670,31 +1237,130 @@ impl Model {
                 "start".into()
             }
             Op::Ping => self.health(),
-            Op::Wait { seconds } => {
-                self.wait(Duration::from_secs(u64::from(*seconds)));
-                "wait".into()
+            Op::Wait { seconds } => self.wait(Duration::from_secs(u64::from(*seconds))),
+            Op::McpInit {
+                slot,
+                principal,
+                id,
+                accept,
+            } => self.mcp_init(*slot, *principal, id, *accept),
+            Op::McpPost {
+                slot,
+                impostor,
+                accept,
+                body,
+            } => {
+                let bytes = self.render_body(body);
+                self.mcp_post(*slot, *impostor, *accept, &bytes)
             }
+            Op::McpGet { slot, impostor } => self.mcp_get(*slot, *impostor),
+            Op::McpDelete { slot, impostor } => self.mcp_delete(*slot, *impostor),
+            Op::HangUp { slot, pick } => self.hang_up(*slot, *pick),
         }
     }
 
-    /// Time passes: only pings, keep-alives and (once its backoff passed) a restart may
-    /// happen, none of which reaches a session.
-    fn wait(&mut self, by: Duration) {
+    /// Time passes. Besides pings, keep-alives and (once its backoff passed) a restart,
+    /// exactly the Streamable requests past `--request-timeout` time out (-32001 under
+    /// their own id, `notifications/cancelled` with their routed id to the backend) and
+    /// exactly the quiet Streamable sessions past `--session-idle` end, in time order.
+    fn wait(&mut self, by: Duration) -> String {
+        let target = self.driver.elapsed() + by;
+        // What the model expects, on a copy of the Streamable sessions.
+        let mut sim: BTreeMap<SessionId, McpState> = self
+            .live
+            .iter()
+            .filter_map(|(sid, s)| Some((*sid, s.mcp()?.clone())))
+            .collect();
+        let mut timed_out: Vec<(SessionId, String)> = Vec::new();
+        let mut expired: Vec<SessionId> = Vec::new();
+        loop {
+            let request = sim
+                .iter()
+                .flat_map(|(sid, m)| {
+                    m.in_flight
+                        .iter()
+                        .filter_map(move |(k, p)| Some((p.deadline?, *sid, k.clone())))
+                })
+                .min();
+            let idle = sim
+                .iter()
+                .filter(|(_, m)| m.quiet())
+                .map(|(sid, m)| (m.last_active + SESSION_IDLE, *sid))
+                .min();
+            match (request, idle) {
+                (Some((at, sid, key)), idle)
+                    if at <= target && idle.is_none_or(|(t, _)| at <= t) =>
+                {
+                    let m = sim.get_mut(&sid).expect("found above");
+                    let p = m.in_flight.remove(&key).expect("found above");
+                    m.last_active = at;
+                    timed_out.push((sid, p.raw_id));
+                }
+                (_, Some((at, sid))) if at <= target => {
+                    sim.remove(&sid);
+                    expired.push(sid);
+                }
+                _ => break,
+            }
+        }
         self.driver.advance(by);
-        let (actions, others) = self.actions(false);
-        for action in &actions {
+        let mut out = self.collect(false);
+        let answered = self.settle(&mut out);
+        let mut got: Vec<(SessionId, String)> = Vec::new();
+        for a in &answered {
+            let m = one_line_object(&a.message);
+            let error = m.get("error").map(|e| e.get()).unwrap_or_default();
+            assert_eq!(
+                error, r#"{"code":-32001,"message":"request timed out"}"#,
+                "a request timed out with another answer"
+            );
+            got.push((a.sid, a.raw_id.clone()));
+        }
+        let mut want = timed_out.clone();
+        want.sort();
+        got.sort();
+        assert_eq!(got, want, "the requests that timed out");
+        self.check_cancels(&out.lines, &timed_out, "request timed out");
+        for (sid, m) in &sim {
+            if let Some(live) = self.live.get_mut(sid).and_then(LiveSession::mcp_mut) {
+                live.last_active = m.last_active;
+            }
+        }
+        let mut watched = BTreeSet::new();
+        for sid in &expired {
+            let s = self.live.remove(sid).expect("a live session expired");
+            assert!(
+                s.mcp().is_some_and(McpState::quiet),
+                "only quiet sessions expire"
+            );
+            watched.extend(self.subs.remove(sid).unwrap_or_default());
+            self.init_askers.retain(|(s, _)| s != sid);
+            for slot in &mut self.slots {
+                if slot.current == Some(*sid) {
+                    slot.last = slot.current.take();
+                }
+            }
+        }
+        assert!(out.ends.is_empty(), "time passing ended {:?}", out.ends);
+        let mut unsubscribes = Vec::new();
+        for action in &out.actions {
             match action {
                 Action::Reply { line } => {
                     let text = backend_line_text(line);
                     let m = members(text).expect("a proxy line is one object");
                     let id = m.get("id").and_then(|v| string_of(v)).unwrap_or_default();
                     assert!(id.starts_with(PROXY_ID_PREFIX), "time passing sent {text}");
+                    if !id.starts_with("switchboard|ping:") {
+                        unsubscribes.push(action.clone());
+                    }
                 }
-                Action::Drop { .. } => {}
+                // The timed-out answers, checked above.
+                Action::Drop { .. } | Action::Deliver { .. } => {}
                 other => panic!("time passing produced {other:?}"),
             }
         }
-        for output in others {
+        self.check_unsubscribes(watched, &unsubscribes);
+        for output in out.others {
             assert!(
                 matches!(
                     output,
@@ -706,6 +1372,77 @@ impl Model {
         if self.driver.backend_pid().is_some() && !self.backend_up {
             self.backend_up = true;
         }
+        match (timed_out.is_empty(), expired.is_empty()) {
+            (true, true) => "wait".into(),
+            (false, true) => "wait:timeout".into(),
+            (true, false) => "wait:idle".into(),
+            (false, false) => "wait:timeout+idle".into(),
+        }
+    }
+
+    /// The proxy's `notifications/cancelled` lines among `lines` are exactly one per
+    /// `(session, raw id)` of `requests`, each naming the routed id, with `reason`.
+    fn check_cancels(&self, lines: &[Vec<u8>], requests: &[(SessionId, String)], reason: &str) {
+        let mut left: Vec<(SessionId, String)> = requests.to_vec();
+        for line in lines {
+            let text = backend_line_text(line);
+            let m = members(text).expect("a backend line is one object");
+            if m.get("method").and_then(|v| string_of(v)).as_deref()
+                != Some("notifications/cancelled")
+            {
+                continue;
+            }
+            let id = at(&m, &["params", "requestId"])
+                .map(|v| v.get().to_owned())
+                .unwrap_or_default();
+            assert_eq!(
+                at(&m, &["params", "reason"]).and_then(string_of).as_deref(),
+                Some(reason),
+                "{text}"
+            );
+            let found = left
+                .iter()
+                .position(|(sid, raw)| {
+                    routed_key(&id)
+                        .is_some_and(|r| Some(r) == key_of(raw).map(|k| (sid.to_string(), k)))
+                })
+                .unwrap_or_else(|| panic!("cancelled {id:?}, which is no request of {requests:?}"));
+            left.remove(found);
+        }
+        assert!(left.is_empty(), "no notifications/cancelled for {left:?}");
+    }
+
+    /// The proxy unsubscribes exactly the resources of `watched` no live session watches
+    /// any more, under ids of its own; `actions` are the Replies of the step.
+    fn check_unsubscribes(&self, watched: BTreeSet<String>, actions: &[Action]) -> usize {
+        let mut left: BTreeSet<String> = watched
+            .into_iter()
+            .filter(|uri| !self.subs.values().any(|s| s.contains(uri)))
+            .collect();
+        let mut lines = 0;
+        for action in actions {
+            let Action::Reply { line } = action else {
+                panic!("a session's end produced {action:?}");
+            };
+            lines += 1;
+            let r = members(backend_line_text(line)).expect("an unsubscribe is one object");
+            assert_eq!(
+                r.get("method").and_then(|v| string_of(v)).as_deref(),
+                Some("resources/unsubscribe")
+            );
+            let id = r.get("id").and_then(|v| string_of(v)).unwrap_or_default();
+            assert!(
+                id.starts_with(PROXY_ID_PREFIX),
+                "unsubscribe under id {id:?}"
+            );
+            let uri = at(&r, &["params", "uri"]).and_then(string_of);
+            assert!(
+                uri.as_ref().is_some_and(|u| left.remove(u)),
+                "unsubscribed {uri:?}, which others still watch or nobody watched"
+            );
+        }
+        assert!(left.is_empty(), "no unsubscribe for {left:?}");
+        lines
     }
 
     fn health(&mut self) -> String {
@@ -732,36 +1469,60 @@ impl Model {
         "health".into()
     }
 
+    /// The backend exits: every Streamable request in flight gets -32603 `backend
+    /// restarted`, then every stream ends, session by session in creation order.
     fn backend_exit(&mut self) -> String {
         if !self.backend_up {
             return "exit:down".into();
         }
-        self.driver.backend_exit(Exit::Code(1));
-        let (actions, others) = self.actions(false);
-        assert!(
-            actions.iter().all(|a| matches!(a, Action::Drop { .. })),
-            "{actions:?}"
-        );
-        let ended: Vec<StreamId> = others
-            .iter()
-            .filter_map(|o| match o {
-                Output::EndStream { stream } => Some(*stream),
-                _ => None,
-            })
-            .collect();
-        let mut by_creation: Vec<(u64, StreamId)> = self
+        let pending: usize = self
             .live
             .values()
-            .map(|s| (s.stream.get(), s.stream))
-            .collect();
-        by_creation.sort();
-        let expected: Vec<StreamId> = by_creation.into_iter().map(|(_, s)| s).collect();
+            .filter_map(LiveSession::mcp)
+            .map(|m| m.in_flight.len())
+            .sum();
+        self.driver.backend_exit(Exit::Code(1));
+        let mut out = self.collect(false);
+        let answered = self.settle(&mut out);
         assert_eq!(
-            ended, expected,
-            "backend exit ends every live stream, in creation order"
+            answered.len(),
+            pending,
+            "every request in flight is answered"
         );
+        for a in &answered {
+            let m = one_line_object(&a.message);
+            assert_eq!(
+                m.get("error").map(|e| e.get()),
+                Some(r#"{"code":-32603,"message":"backend restarted"}"#)
+            );
+        }
+        assert!(
+            out.actions
+                .iter()
+                .all(|a| matches!(a, Action::Drop { .. } | Action::Deliver { .. })),
+            "{:?}",
+            out.actions
+        );
+        let order: Vec<u64> = out
+            .ends
+            .iter()
+            .map(|s| {
+                let (sid, _) = &self.streams[s];
+                self.live[sid].created
+            })
+            .collect();
+        assert!(
+            order.windows(2).all(|w| w[0] <= w[1]),
+            "backend exit ends the sessions in creation order"
+        );
+        let ended: BTreeSet<StreamId> = out.ends.iter().copied().collect();
+        let all: BTreeSet<StreamId> = self.streams.keys().copied().collect();
+        assert_eq!(ended, all, "backend exit ends every open stream");
+        assert_eq!(ended.len(), out.ends.len(), "a stream ended twice");
+        for stream in std::mem::take(&mut out.ends) {
+            self.end_stream(stream);
+        }
         self.backend_up = false;
-        self.ended.extend(ended);
         self.live.clear();
         self.subs.clear();
         self.init_askers.clear();
@@ -772,15 +1533,21 @@ impl Model {
         "exit".into()
     }
 
+    fn next_entropy(&mut self) -> [u8; 16] {
+        self.opened += 1;
+        let mut entropy = [0x5a; 16];
+        entropy[..4].copy_from_slice(&self.opened.to_le_bytes());
+        entropy
+    }
+
     fn open(&mut self, slot: u8, principal: u8) -> String {
         if self.slot(slot).current.is_some() {
             return "open:occupied".into();
         }
-        self.opened += 1;
-        let mut entropy = [0x5a; 16];
-        entropy[..4].copy_from_slice(&self.opened.to_le_bytes());
+        let entropy = self.next_entropy();
         let sid = SessionId::from_random(entropy);
         let principal = Principal::new(PRINCIPALS[usize::from(principal) % PRINCIPALS.len()]);
+        let before = self.live.len();
         let request = self.driver.request(
             Endpoint::Stream,
             principal.clone(),
@@ -790,23 +1557,25 @@ impl Model {
         );
         let stream = self.driver.stream_of(request);
         if let Some(stream) = stream {
+            self.created += 1;
             self.live.insert(
                 sid,
                 LiveSession {
                     principal: principal.clone(),
-                    stream,
+                    created: self.created,
+                    kind: Kind::Legacy { stream },
                 },
             );
+            self.streams.insert(stream, (sid, Role::Legacy));
         }
         let (actions, _) = self.actions(false);
-        let room = self.live.len() - usize::from(stream.is_some()) < MAX_SESSIONS;
+        let room = before < MAX_SESSIONS;
         assert_eq!(
             stream.is_some(),
             self.backend_up && room,
-            "GET /sse gave {:?} with the backend up = {} and {} live",
+            "GET /sse gave {:?} with the backend up = {} and {before} live",
             self.driver.answer(request),
             self.backend_up,
-            self.live.len() - usize::from(stream.is_some())
         );
         assert!(actions.is_empty(), "opening a session produced {actions:?}");
         let Some(stream) = stream else {
@@ -823,55 +1592,77 @@ impl Model {
         "open".into()
     }
 
+    /// The slot's client hangs up: a legacy session's stream (the session ends), or a
+    /// Streamable session's GET stream (the session stays).
     fn close(&mut self, slot: u8) -> String {
         let s = *self.slot(slot);
         let Some(sid) = s.current else {
             return "close:none".into();
         };
+        let now = self.driver.elapsed();
         let session = self
             .live
-            .remove(&sid)
+            .get_mut(&sid)
             .expect("a slot's current session is live");
-        let watched = self.subs.remove(&sid).unwrap_or_default();
-        self.driver.hang_up(session.stream);
-        self.ended.insert(session.stream);
-        let (actions, _) = self.actions(false);
-        // The proxy unsubscribes exactly the resources no live session watches any more.
-        let mut left: BTreeSet<String> = watched
-            .into_iter()
-            .filter(|uri| !self.subs.values().any(|s| s.contains(uri)))
-            .collect();
-        let mut lines = 0;
-        for action in &actions {
-            let Action::Reply { line } = action else {
-                panic!("closing a session produced {action:?}");
+        if let Some(m) = session.mcp_mut() {
+            let Some(get) = m.get.take() else {
+                return "close:no-get".into();
             };
-            lines += 1;
-            let r = members(backend_line_text(line)).expect("an unsubscribe is one object");
-            assert_eq!(
-                r.get("method").and_then(|v| string_of(v)).as_deref(),
-                Some("resources/unsubscribe")
-            );
-            let id = r.get("id").and_then(|v| string_of(v)).unwrap_or_default();
+            m.last_active = now;
+            self.driver.hang_up(get);
+            self.end_stream(get);
+            let (actions, _) = self.actions(false);
             assert!(
-                id.starts_with(PROXY_ID_PREFIX),
-                "unsubscribe under id {id:?}"
+                actions.is_empty(),
+                "hanging up a GET stream produced {actions:?}"
             );
-            let uri = at(&r, &["params", "uri"]).and_then(string_of);
-            assert!(
-                uri.as_ref().is_some_and(|u| left.remove(u)),
-                "unsubscribed {uri:?}, which others still watch or nobody watched"
-            );
+            return "close:get".into();
         }
-        assert!(left.is_empty(), "no unsubscribe for {left:?}");
+        let session = self.live.remove(&sid).expect("checked above");
+        let Kind::Legacy { stream } = session.kind else {
+            unreachable!("a legacy session")
+        };
+        let watched = self.subs.remove(&sid).unwrap_or_default();
+        self.driver.hang_up(stream);
+        self.end_stream(stream);
+        let (actions, _) = self.actions(false);
+        let lines = self.check_unsubscribes(watched, &actions);
         let s = self.slot(slot);
         s.last = s.current.take();
         format!("close:{lines}")
     }
 
-    fn post(&mut self, slot: u8, impostor: bool, body: &[u8]) -> String {
+    /// Sends one `/mcp` request.
+    fn mcp_send(
+        &mut self,
+        endpoint: Endpoint,
+        principal: Principal,
+        session: Option<SessionId>,
+        accept: &str,
+        body: &[u8],
+        entropy: [u8; 16],
+    ) -> RequestId {
+        let admitted = Admitted {
+            mcp: McpHeaders {
+                session: session.map(|s| s.as_str().to_owned()),
+                content_type: Some("application/json".into()),
+                accept: Some(accept.into()),
+                protocol_version: None,
+            },
+            ..Admitted::new(endpoint, principal, "")
+        };
+        self.driver
+            .send(admitted.into_request(Payload::Bytes(body.to_vec()), || entropy))
+    }
+
+    /// Who posts to the slot's session, and whether the hub must refuse with 404: the
+    /// session is gone, of the other transport (`mcp` says which one the request uses),
+    /// or the poster is an impostor.
+    fn poster(&mut self, slot: u8, impostor: bool, mcp: bool) -> (SessionId, Principal, bool) {
         let sid = self.target(slot);
-        let owner = self.live.get(&sid).map(|s| s.principal.clone());
+        let session = self.live.get(&sid);
+        let owner = session.map(|s| s.principal.clone());
+        let same_transport = session.is_some_and(|s| s.mcp().is_some() == mcp);
         let principal = match (&owner, impostor) {
             (Some(owner), true) => {
                 let at = PRINCIPALS.iter().position(|p| *p == owner.as_str());
@@ -880,6 +1671,503 @@ impl Model {
             (Some(owner), false) => owner.clone(),
             (None, _) => Principal::new(PRINCIPALS[0]),
         };
+        (
+            sid,
+            principal,
+            owner.is_none() || impostor || !same_transport,
+        )
+    }
+
+    /// `POST /mcp` of an `initialize` without a session: a new Streamable session, unless
+    /// the backend is down or `--max-sessions` are live (503), or the body is no request.
+    fn mcp_init(&mut self, slot: u8, principal: u8, id: &Id, accept: Accept) -> String {
+        if self.slot(slot).current.is_some() {
+            return "mcp-init:occupied".into();
+        }
+        let entropy = self.next_entropy();
+        let sid = SessionId::from_random(entropy);
+        let principal = Principal::new(PRINCIPALS[usize::from(principal) % PRINCIPALS.len()]);
+        let body = self.render_body(&ClientBody::Request {
+            id: id.clone(),
+            method: Method::Initialize,
+            uri: None,
+            request_id: None,
+            progress: None,
+        });
+        let raw_id = self.render_id(id);
+        let valid = key_of(&raw_id).is_some() && raw_id.len() <= 200;
+        let room = self.backend_up && self.live.len() < MAX_SESSIONS;
+        // Register what the hub is expected to create, before its outputs are read.
+        let now = self.driver.elapsed();
+        let request = self.mcp_send(
+            Endpoint::McpPost,
+            principal.clone(),
+            None,
+            accept.header(),
+            &body,
+            entropy,
+        );
+        let answer = self.driver.answer(request).cloned();
+        let refused = match &answer {
+            Some(Answer::Response(r)) if r.status != 200 => Some(r.status),
+            _ => None,
+        };
+        if let Some(status) = refused {
+            if valid {
+                assert!(
+                    !room && status == 503,
+                    "initialize without a session: {status}"
+                );
+            }
+            let (actions, _) = self.actions(true);
+            assert!(
+                actions.is_empty(),
+                "a refused initialize produced {actions:?}"
+            );
+            return format!("mcp-init:{status}");
+        }
+        assert!(
+            room,
+            "a session was created past the limit or with the backend down"
+        );
+        self.created += 1;
+        self.live.insert(
+            sid,
+            LiveSession {
+                principal,
+                created: self.created,
+                kind: Kind::Mcp(McpState {
+                    last_active: now,
+                    ..McpState::default()
+                }),
+            },
+        );
+        let s = self.slot(slot);
+        s.last = s.current.replace(sid).or(s.last);
+        let how = self.mcp_accepted(sid, request, accept, &body, answer.as_ref());
+        format!("mcp-init:{how}")
+    }
+
+    /// `POST /mcp` naming a session, checked as SPEC section 7 orders it.
+    fn mcp_post(&mut self, slot: u8, impostor: bool, accept: Accept, body: &[u8]) -> String {
+        let (sid, principal, not_found) = self.poster(slot, impostor, true);
+        let text = std::str::from_utf8(body).ok();
+        let m = text.and_then(members);
+        let method = m
+            .as_ref()
+            .and_then(|m| m.get("method"))
+            .and_then(|v| strict_string_of(v));
+        let raw_id = m
+            .as_ref()
+            .and_then(|m| m.get("id"))
+            .map(|v| v.get().to_owned());
+        let key = raw_id.as_deref().and_then(key_of);
+        let structured = m.is_some()
+            && method.is_some()
+            && !m
+                .as_ref()
+                .is_some_and(|m| m.contains_key("result") || m.contains_key("error"));
+        let valid = structured
+            && raw_id
+                .as_ref()
+                .is_none_or(|r| key.is_some() && r.len() <= 200);
+        let in_flight = self.live.get(&sid).and_then(LiveSession::mcp).map(|m| {
+            (
+                key.as_ref().is_some_and(|k| m.in_flight.contains_key(k)),
+                m.in_flight.len(),
+            )
+        });
+        let predicted = match (not_found, &raw_id, in_flight) {
+            (true, _, _) => Some(404),
+            (false, Some(_), _) if method.as_deref() == Some("initialize") => Some(400),
+            (false, Some(_), Some((true, _))) => Some(409),
+            (false, Some(_), Some((false, n))) if n >= MAX_INFLIGHT => Some(429),
+            (false, None, _) => Some(202),
+            _ => None, // accepted
+        };
+        let request = self.mcp_send(
+            Endpoint::McpPost,
+            principal,
+            Some(sid),
+            accept.header(),
+            body,
+            [0xee; 16],
+        );
+        let answer = self.driver.answer(request).cloned();
+        let status = match &answer {
+            Some(Answer::Response(r)) if r.status != 200 => Some(r.status),
+            _ => None,
+        };
+        if not_found || valid {
+            assert_eq!(status, predicted, "POST /mcp {:?}", text);
+        }
+        match status {
+            Some(202) => {}
+            Some(status) => {
+                if status == 409 {
+                    let Some(Answer::Response(r)) = &answer else {
+                        unreachable!()
+                    };
+                    let e = one_line_object(&r.body);
+                    assert_eq!(
+                        e.get("id").map(|v| v.get()),
+                        raw_id.as_deref(),
+                        "409 under the id taken"
+                    );
+                    assert!(predicted == Some(409), "409 for an id not in flight");
+                }
+                if status == 429 {
+                    assert_eq!(predicted, Some(429), "429 below --max-inflight");
+                }
+                let out = self.collect(true);
+                assert!(
+                    out.actions.is_empty() && out.placed.is_empty() && out.ends.is_empty(),
+                    "a refused POST changed something: {out:?}"
+                );
+                return format!("mcp-post:{status}");
+            }
+            None => {
+                let how = self.mcp_accepted(sid, request, accept, body, answer.as_ref());
+                return format!("mcp-post:{how}");
+            }
+        }
+        // A notification: 202, forwarded or absorbed; a cancellation ends its request.
+        let now = self.driver.elapsed();
+        let mcp = self
+            .live
+            .get_mut(&sid)
+            .and_then(LiveSession::mcp_mut)
+            .expect("accepted");
+        mcp.last_active = now;
+        let cancels = (method.as_deref() == Some("notifications/cancelled"))
+            .then(|| {
+                m.as_ref()
+                    .and_then(|m| at(m, &["params", "requestId"]))
+                    .map(|v| v.get().to_owned())
+            })
+            .flatten()
+            .and_then(|raw| key_of(&raw));
+        let cancelled = cancels.and_then(|k| mcp.in_flight.get(&k).cloned().map(|p| (k, p)));
+        let mut out = self.collect(true);
+        let answered = self.settle(&mut out);
+        let label = match cancelled {
+            Some((key, p)) => match p.stream {
+                Some(stream) => {
+                    assert!(answered.is_empty(), "a cancelled stream got {answered:?}");
+                    self.live
+                        .get_mut(&sid)
+                        .and_then(LiveSession::mcp_mut)
+                        .expect("live")
+                        .in_flight
+                        .remove(&key);
+                    self.expect_end(&mut out, stream, "its request was cancelled");
+                    "cancel:stream"
+                }
+                None => {
+                    assert_eq!(answered.len(), 1, "a cancelled JSON wait is answered");
+                    let e = one_line_object(&answered[0].message);
+                    assert_eq!(e.get("id").map(|v| v.get()), Some(p.raw_id.as_str()));
+                    assert_eq!(
+                        e.get("error").map(|v| v.get()),
+                        Some(r#"{"code":-32800,"message":"Request cancelled"}"#)
+                    );
+                    "cancel:json"
+                }
+            },
+            None => {
+                assert!(answered.is_empty(), "a notification answered {answered:?}");
+                "notification"
+            }
+        };
+        assert!(out.ends.is_empty(), "a notification ended {:?}", out.ends);
+        let mut rewrites = 0;
+        for action in &out.actions {
+            match action {
+                Action::Rewrite { line } => {
+                    rewrites += 1;
+                    self.check_prefixed(&sid, line);
+                }
+                Action::Deliver { .. } | Action::Drop { .. } => {}
+                other => panic!("a notification produced {other:?}"),
+            }
+        }
+        assert!(rewrites <= 1, "one line at most for a notification");
+        label.into()
+    }
+
+    /// A Streamable request the hub accepted (its answer a stream, a JSON body waited for,
+    /// or a JSON body at once): registers it in flight, then checks what the step did.
+    fn mcp_accepted(
+        &mut self,
+        sid: SessionId,
+        request: RequestId,
+        accept: Accept,
+        body: &[u8],
+        answer: Option<&Answer>,
+    ) -> String {
+        let now = self.driver.elapsed();
+        let text = std::str::from_utf8(body).expect("an accepted body is UTF-8");
+        let m = members(text).expect("an accepted body is one object");
+        let raw_id = m.get("id").map(|v| v.get().to_owned()).expect("a request");
+        let key = key_of(&raw_id).expect("an accepted id is an id");
+        let method = m
+            .get("method")
+            .and_then(|v| string_of(v))
+            .unwrap_or_default();
+        let token = at(&m, &["params", "_meta", "progressToken"]).and_then(|v| key_of(v.get()));
+        let stream = match answer {
+            Some(Answer::Stream(stream)) => Some(*stream),
+            _ => None,
+        };
+        assert_eq!(
+            stream.is_some(),
+            accept.sse() && (token.is_some() || !accept.json()),
+            "a stream answers exactly a request with a progress token or from a client without JSON"
+        );
+        let mcp = self
+            .live
+            .get_mut(&sid)
+            .and_then(LiveSession::mcp_mut)
+            .expect("a Streamable session");
+        mcp.seq += 1;
+        mcp.last_active = now;
+        mcp.in_flight.insert(
+            key.clone(),
+            Pending {
+                request,
+                stream,
+                raw_id: raw_id.clone(),
+                token,
+                deadline: Some(now + REQUEST_TIMEOUT),
+                seq: mcp.seq,
+            },
+        );
+        if let Some(stream) = stream {
+            self.streams
+                .insert(stream, (sid, Role::Request(key.clone())));
+        }
+        let mut out = self.collect(true);
+        let answered = self.settle(&mut out);
+        assert!(out.ends.is_empty(), "a request ended {:?}", out.ends);
+        let mut rewrites = 0;
+        for action in &out.actions {
+            match action {
+                Action::Rewrite { line } => {
+                    rewrites += 1;
+                    self.check_prefixed(&sid, line);
+                }
+                Action::Deliver { .. } | Action::Drop { .. } => {}
+                other => panic!("a POST produced {other:?}"),
+            }
+        }
+        for a in &answered {
+            assert_eq!(
+                (a.sid, a.raw_id.as_str()),
+                (sid, raw_id.as_str()),
+                "a POST answered another request"
+            );
+        }
+        assert!(
+            rewrites + answered.len() <= 1,
+            "a request is forwarded once or answered by the proxy: {:?}",
+            out.actions
+        );
+        let uri = at(&m, &["params", "uri"]).and_then(strict_string_of);
+        match (method.as_str(), uri) {
+            ("resources/subscribe", Some(uri)) if rewrites == 1 => {
+                self.subs.entry(sid).or_default().insert(uri);
+            }
+            ("resources/unsubscribe", Some(uri)) => {
+                if let Some(set) = self.subs.get_mut(&sid) {
+                    set.remove(&uri);
+                }
+            }
+            ("initialize", _) if answered.is_empty() => {
+                self.init_askers.insert((sid, raw_id));
+            }
+            _ => {}
+        }
+        let form = if stream.is_some() { "stream" } else { "json" };
+        let how = if rewrites == 1 {
+            "forwarded"
+        } else if answered.is_empty() {
+            "waiting"
+        } else {
+            "answered"
+        };
+        format!("{form}:{how}")
+    }
+
+    /// `GET /mcp`: the session's standalone stream; one open at a time.
+    fn mcp_get(&mut self, slot: u8, impostor: bool) -> String {
+        let (sid, principal, not_found) = self.poster(slot, impostor, true);
+        let request = self.mcp_send(
+            Endpoint::McpGet,
+            principal,
+            Some(sid),
+            "text/event-stream",
+            b"",
+            [0xee; 16],
+        );
+        let answer = self.driver.answer(request).cloned();
+        if not_found {
+            assert!(
+                matches!(answer, Some(Answer::Response(Response { status: 404, .. }))),
+                "GET /mcp of a session not the caller's: {answer:?}"
+            );
+            let out = self.collect(false);
+            assert!(
+                out.placed.is_empty() && out.ends.is_empty(),
+                "a refused GET: {out:?}"
+            );
+            return "mcp-get:404".into();
+        }
+        let Some(Answer::Stream(stream)) = answer else {
+            panic!("GET /mcp answered {answer:?}");
+        };
+        let now = self.driver.elapsed();
+        let m = self
+            .live
+            .get_mut(&sid)
+            .and_then(LiveSession::mcp_mut)
+            .expect("checked");
+        let old = m.get.replace(stream);
+        m.last_active = now;
+        self.streams.insert(stream, (sid, Role::Get));
+        let mut out = self.collect(false);
+        if let Some(old) = old {
+            self.expect_end(&mut out, old, "a new GET replaces it");
+        }
+        assert!(
+            out.placed.is_empty() && out.ends.is_empty(),
+            "a GET: {out:?}"
+        );
+        if old.is_some() {
+            "mcp-get:replace"
+        } else {
+            "mcp-get:new"
+        }
+        .into()
+    }
+
+    /// `DELETE /mcp`: the session ends at once; each request in flight is cancelled at the
+    /// backend and answered -32603, its streams end, its subscriptions are released.
+    fn mcp_delete(&mut self, slot: u8, impostor: bool) -> String {
+        let (sid, principal, not_found) = self.poster(slot, impostor, true);
+        let request = self.mcp_send(
+            Endpoint::McpDelete,
+            principal,
+            Some(sid),
+            "application/json",
+            b"",
+            [0xee; 16],
+        );
+        let answer = self.driver.answer(request).cloned();
+        let status = match &answer {
+            Some(Answer::Response(r)) => r.status,
+            other => panic!("DELETE answered {other:?}"),
+        };
+        if not_found {
+            assert_eq!(status, 404, "DELETE of a session not the caller's");
+            let out = self.collect(false);
+            assert!(
+                out.placed.is_empty() && out.ends.is_empty() && out.lines.is_empty(),
+                "a refused DELETE: {out:?}"
+            );
+            return "mcp-delete:404".into();
+        }
+        assert_eq!(status, 204, "DELETE /mcp");
+        let m = self.live[&sid].mcp().expect("checked").clone();
+        let requests: Vec<(SessionId, String)> = m
+            .in_flight
+            .values()
+            .map(|p| (sid, p.raw_id.clone()))
+            .collect();
+        let mut out = self.collect(false);
+        let answered = self.settle(&mut out);
+        assert_eq!(
+            answered.len(),
+            requests.len(),
+            "every request in flight is answered"
+        );
+        for a in &answered {
+            let e = one_line_object(&a.message);
+            assert_eq!(
+                e.get("error").map(|v| v.get()),
+                Some(r#"{"code":-32603,"message":"session deleted"}"#)
+            );
+        }
+        self.check_cancels(&out.lines, &requests, "session deleted");
+        if let Some(get) = m.get {
+            self.expect_end(&mut out, get, "its session was deleted");
+        }
+        assert!(out.ends.is_empty(), "DELETE ended {:?}", out.ends);
+        self.live.remove(&sid);
+        self.init_askers.retain(|(s, _)| *s != sid);
+        let watched = self.subs.remove(&sid).unwrap_or_default();
+        let replies: Vec<Action> = out
+            .actions
+            .iter()
+            .filter(|a| matches!(a, Action::Reply { .. }))
+            .cloned()
+            .collect();
+        for action in &out.actions {
+            assert!(
+                matches!(
+                    action,
+                    Action::Reply { .. } | Action::Deliver { .. } | Action::Drop { .. }
+                ),
+                "DELETE produced {action:?}"
+            );
+        }
+        let unsubscribed = self.check_unsubscribes(watched, &replies);
+        let s = self.slot(slot);
+        s.last = s.current.take();
+        format!(
+            "mcp-delete:{}:{unsubscribed}",
+            if requests.is_empty() {
+                "idle"
+            } else {
+                "in-flight"
+            }
+        )
+    }
+
+    /// The client of a Streamable request hangs up: on a stream the hub stops waiting (the
+    /// backend is not told: a disconnect is no cancellation); on a JSON wait the hub cannot
+    /// tell, and its answer will go to a closed exchange.
+    fn hang_up(&mut self, slot: u8, pick: u8) -> String {
+        let sid = self.target(slot);
+        let now = self.driver.elapsed();
+        let Some(m) = self.live.get_mut(&sid).and_then(LiveSession::mcp_mut) else {
+            return "hangup:none".into();
+        };
+        if m.in_flight.is_empty() {
+            return "hangup:none".into();
+        }
+        let key = m
+            .in_flight
+            .keys()
+            .nth(usize::from(pick) % m.in_flight.len())
+            .cloned()
+            .expect("not empty");
+        let Some(stream) = m.in_flight[&key].stream else {
+            return "hangup:json".into();
+        };
+        m.in_flight.remove(&key);
+        m.last_active = now;
+        self.driver.hang_up(stream);
+        self.end_stream(stream);
+        let out = self.collect(false);
+        assert!(
+            out.placed.is_empty() && out.ends.is_empty() && out.lines.is_empty(),
+            "a hang-up on a request stream: {out:?}"
+        );
+        "hangup:stream".into()
+    }
+
+    fn post(&mut self, slot: u8, impostor: bool, body: &[u8]) -> String {
+        let (sid, principal, not_found) = self.poster(slot, impostor, false);
         let request = self.driver.request(
             Endpoint::Messages,
             principal,
@@ -892,7 +2180,7 @@ impl Model {
             Some(Answer::Response(r)) => r.status,
             other => panic!("a POST was answered with {other:?}"),
         };
-        if owner.is_none() || impostor {
+        if not_found {
             assert_eq!(status, 404, "a POST to a session that is not the caller's");
         }
         if status != 202 {
@@ -1014,8 +2302,14 @@ impl Model {
         if !self.backend_up {
             return "backend:down".into();
         }
-        // The sessions a structured line must reach while live (completeness).
+        // The sessions a structured line must reach while live (completeness), and those
+        // it must not (a Streamable session whose request is no longer in flight).
         let mut must_reach: BTreeSet<SessionId> = BTreeSet::new();
+        let mut must_not: BTreeSet<SessionId> = BTreeSet::new();
+        // Where a progress notification for a Streamable session must go (None: dropped),
+        // and the request whose clock it restarts.
+        let mut progress_to: Option<(SessionId, Option<StreamId>, Option<Key>)> = None;
+        let now = self.driver.elapsed();
         let (line, kind) = match msg {
             BackendMsg::Answer {
                 pick,
@@ -1033,7 +2327,19 @@ impl Model {
                     return "backend:none".into();
                 };
                 if let Some(sid) = sid.filter(|sid| self.live.contains_key(sid)) {
-                    must_reach.insert(sid);
+                    match self.live[&sid].mcp() {
+                        None => {
+                            must_reach.insert(sid);
+                        }
+                        Some(m) => {
+                            let key = routed_key(&id).map(|(_, k)| k);
+                            if key.is_some_and(|k| m.in_flight.contains_key(&k)) {
+                                must_reach.insert(sid);
+                            } else {
+                                must_not.insert(sid);
+                            }
+                        }
+                    }
                 }
                 let member = if *error {
                     r#""error":{"code":-1,"message":"no"}"#
@@ -1049,8 +2355,29 @@ impl Model {
                 let Some((sid, token)) = self.pick(*pick, *escaped) else {
                     return "backend:none".into();
                 };
-                if self.live.contains_key(&sid) {
-                    must_reach.insert(sid);
+                match self.live.get(&sid).map(|s| s.mcp()) {
+                    None => {}
+                    Some(None) => {
+                        must_reach.insert(sid);
+                    }
+                    Some(Some(m)) => {
+                        // The newest request in flight that carries the token, else the
+                        // GET stream.
+                        let key = routed_key(&token).map(|(_, k)| k);
+                        let carrier = m
+                            .in_flight
+                            .iter()
+                            .filter(|(_, p)| p.token.is_some() && p.token == key)
+                            .max_by_key(|(_, p)| p.seq)
+                            .map(|(k, p)| (k.clone(), p.stream));
+                        let place = carrier.as_ref().and_then(|(_, s)| *s).or(m.get);
+                        if place.is_some() {
+                            must_reach.insert(sid);
+                        } else {
+                            must_not.insert(sid);
+                        }
+                        progress_to = Some((sid, place, carrier.map(|(k, _)| k)));
+                    }
                 }
                 (
                     format!(
@@ -1080,11 +2407,17 @@ impl Model {
             }
             BackendMsg::Updated { uri } => {
                 let uri = URIS[usize::from(*uri) % URIS.len()];
+                // Legacy subscribers, and Streamable ones with a GET stream open.
+                let live = &self.live;
                 must_reach.extend(
                     self.subs
                         .iter()
                         .filter(|(_, s)| s.contains(uri))
-                        .map(|(sid, _)| *sid),
+                        .map(|(sid, _)| *sid)
+                        .filter(|sid| {
+                            live.get(sid)
+                                .is_some_and(|s| s.mcp().is_none_or(|m| m.get.is_some()))
+                        }),
                 );
                 (
                     format!(
@@ -1118,8 +2451,8 @@ impl Model {
             return "backend:multiline".into();
         }
         self.driver.backend_line(Some(line.as_bytes()));
-        let (actions, others) = self.actions(false);
-        for output in &others {
+        let mut out = self.collect(false);
+        for output in &out.others {
             assert!(
                 matches!(output, Output::Respond { .. } | Output::Log(_)),
                 "a backend line produced {output:?}"
@@ -1137,15 +2470,56 @@ impl Model {
             init_askers: &self.init_askers,
             init_ids: &init_ids,
         };
-        let delivered = check_backend_actions(&world, line.as_bytes(), &actions);
+        let delivered = check_backend_actions(&world, line.as_bytes(), &out.actions);
         assert!(
             must_reach.is_subset(&delivered),
             "{line} reached {delivered:?}, not all of {must_reach:?}"
         );
+        assert!(
+            must_not.is_disjoint(&delivered),
+            "{line} reached {delivered:?}, which has nowhere to go in {must_not:?}"
+        );
         if kind == "updated" {
             assert_eq!(delivered, must_reach, "{line} reached other sessions");
         }
-        let kinds: Vec<&str> = actions
+        let progressed = progress_to
+            .as_ref()
+            .is_some_and(|(_, place, _)| place.is_some());
+        if let Some((sid, place, carrier)) = progress_to {
+            let places: Vec<Option<StreamId>> = out
+                .placed
+                .iter()
+                .filter(|p| p.sid == sid)
+                .map(|p| match p.place {
+                    Place::Stream(stream, _) => Some(stream),
+                    Place::Json(_) => None,
+                })
+                .collect();
+            let expected: Vec<Option<StreamId>> = place.map(Some).into_iter().collect();
+            assert_eq!(
+                places, expected,
+                "{line}: progress goes to the newest request carrying the token, else the GET stream"
+            );
+            if let Some(key) = carrier {
+                let m = self
+                    .live
+                    .get_mut(&sid)
+                    .and_then(LiveSession::mcp_mut)
+                    .expect("live");
+                let p = m.in_flight.get_mut(&key).expect("in flight");
+                p.deadline = Some(now + REQUEST_TIMEOUT);
+            }
+        }
+        let answered = self.settle(&mut out);
+        assert!(out.ends.is_empty(), "{line} ended {:?}", out.ends);
+        for a in &answered {
+            if let Some(m) = self.live.get_mut(&a.sid).and_then(LiveSession::mcp_mut) {
+                m.last_active = now;
+            }
+        }
+        let mcp_answers = answered.len();
+        let kinds: Vec<&str> = out
+            .actions
             .iter()
             .map(|a| match a {
                 Action::Rewrite { .. } => "rewrite",
@@ -1156,7 +2530,16 @@ impl Model {
                 Action::Pong { .. } => "pong",
             })
             .collect();
-        format!("backend:{kind}:{}", kinds.join("+"))
+        let mcp = if mcp_answers > 0 {
+            ":mcp-answer"
+        } else if progressed {
+            ":mcp-progress"
+        } else if !must_not.is_empty() {
+            ":mcp-dropped"
+        } else {
+            ""
+        };
+        format!("backend:{kind}:{}{mcp}", kinds.join("+"))
     }
 
     /// A routed id or token written earlier, as the backend echoes it, with its session.
@@ -1196,6 +2579,7 @@ impl Model {
                 json_string(&format!("{sid}|{kind}:{n}"))
             }
             Id::ProxyLike(n) => json_string(&format!("{PROXY_ID_PREFIX}ping:{n}")),
+            Id::Escape(unit) => format!("\"\\u{unit:04x}\""),
             Id::Fraction => "1.5".into(),
             Id::Null => "null".into(),
         }
