@@ -29,11 +29,11 @@ pub mod proxy;
 pub mod sse;
 
 pub use http::{Body, Conn, Response};
+pub use mcp::{Answer, McpSession};
 pub use proxy::{
     parse_metric, proc_status_kb, run, target_dir, workspace_root, Proxy, ProxyBuilder, Target,
     TempDir,
 };
-pub use mcp::{Answer, McpSession};
 pub use sse::{
     open_session, raw_member, request_events, try_open_session, Events, Frame, OpenOptions, Session,
 };

@@ -34,7 +34,13 @@ impl Answer {
     pub fn response(self) -> (Vec<Value>, Value) {
         match self {
             Answer::Whole(r) => {
-                assert_eq!(r.status, 200, "expected a JSON answer: {} {}", r.status, r.text());
+                assert_eq!(
+                    r.status,
+                    200,
+                    "expected a JSON answer: {} {}",
+                    r.status,
+                    r.text()
+                );
                 (Vec::new(), r.json())
             }
             Answer::Stream(mut e) => {
@@ -74,10 +80,16 @@ pub struct McpSession {
 /// unless given).
 pub fn post(addr: SocketAddr, path: &str, headers: &[(&str, &str)], body: &str) -> Answer {
     let mut all: Vec<(&str, &str)> = Vec::new();
-    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("content-type")) {
+    if !headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+    {
         all.push(("Content-Type", "application/json"));
     }
-    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("accept")) {
+    if !headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case("accept"))
+    {
         all.push(("Accept", ACCEPT_BOTH));
     }
     all.extend_from_slice(headers);
@@ -114,10 +126,18 @@ impl McpSession {
             Answer::Whole(r) => r.header("mcp-session-id").map(str::to_owned),
             Answer::Stream(e) => e.head.header("mcp-session-id").map(str::to_owned),
         }
-        .unwrap_or_else(|| panic!("the initialize answer ({}) has no Mcp-Session-Id", answer.status()));
+        .unwrap_or_else(|| {
+            panic!(
+                "the initialize answer ({}) has no Mcp-Session-Id",
+                answer.status()
+            )
+        });
         let (_, response) = answer.response();
         let initialize_result = response["result"].clone();
-        assert!(initialize_result.is_object(), "initialize failed: {response}");
+        assert!(
+            initialize_result.is_object(),
+            "initialize failed: {response}"
+        );
         let session = McpSession {
             addr,
             sid,
@@ -130,8 +150,15 @@ impl McpSession {
         session
     }
 
-    fn headers<'a>(&'a self, auth: &'a Option<String>, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
-        let mut headers = vec![("Mcp-Session-Id", self.sid.as_str()), ("MCP-Protocol-Version", "2025-06-18")];
+    fn headers<'a>(
+        &'a self,
+        auth: &'a Option<String>,
+        extra: &[(&'a str, &'a str)],
+    ) -> Vec<(&'a str, &'a str)> {
+        let mut headers = vec![
+            ("Mcp-Session-Id", self.sid.as_str()),
+            ("MCP-Protocol-Version", "2025-06-18"),
+        ];
         if let Some(a) = auth {
             headers.push(("Authorization", a.as_str()));
         }

@@ -564,7 +564,8 @@ pub fn request_events(
     body: &[u8],
 ) -> Result<Events, Response> {
     let deadline = Instant::now() + WAIT;
-    let stream = http::connect(addr, WAIT).unwrap_or_else(|e| panic!("cannot connect to {addr}: {e}"));
+    let stream =
+        http::connect(addr, WAIT).unwrap_or_else(|e| panic!("cannot connect to {addr}: {e}"));
     let mut req = format!("{method} {target} HTTP/1.1\r\n");
     if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
         req.push_str(&format!("Host: {addr}\r\n"));
@@ -575,7 +576,8 @@ pub fn request_events(
     req.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
     let mut bytes = req.into_bytes();
     bytes.extend_from_slice(body);
-    io::Write::write_all(&mut &stream, &bytes).unwrap_or_else(|e| panic!("cannot send {method} {target}: {e}"));
+    io::Write::write_all(&mut &stream, &bytes)
+        .unwrap_or_else(|e| panic!("cannot send {method} {target}: {e}"));
     let mut wire = Wire::new(stream);
     let (status, reason, headers) = http::read_head(&mut wire, deadline)
         .unwrap_or_else(|e| panic!("no answer to {method} {target}: {e}"));
@@ -602,7 +604,9 @@ pub fn request_events(
         decoded: Vec::new(),
         eof: false,
     };
-    stream.decode().unwrap_or_else(|e| panic!("malformed stream: {e}"));
+    stream
+        .decode()
+        .unwrap_or_else(|e| panic!("malformed stream: {e}"));
     Ok(Events { head, stream })
 }
 
@@ -620,7 +624,10 @@ impl Events {
                 Frame::Event { event, data, id } => {
                     assert_eq!(event, "message", "unexpected event type: {data}");
                     assert_eq!(id, None, "events must carry no id field");
-                    return Some(serde_json::from_str(&data).unwrap_or_else(|e| panic!("not JSON ({e}): {data}")));
+                    return Some(
+                        serde_json::from_str(&data)
+                            .unwrap_or_else(|e| panic!("not JSON ({e}): {data}")),
+                    );
                 }
                 Frame::Comment(_) => continue,
                 Frame::Timeout | Frame::Closed => return None,
@@ -634,7 +641,9 @@ impl Events {
         let mut seen = Vec::new();
         loop {
             match self.stream.next_frame(deadline) {
-                Frame::Event { data, .. } => seen.push(serde_json::from_str(&data).expect("JSON event")),
+                Frame::Event { data, .. } => {
+                    seen.push(serde_json::from_str(&data).expect("JSON event"))
+                }
                 Frame::Comment(_) => continue,
                 Frame::Closed => return Some(seen),
                 Frame::Timeout => return None,
