@@ -40,7 +40,9 @@ impl Accepts {
         let mut out = Accepts::default();
         for range in accept.unwrap_or_default().split(',') {
             let mut parts = range.split(';');
-            let media = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
+            // Compared in place: no lowercase copy per media range on every POST.
+            let media = parts.next().unwrap_or_default().trim();
+            let is = |name: &str| media.eq_ignore_ascii_case(name);
             let refused = parts.any(|p| {
                 p.trim()
                     .strip_prefix("q=")
@@ -49,14 +51,13 @@ impl Accepts {
             if refused {
                 continue;
             }
-            match media.as_str() {
-                "*/*" => {
-                    out.json = true;
-                    out.event_stream = true;
-                }
-                "application/json" | "application/*" => out.json = true,
-                "text/event-stream" | "text/*" => out.event_stream = true,
-                _ => {}
+            if is("*/*") {
+                out.json = true;
+                out.event_stream = true;
+            } else if is("application/json") || is("application/*") {
+                out.json = true;
+            } else if is("text/event-stream") || is("text/*") {
+                out.event_stream = true;
             }
         }
         out
@@ -171,6 +172,8 @@ mod tests {
         assert!(!Accepts::parse(None).event_stream);
         assert!(!Accepts::parse(Some("text/event-stream;q=0")).event_stream);
         assert!(Accepts::parse(Some("text/event-stream;q=0.5")).event_stream);
+        let a = Accepts::parse(Some("Application/JSON, TEXT/*"));
+        assert!(a.json && a.event_stream);
         assert!(is_json(Some("application/json; charset=utf-8")));
         assert!(is_json(Some("Application/JSON")));
         assert!(!is_json(Some("text/plain")));

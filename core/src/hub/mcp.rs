@@ -27,6 +27,9 @@ pub(super) struct McpSession {
     pub(super) tokens: BTreeMap<IdKey, IdKey>,
     /// The last request or stream end, for `--session-idle`.
     pub(super) last_active: Option<Instant>,
+    /// The session's one entry in the hub's `idle_deadlines`, if it has one: a request
+    /// only moves `last_active`, and the entry, when due, checks and moves on lazily.
+    pub(super) idle_at: Option<Instant>,
 }
 
 impl McpSession {
@@ -343,13 +346,17 @@ impl Hub {
         }
     }
 
-    /// A request or a stream end: the session is active now.
+    /// A request or a stream end: the session is active now. A quiet session gets an
+    /// idle check unless it has one pending (which, when due, moves on to the latest
+    /// `last_active`): at most one entry per session, never one per request.
     pub(super) fn touch(&mut self, number: u64, now: Instant) {
         let idle = self.settings.session_idle;
         if let Some(SessionKind::Mcp(m)) = self.sessions.get_mut(&number).map(|s| &mut s.kind) {
             m.last_active = Some(now);
-            if m.is_quiet() {
-                self.idle_deadlines.insert((now + idle, number));
+            if m.is_quiet() && m.idle_at.is_none() {
+                let at = now + idle;
+                m.idle_at = Some(at);
+                self.idle_deadlines.insert((at, number));
             }
         }
     }
@@ -384,9 +391,13 @@ impl Hub {
         let Some(SessionKind::Mcp(m)) = self.sessions.get_mut(&number).map(|s| &mut s.kind) else {
             return None;
         };
-        let entry = m.in_flight.remove(key)?;
+        let (key, entry) = m.in_flight.remove_entry(key)?;
         if let Some(token) = &entry.token {
             m.tokens.remove(token);
+        }
+        // Its timeout goes with it: the table holds requests in flight, not history.
+        if let Some(at) = entry.deadline {
+            self.request_deadlines.remove(&(at, number, key));
         }
         Some(entry)
     }
@@ -427,7 +438,9 @@ impl Hub {
                 if let Some((id, entry)) = request {
                     // Progress restarts the request's clock.
                     if let Some(t) = timeout {
-                        entry.deadline = Some(now + t);
+                        if let Some(old) = entry.deadline.replace(now + t) {
+                            self.request_deadlines.remove(&(old, number, id.clone()));
+                        }
                         self.request_deadlines.insert((now + t, number, id));
                     }
                     target = entry.stream.or(target);
@@ -531,17 +544,27 @@ impl Hub {
         self.touch(number, now);
     }
 
-    /// `--session-idle` passed since the session was last active, if it still is quiet.
+    /// The session's idle check (its entry, already taken from `idle_deadlines`) is due:
+    /// it ends if `--session-idle` passed since it was last active and it still is quiet;
+    /// if it was active since, the check moves to `last_active + idle`; if it is busy, the
+    /// touch that finds it quiet again schedules the next one.
     pub(super) fn idle_check(&mut self, now: Instant, number: u64) {
         let idle = self.settings.session_idle;
-        let expired = match self.sessions.get(&number).map(|s| &s.kind) {
-            Some(SessionKind::Mcp(m)) => {
-                m.is_quiet() && m.last_active.is_some_and(|t| t + idle <= now)
-            }
-            _ => false,
+        let Some(SessionKind::Mcp(m)) = self.sessions.get_mut(&number).map(|s| &mut s.kind) else {
+            return;
         };
-        if expired {
+        m.idle_at = None;
+        if !m.is_quiet() {
+            return;
+        }
+        let Some(until) = m.last_active.map(|t| t + idle) else {
+            return;
+        };
+        if until <= now {
             self.end_session(now, number, CloseReason::Idle);
+        } else {
+            m.idle_at = Some(until);
+            self.idle_deadlines.insert((until, number));
         }
     }
 
@@ -549,11 +572,18 @@ impl Hub {
     pub(super) fn end_mcp(
         &mut self,
         now: Instant,
+        number: u64,
         sid: SessionId,
         mut m: McpSession,
         ending: Ending,
     ) {
-        for (_, entry) in std::mem::take(&mut m.in_flight) {
+        if let Some(at) = m.idle_at.take() {
+            self.idle_deadlines.remove(&(at, number));
+        }
+        for (key, entry) in std::mem::take(&mut m.in_flight) {
+            if let Some(at) = entry.deadline {
+                self.request_deadlines.remove(&(at, number, key));
+            }
             if let (Ending::Deleted, Some(line)) = (
                 ending,
                 streamable::cancel_line(&sid, &entry.raw_id, "session deleted"),

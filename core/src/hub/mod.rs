@@ -235,9 +235,11 @@ pub struct Hub {
     streams: BTreeMap<StreamId, StreamState>,
     /// Keep-alive deadlines; an entry whose stream saw a frame since is moved on lazily.
     keepalives: BTreeSet<(Instant, StreamId)>,
-    /// Request timeouts (session number, request id); stale entries are skipped.
+    /// Request timeouts (session number, request id): one entry per request in flight,
+    /// removed when it leaves the in-flight table (so bounded by what is in flight).
     request_deadlines: BTreeSet<(Instant, u64, IdKey)>,
-    /// Idle expiry checks (session number); stale entries are skipped.
+    /// Idle expiry checks (session number): at most one per Streamable session (its
+    /// `idle_at`), moved on lazily when due.
     idle_deadlines: BTreeSet<(Instant, u64)>,
     backend: Backend,
     /// A backend has run at least once (a first spawn failure ends the proxy).
@@ -598,6 +600,13 @@ impl Hub {
         }
         self.log(Event::ShutdownRequested);
         self.begin_stop(now, 0);
+    }
+
+    /// How many timer entries the hub holds (keep-alives, request timeouts, idle checks):
+    /// bounded by the streams, requests in flight and sessions that are live, never by how
+    /// many requests came before (SPEC section 6, item 6).
+    pub fn pending_timers(&self) -> usize {
+        self.keepalives.len() + self.request_deadlines.len() + self.idle_deadlines.len()
     }
 
     /// Live sessions.
@@ -979,8 +988,8 @@ impl Hub {
             CloseReason::BackendExited => mcp::Ending::BackendExited,
             _ => mcp::Ending::Shutdown,
         };
-        for (_, session) in std::mem::take(&mut self.sessions) {
-            self.close_kind(now, session.id, session.kind, ending);
+        for (number, session) in std::mem::take(&mut self.sessions) {
+            self.close_kind(now, number, session.id, session.kind, ending);
             self.log(Event::SessionClosed {
                 session: session.id,
                 reason,
@@ -1004,7 +1013,7 @@ impl Hub {
             return;
         };
         self.by_sid.remove(&session.id);
-        self.close_kind(now, session.id, session.kind, mcp::Ending::Deleted);
+        self.close_kind(now, number, session.id, session.kind, mcp::Ending::Deleted);
         self.log(Event::SessionClosed {
             session: session.id,
             reason,
@@ -1013,14 +1022,21 @@ impl Hub {
         self.drain_router(now);
     }
 
-    fn close_kind(&mut self, now: Instant, sid: SessionId, kind: SessionKind, ending: mcp::Ending) {
+    fn close_kind(
+        &mut self,
+        now: Instant,
+        number: u64,
+        sid: SessionId,
+        kind: SessionKind,
+        ending: mcp::Ending,
+    ) {
         match kind {
             SessionKind::Legacy { stream } => {
                 if self.streams.remove(&stream).is_some() {
                     self.outputs.push_back(Output::EndStream { stream });
                 }
             }
-            SessionKind::Mcp(m) => self.end_mcp(now, sid, m, ending),
+            SessionKind::Mcp(m) => self.end_mcp(now, number, sid, m, ending),
         }
     }
 
