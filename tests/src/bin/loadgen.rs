@@ -1486,6 +1486,22 @@ async fn worker(
             }
             Ok(Ok(())) => {}
         }
+        if matches!(sender, Sender::Mcp(_)) {
+            // The response was the answer: if it did not complete this call (an error, a
+            // message for another id, already counted), nothing else will.
+            let mut answer = answer;
+            match answer.try_recv() {
+                Ok(at) => latencies.push(at.saturating_duration_since(sent_at).as_nanos() as u64),
+                Err(_) => {
+                    session.forget(id);
+                    run.problems.error(format!(
+                        "session {} id {id}: its response did not answer it",
+                        session.index
+                    ));
+                }
+            }
+            continue;
+        }
         match timeout_at(deadline, answer).await {
             Ok(Ok(at)) => latencies.push(at.saturating_duration_since(sent_at).as_nanos() as u64),
             Ok(Err(_)) => {
@@ -1626,7 +1642,10 @@ async fn run_http(
     let mut opening = JoinSet::new();
     let mut next = 0;
     let mut ready = 0;
-    while ready < o.sessions {
+    let opened: Result<(), String> = loop {
+        if ready >= o.sessions {
+            break Ok(());
+        }
         while next < o.sessions && opening.len() < o.open_concurrency {
             let (t, run, session) = (target.clone(), run.clone(), sessions[next].clone());
             let inflight = o.inflight.min(o.calls as usize);
@@ -1654,14 +1673,22 @@ async fn run_http(
                 posts[index] = Some(conns);
                 ready += 1;
             }
-            Ok(Some(Ok(Err(e)))) => return Err(e),
-            Ok(Some(Err(e))) => return Err(format!("session task: {e}")),
-            Ok(None) => break,
+            Ok(Some(Ok(Err(e)))) => break Err(e),
+            Ok(Some(Err(e))) => break Err(format!("session task: {e}")),
+            Ok(None) => break Ok(()),
             Err(_) => {
                 outcome.timed_out = true;
-                return Err(format!("timed out opening sessions ({ready} ready)"));
+                break Err(format!("timed out opening sessions ({ready} ready)"));
             }
         }
+    };
+    if let Err(e) = opened {
+        // What was opened goes, so that a failed run leaves nothing behind in the server.
+        opening.abort_all();
+        readers.abort_all();
+        delete_sessions(closers, &run.problems, deadline).await;
+        delete_idle(idle, &run.problems, deadline).await;
+        return Err(e);
     }
 
     let targets: Vec<u32> = o.pids.iter().flat_map(|&p| process_tree(p)).collect();
