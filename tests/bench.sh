@@ -5,9 +5,13 @@
 #
 # Builds everything in release, then measures calls/s and latency (loadgen) for
 #   direct                the echo backend driven over its pipes (what the backend can do)
-#   floor                 the same HTTP+SSE surface answered in process (what HTTP+SSE costs)
+#   floor                 the same HTTP surface answered in process (what HTTP costs)
 #   switchboard           the tokio binary in front of the echo backend
 #   switchboard-blocking  the blocking binary in front of the echo backend
+# each HTTP target over both transports: legacy HTTP+SSE (/sse, answers on the session's
+# stream) and Streamable HTTP (/mcp, each call a POST answered with a JSON body; loadgen
+# --transport mcp), back to back (the order alternates every round), so that /mcp÷/sse is
+# a ratio measured side by side;
 # at S,C,K (sessions, calls per session, in flight per session) = 1,2000,1  10,500,4
 # 50,100,4 with the fast echo backend, and 10,100,8 with a backend that answers after a
 # random 0-5 ms (out of order); in BENCH_ROUNDS interleaved rounds (default 9; the target
@@ -23,6 +27,7 @@
 #
 # Environment: BENCH_ROUNDS (9), BENCH_IDLE (10000), BENCH_BUDGET (seconds after the
 # build, default 540: runs that would start later are skipped and reported missing),
+# BENCH_TRANSPORTS ("sse mcp": which paths the HTTP targets are driven over),
 # BENCH_IDLE_BLOCKING=1 to also hold the idle sessions against switchboard-blocking.
 # Every process started here is stopped on exit (trap EXIT).
 set -euo pipefail
@@ -177,6 +182,7 @@ done
 
 rows=("1 2000 1" "10 500 4" "50 100 4" "10 100 8 5ms")
 targets=(direct floor switchboard switchboard-blocking)
+read -r -a transports <<<"${BENCH_TRANSPORTS:-sse mcp}"
 skipped=0
 for round in $(seq "$rounds"); do
     # Rotate the order every round: no target always runs right after the same one.
@@ -184,33 +190,46 @@ for round in $(seq "$rounds"); do
     for i in "${!targets[@]}"; do
         order+=("${targets[$(((i + round - 1) % ${#targets[@]}))]}")
     done
-    echo "bench: round $round/$rounds (${order[*]}), $((SECONDS - bench_start)) s in"
+    # ... and the transports' order too, so that neither always runs first.
+    paths=()
+    for i in "${!transports[@]}"; do
+        paths+=("${transports[$(((i + round - 1) % ${#transports[@]}))]}")
+    done
+    echo "bench: round $round/$rounds (${order[*]}; ${paths[*]}), $((SECONDS - bench_start)) s in"
     for row in "${rows[@]}"; do
         read -r s c k delay <<<"$row"
         for t in "${order[@]}"; do
-            if ! in_budget; then
-                skipped=$((skipped + 1))
-                continue
-            fi
-            args=()
             if [[ "$t" == direct ]]; then
-                if [[ -n "$delay" ]]; then
-                    args=(--direct "${slow_backend[*]}")
-                else
-                    args=(--direct "$echo_backend")
-                fi
-            elif [[ -n "$delay" ]]; then
-                args=(--url "${url5[$t]}" --pid "${pid5[$t]}")
+                run_paths=(pipes)
             else
-                args=(--url "${url[$t]}" --pid "${pid[$t]}")
+                run_paths=("${paths[@]}")
             fi
-            tags=(--tag "round=$round" --tag "row=$s,$c,$k" --tag "target=$t")
-            [[ -n "$delay" ]] && tags+=(--tag "delay=$delay")
-            if ! timeout -k 5 $((run_timeout + 15)) "$bin/loadgen" "${args[@]}" \
-                -s "$s" -c "$c" -k "$k" --timeout "$run_timeout" --json "${tags[@]}" \
-                >>"$results"; then
-                echo "bench: $t at $s,$c,$k${delay:+ ($delay)} failed: $(tail -n1 "$results" | cut -c1-400)" >&2
-            fi
+            for path in "${run_paths[@]}"; do
+                if ! in_budget; then
+                    skipped=$((skipped + 1))
+                    continue
+                fi
+                args=()
+                if [[ "$t" == direct ]]; then
+                    if [[ -n "$delay" ]]; then
+                        args=(--direct "${slow_backend[*]}")
+                    else
+                        args=(--direct "$echo_backend")
+                    fi
+                elif [[ -n "$delay" ]]; then
+                    args=(--url "${url5[$t]}" --pid "${pid5[$t]}" --transport "$path")
+                else
+                    args=(--url "${url[$t]}" --pid "${pid[$t]}" --transport "$path")
+                fi
+                tags=(--tag "round=$round" --tag "row=$s,$c,$k" --tag "target=$t")
+                [[ "$t" == direct ]] || tags+=(--tag "transport=$path")
+                [[ -n "$delay" ]] && tags+=(--tag "delay=$delay")
+                if ! timeout -k 5 $((run_timeout + 15)) "$bin/loadgen" "${args[@]}" \
+                    -s "$s" -c "$c" -k "$k" --timeout "$run_timeout" --json "${tags[@]}" \
+                    >>"$results"; then
+                    echo "bench: $t${path:+ /$path} at $s,$c,$k${delay:+ ($delay)} failed: $(tail -n1 "$results" | cut -c1-400)" >&2
+                fi
+            done
         done
     done
 done

@@ -35,28 +35,34 @@ pub struct Accepts {
 }
 
 impl Accepts {
-    /// Reads an `Accept` header; a media range with `q=0` admits nothing.
+    /// Reads an `Accept` header; a media range with `q=0` admits nothing. Bytes, compared
+    /// in place: it runs on the owner loop for every POST.
     pub fn parse(accept: Option<&str>) -> Accepts {
         let mut out = Accepts::default();
-        for range in accept.unwrap_or_default().split(',') {
-            let mut parts = range.split(';');
-            let media = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
-            let refused = parts.any(|p| {
-                p.trim()
-                    .strip_prefix("q=")
-                    .is_some_and(|q| q.trim().parse::<f32>().is_ok_and(|q| q <= 0.0))
-            });
-            if refused {
+        for range in accept.unwrap_or_default().as_bytes().split(|&b| b == b',') {
+            let mut parts = range.split(|&b| b == b';');
+            let media = parts.next().unwrap_or_default().trim_ascii();
+            let is = |name: &[u8]| media.eq_ignore_ascii_case(name);
+            let (json, event_stream) = if is(b"*/*") {
+                (true, true)
+            } else if is(b"application/json") || is(b"application/*") {
+                (true, false)
+            } else if is(b"text/event-stream") || is(b"text/*") {
+                (false, true)
+            } else {
                 continue;
-            }
-            match media.as_str() {
-                "*/*" => {
-                    out.json = true;
-                    out.event_stream = true;
-                }
-                "application/json" | "application/*" => out.json = true,
-                "text/event-stream" | "text/*" => out.event_stream = true,
-                _ => {}
+            };
+            let refused = parts.any(|p| {
+                p.trim_ascii().strip_prefix(b"q=").is_some_and(|q| {
+                    std::str::from_utf8(q)
+                        .ok()
+                        .and_then(|q| q.trim().parse::<f32>().ok())
+                        .is_some_and(|q| q <= 0.0)
+                })
+            });
+            if !refused {
+                out.json |= json;
+                out.event_stream |= event_stream;
             }
         }
         out
@@ -220,6 +226,13 @@ mod tests {
         assert!(!Accepts::parse(None).event_stream);
         assert!(!Accepts::parse(Some("text/event-stream;q=0")).event_stream);
         assert!(Accepts::parse(Some("text/event-stream;q=0.5")).event_stream);
+        let a = Accepts::parse(Some("Application/JSON, TEXT/*"));
+        assert!(a.json && a.event_stream);
+        let a = Accepts::parse(Some(
+            " text/html;level=1 , application/json ; q=0 ,text/*;q=0.1",
+        ));
+        assert!(!a.json && a.event_stream);
+        assert_eq!(Accepts::parse(Some("*/*;q=0")), Accepts::default());
         assert!(is_json(Some("application/json; charset=utf-8")));
         assert!(is_json(Some("Application/JSON")));
         assert!(!is_json(Some("text/plain")));

@@ -28,7 +28,8 @@ pub(super) struct McpSession {
     pub(super) tokens: BTreeMap<IdKey, Vec<IdKey>>,
     /// The last request or stream end, for `--session-idle`.
     pub(super) last_active: Option<Instant>,
-    /// Its entry in the hub's idle timers, if it has one.
+    /// The session's one entry in the hub's `idle_deadlines`, if it has one: a request
+    /// only moves `last_active`, and the entry, when due, checks and moves on lazily.
     pub(super) idle_at: Option<Instant>,
 }
 
@@ -349,17 +350,17 @@ impl Hub {
         }
     }
 
-    /// A request or a stream end: the session is active now.
+    /// A request or a stream end: the session is active now. A quiet session gets an
+    /// idle check unless it has one pending (which, when due, moves on to the latest
+    /// `last_active`): at most one entry per session, never one per request.
     pub(super) fn touch(&mut self, number: u64, now: Instant) {
         let idle = self.settings.session_idle;
         if let Some(SessionKind::Mcp(m)) = self.sessions.get_mut(&number).map(|s| &mut s.kind) {
             m.last_active = Some(now);
-            if let Some(old) = m.idle_at.take() {
-                self.idle_deadlines.remove(&(old, number));
-            }
-            if m.is_quiet() {
-                m.idle_at = Some(now + idle);
-                self.idle_deadlines.insert((now + idle, number));
+            if m.is_quiet() && m.idle_at.is_none() {
+                let at = now + idle;
+                m.idle_at = Some(at);
+                self.idle_deadlines.insert((at, number));
             }
         }
     }
@@ -394,19 +395,20 @@ impl Hub {
         let Some(SessionKind::Mcp(m)) = self.sessions.get_mut(&number).map(|s| &mut s.kind) else {
             return None;
         };
-        let entry = m.in_flight.remove(key)?;
-        if let Some(at) = entry.deadline {
-            self.request_deadlines.remove(&(at, number, key.clone()));
-        }
+        let (key, entry) = m.in_flight.remove_entry(key)?;
         if let Some(token) = &entry.token {
             // Only this request's claim on the token goes: another one in flight that
             // carries the same token keeps its progress (and its clock restarts).
             if let Some(carriers) = m.tokens.get_mut(token) {
-                carriers.retain(|k| k != key);
+                carriers.retain(|k| *k != key);
                 if carriers.is_empty() {
                     m.tokens.remove(token);
                 }
             }
+        }
+        // Its timeout goes with it: the table holds requests in flight, not history.
+        if let Some(at) = entry.deadline {
+            self.request_deadlines.remove(&(at, number, key));
         }
         Some(entry)
     }
@@ -447,10 +449,9 @@ impl Hub {
                 if let Some((id, entry)) = request {
                     // Progress restarts the request's clock.
                     if let Some(t) = timeout {
-                        if let Some(old) = entry.deadline {
+                        if let Some(old) = entry.deadline.replace(now + t) {
                             self.request_deadlines.remove(&(old, number, id.clone()));
                         }
-                        entry.deadline = Some(now + t);
                         self.request_deadlines.insert((now + t, number, id));
                     }
                     target = entry.stream.or(target);
@@ -554,17 +555,27 @@ impl Hub {
         self.touch(number, now);
     }
 
-    /// `--session-idle` passed since the session was last active, if it still is quiet.
+    /// The session's idle check (its entry, already taken from `idle_deadlines`) is due:
+    /// it ends if `--session-idle` passed since it was last active and it still is quiet;
+    /// if it was active since, the check moves to `last_active + idle`; if it is busy, the
+    /// touch that finds it quiet again schedules the next one.
     pub(super) fn idle_check(&mut self, now: Instant, number: u64) {
         let idle = self.settings.session_idle;
-        let expired = match self.sessions.get(&number).map(|s| &s.kind) {
-            Some(SessionKind::Mcp(m)) => {
-                m.is_quiet() && m.last_active.is_some_and(|t| t + idle <= now)
-            }
-            _ => false,
+        let Some(SessionKind::Mcp(m)) = self.sessions.get_mut(&number).map(|s| &mut s.kind) else {
+            return;
         };
-        if expired {
+        m.idle_at = None;
+        if !m.is_quiet() {
+            return;
+        }
+        let Some(until) = m.last_active.map(|t| t + idle) else {
+            return;
+        };
+        if until <= now {
             self.end_session(now, number, CloseReason::Idle);
+        } else {
+            m.idle_at = Some(until);
+            self.idle_deadlines.insert((until, number));
         }
     }
 

@@ -256,9 +256,11 @@ pub struct Hub {
     streams: BTreeMap<StreamId, StreamState>,
     /// Keep-alive deadlines; an entry whose stream saw a frame since is moved on lazily.
     keepalives: BTreeSet<(Instant, StreamId)>,
-    /// Request timeouts (session number, request id); stale entries are skipped.
+    /// Request timeouts (session number, request id): one entry per request in flight,
+    /// removed when it leaves the in-flight table (so bounded by what is in flight).
     request_deadlines: BTreeSet<(Instant, u64, IdKey)>,
-    /// Idle expiry checks (session number); stale entries are skipped.
+    /// Idle expiry checks (session number): at most one per Streamable session (its
+    /// `idle_at`), moved on lazily when due.
     idle_deadlines: BTreeSet<(Instant, u64)>,
     backend: Backend,
     /// A backend has run at least once (a first spawn failure ends the proxy).
@@ -619,6 +621,13 @@ impl Hub {
         }
         self.log(Event::ShutdownRequested);
         self.begin_stop(now, 0);
+    }
+
+    /// How many timer entries the hub holds (keep-alives, request timeouts, idle checks):
+    /// bounded by the streams, requests in flight and sessions that are live, never by how
+    /// many requests came before (SPEC section 6, item 6).
+    pub fn pending_timers(&self) -> usize {
+        self.keepalives.len() + self.request_deadlines.len() + self.idle_deadlines.len()
     }
 
     /// Live sessions.

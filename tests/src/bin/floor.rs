@@ -5,6 +5,13 @@
 //! is answered in process by the echo server of `bench-common/echo.rs`. No routing, no
 //! backend, no auth: what HTTP+SSE itself costs on this machine, which no proxy can beat.
 //!
+//! Streamable HTTP likewise (SPEC section 7, only what a JSON-answering server must do):
+//! `POST /mcp` of `initialize` without `Mcp-Session-Id` creates a session and answers 200
+//! `application/json` naming it; a POST naming a live session is answered in its own
+//! response, a request 200 JSON, a notification 202 empty (415 without a JSON
+//! `Content-Type`, 406 unless `Accept` admits JSON, 400 without the header, 404 for an
+//! unknown session); `DELETE /mcp` ends the session (204). No event streams on `/mcp`.
+//!
 //! Usage: `floor [--listen ADDR] [--threads N] [--delay-ms N [--reorder]]`
 //!
 //! Prints `floor listening on http://ADDR` on stdout once bound (`--listen 127.0.0.1:0`,
@@ -15,7 +22,7 @@
 #[path = "bench-common/echo.rs"]
 mod echo;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -96,6 +103,8 @@ fn parse_args() -> Result<Options, String> {
 
 struct Floor {
     sessions: Mutex<HashMap<String, mpsc::UnboundedSender<Bytes>>>,
+    /// Live Streamable sessions.
+    mcp_sessions: Mutex<HashSet<String>>,
     next_session: AtomicU64,
     salt: u32,
     delay: Option<Duration>,
@@ -106,6 +115,17 @@ struct Floor {
 impl Floor {
     fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, mpsc::UnboundedSender<Bytes>>> {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn mcp_sessions(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.mcp_sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A new session id, shaped like a UUID so that headers and URLs are as long as
+    /// Switchboard's.
+    fn mint(&self) -> String {
+        let n = self.next_session.fetch_add(1, Ordering::Relaxed);
+        format!("{:08x}-0000-4000-8000-{n:012x}", self.salt)
     }
 
     /// A random-looking delay in `0..=max` (splitmix64 over a counter).
@@ -158,6 +178,7 @@ async fn serve(options: Options) -> std::io::Result<()> {
         .map_or(0, |d| d.subsec_nanos());
     let floor = Arc::new(Floor {
         sessions: Mutex::new(HashMap::new()),
+        mcp_sessions: Mutex::new(HashSet::new()),
         next_session: AtomicU64::new(1),
         salt: nanos ^ std::process::id(),
         delay: options.delay,
@@ -198,8 +219,18 @@ async fn handle(floor: &Arc<Floor>, req: Request<Incoming>) -> Response<Response
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/sse") => open(floor),
         (&Method::POST, "/messages") => post(floor, req).await,
+        (&Method::POST, "/mcp") => mcp_post(floor, req).await,
+        (&Method::DELETE, "/mcp") => match mcp_session_header(&req) {
+            Some(sid) if floor.mcp_sessions().remove(sid) => {
+                let mut r = plain(StatusCode::NO_CONTENT, "");
+                r.headers_mut().remove(header::CONTENT_TYPE);
+                r
+            }
+            Some(_) => plain(StatusCode::NOT_FOUND, "Session not found"),
+            None => plain(StatusCode::BAD_REQUEST, "Bad Request"),
+        },
         (&Method::GET, "/health") => {
-            let n = floor.sessions().len();
+            let n = floor.sessions().len() + floor.mcp_sessions().len();
             let mut r = plain(
                 StatusCode::OK,
                 format!(r#"{{"status":"ok","sessions":{n}}}"#),
@@ -223,9 +254,7 @@ fn plain(status: StatusCode, body: impl Into<Bytes>) -> Response<ResponseBody> {
 }
 
 fn open(floor: &Arc<Floor>) -> Response<ResponseBody> {
-    // Shaped like a UUID so URLs are as long as Switchboard's.
-    let n = floor.next_session.fetch_add(1, Ordering::Relaxed);
-    let sid = format!("{:08x}-0000-4000-8000-{n:012x}", floor.salt);
+    let sid = floor.mint();
     let (tx, rx) = mpsc::unbounded_channel();
     floor.sessions().insert(sid.clone(), tx);
     let endpoint = format!("event: endpoint\ndata: /messages?session_id={sid}\n\n");
@@ -289,6 +318,94 @@ async fn post(floor: &Arc<Floor>, req: Request<Incoming>) -> Response<ResponseBo
         }
     }
     plain(StatusCode::ACCEPTED, "Accepted")
+}
+
+fn mcp_session_header(req: &Request<Incoming>) -> Option<&str> {
+    req.headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+}
+
+/// `POST /mcp`: the answer in the response itself (a JSON body), or 202 for a
+/// notification.
+async fn mcp_post(floor: &Arc<Floor>, req: Request<Incoming>) -> Response<ResponseBody> {
+    let text = |name| req.headers().get(name).and_then(|v| v.to_str().ok());
+    let json_body = text(header::CONTENT_TYPE).is_some_and(|ct| {
+        ct.split(';')
+            .next()
+            .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
+    });
+    if !json_body {
+        return plain(StatusCode::UNSUPPORTED_MEDIA_TYPE, "Unsupported Media Type");
+    }
+    let accepts_json = text(header::ACCEPT).is_some_and(|a| {
+        a.split(',').any(|r| {
+            let media = r.split(';').next().unwrap_or_default().trim();
+            media.eq_ignore_ascii_case("application/json") || media == "*/*"
+        })
+    });
+    if !accepts_json {
+        return plain(StatusCode::NOT_ACCEPTABLE, "Not Acceptable");
+    }
+    let named = mcp_session_header(&req).map(str::to_owned);
+    if let Some(sid) = &named {
+        if !floor.mcp_sessions().contains(sid) {
+            return plain(StatusCode::NOT_FOUND, "Session not found");
+        }
+    }
+    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => return plain(StatusCode::PAYLOAD_TOO_LARGE, "Payload Too Large"),
+    };
+    let sid = match named {
+        Some(sid) => sid,
+        None => {
+            // Only an initialize starts a session.
+            #[derive(serde::Deserialize)]
+            struct Method<'a> {
+                #[serde(borrow)]
+                method: Option<std::borrow::Cow<'a, str>>,
+            }
+            let initialize = serde_json::from_slice::<Method>(&body)
+                .is_ok_and(|m| m.method.as_deref() == Some("initialize"));
+            if !initialize {
+                return plain(StatusCode::BAD_REQUEST, "Bad Request: no Mcp-Session-Id");
+            }
+            let sid = floor.mint();
+            floor.mcp_sessions().insert(sid.clone());
+            sid
+        }
+    };
+    let mut answer = Vec::with_capacity(body.len() + 256);
+    let kind = echo::answer(&body, &mut answer);
+    let mut r = match kind {
+        echo::Kind::Invalid => return plain(StatusCode::BAD_REQUEST, "Bad Request"),
+        echo::Kind::Silent => {
+            let mut r = plain(StatusCode::ACCEPTED, "");
+            r.headers_mut().remove(header::CONTENT_TYPE);
+            r
+        }
+        echo::Kind::Call | echo::Kind::Request => {
+            if let (Some(delay), echo::Kind::Call) = (floor.delay, kind) {
+                let wait = if floor.reorder {
+                    floor.jitter(delay)
+                } else {
+                    delay
+                };
+                tokio::time::sleep(wait).await;
+            }
+            let mut r = plain(StatusCode::OK, answer);
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            r
+        }
+    };
+    if let Ok(value) = HeaderValue::from_str(&sid) {
+        r.headers_mut().insert("mcp-session-id", value);
+    }
+    r
 }
 
 /// The body of `GET /sse`: the endpoint event, then every queued frame.

@@ -17,11 +17,20 @@
 //! (a POST not answered 202, an error response, a stream closed, the global timeout) exit 2.
 //! After the last answer the streams are watched for `--drain-ms` more for strays.
 //!
-//! Latency is POST written → SSE `message` parsed (direct mode: line written → line read).
+//! Latency is POST written → SSE `message` parsed (direct mode: line written → line read;
+//! Streamable mode: POST written → its JSON answer parsed).
 //! `--direct CMD` (split on whitespace) drives the backend over its pipes with no HTTP, as
 //! the proxy would: ids are routed-id-shaped strings `"<sid>|n:<id>"`, one writer, one
 //! reader. HTTP mode: one SSE connection per session plus K keep-alive connections for its
 //! POSTs; a minimal HTTP/1.1 client on tokio (loopback only).
+//!
+//! `--transport mcp` drives Streamable HTTP (`<base>/mcp`, SPEC section 7) instead of the
+//! legacy `/sse`: per session a POST of `initialize` with no session (answered 200 with an
+//! `Mcp-Session-Id`), then `notifications/initialized` (202) on each of its K keep-alive
+//! connections, then the calls as POSTs naming the session, with `Accept:
+//! application/json, text/event-stream` and no progress token, each answered in its own
+//! HTTP response (a JSON body; an event stream is read too, and counted). No GET stream.
+//! `--idle N` then holds N initialized Streamable sessions, each with its connection open.
 //!
 //! CPU: the generator's own (getrusage) and, with `--pid P` (repeatable; the direct
 //! backend is added automatically), the CPU of P and its descendants over the measured
@@ -51,7 +60,8 @@ use tokio::time::timeout_at;
 
 const USAGE: &str = "usage: loadgen (--url http://127.0.0.1:PORT[/base] | --direct CMD) \
 [-s SESSIONS] [-c CALLS] [-k INFLIGHT] [--idle N] [--pid PID]... [--timeout SECS] \
-[--threads N] [--open-concurrency N] [--drain-ms MS] [--tag KEY=VALUE]... [--json]\n       loadgen --report FILE";
+[--threads N] [--open-concurrency N] [--drain-ms MS] [--transport sse|mcp] [--tag KEY=VALUE]... \
+[--json]\n       loadgen --report FILE";
 
 /// How many examples of each problem are kept for the report.
 const EXAMPLES: usize = 8;
@@ -59,9 +69,19 @@ const EXAMPLES: usize = 8;
 const SETUP_STEP: Duration = Duration::from_secs(10);
 const READ_BUFFER: usize = 64 * 1024;
 
+/// Which HTTP transport `--url` mode speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Transport {
+    /// Legacy HTTP+SSE: `GET /sse`, answers on the stream.
+    Sse,
+    /// Streamable HTTP: `POST /mcp`, each answer in its own response.
+    Mcp,
+}
+
 #[derive(Debug, Clone)]
 struct Options {
     url: Option<String>,
+    transport: Transport,
     direct: Option<String>,
     sessions: usize,
     calls: u64,
@@ -80,6 +100,7 @@ struct Options {
 fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Options, String> {
     let mut o = Options {
         url: None,
+        transport: Transport::Sse,
         direct: None,
         sessions: 1,
         calls: 100,
@@ -104,6 +125,13 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Options, String>
         match arg.as_str() {
             "--url" => o.url = Some(value()?),
             "--direct" => o.direct = Some(value()?),
+            "--transport" => {
+                o.transport = match value()?.as_str() {
+                    "sse" => Transport::Sse,
+                    "mcp" => Transport::Mcp,
+                    other => return Err(format!("--transport: sse or mcp, not {other:?}")),
+                }
+            }
             "-s" | "--sessions" => o.sessions = num(&arg, value()?)?,
             "-c" | "--calls" => o.calls = num(&arg, value()?)?,
             "-k" | "--inflight" => o.inflight = num(&arg, value()?)?,
@@ -129,6 +157,9 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Options, String>
     }
     if o.url.is_some() == o.direct.is_some() {
         return Err(format!("give exactly one of --url and --direct\n{USAGE}"));
+    }
+    if o.direct.is_some() && o.transport != Transport::Sse {
+        return Err("--transport needs --url".to_owned());
     }
     if o.direct.is_some() && o.idle > 0 {
         return Err("--idle needs --url".to_owned());
@@ -220,6 +251,8 @@ struct Problems {
     violations: AtomicU64,
     errors: AtomicU64,
     notifications: AtomicU64,
+    /// Streamable answers that came as an event stream instead of a JSON body.
+    event_streams: AtomicU64,
     examples: Mutex<Vec<String>>,
 }
 
@@ -480,10 +513,44 @@ fn call_body(out: &mut Vec<u8>, id: &str, tok: &str) {
 }
 
 fn initialize_body(id: &str) -> Vec<u8> {
+    initialize_body_for(id, "2024-11-05")
+}
+
+fn initialize_body_for(id: &str, version: &str) -> Vec<u8> {
     format!(
-        r#"{{"jsonrpc":"2.0","id":{id},"method":"initialize","params":{{"protocolVersion":"2024-11-05","capabilities":{{}},"clientInfo":{{"name":"switchboard-loadgen","version":"0"}}}}}}"#
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"initialize","params":{{"protocolVersion":"{version}","capabilities":{{}},"clientInfo":{{"name":"switchboard-loadgen","version":"0"}}}}}}"#
     )
     .into_bytes()
+}
+
+/// The revision a Streamable client asks for in its `initialize`.
+const MCP_VERSION: &str = "2025-06-18";
+
+/// The messages of one Streamable answer (`200`): the JSON body, or each `message`
+/// event of an event stream (counted in `problems`).
+fn answer_messages<'b>(
+    head: &Head,
+    body: &'b [u8],
+    problems: &Problems,
+) -> Result<Vec<Cow<'b, [u8]>>, String> {
+    match head.content_type.as_deref() {
+        Some("application/json") => Ok(vec![Cow::Borrowed(body)]),
+        Some("text/event-stream") => {
+            problems.event_streams.fetch_add(1, Ordering::Relaxed);
+            let mut out = Vec::new();
+            let mut start = 0;
+            while start < body.len() {
+                let end = find(&body[start..], b"\n\n").map_or(body.len(), |e| start + e);
+                let (event, data) = parse_event(&body[start..end]);
+                if event == b"message" && !data.is_empty() {
+                    out.push(data);
+                }
+                start = end + 2;
+            }
+            Ok(out)
+        }
+        other => Err(format!("a 200 answer of type {other:?}: {}", preview(body))),
+    }
 }
 
 const INITIALIZED: &[u8] = br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
@@ -508,7 +575,7 @@ impl HttpTarget {
             None => (rest, ""),
         };
         let mut base = path.trim_end_matches('/').to_owned();
-        if base.ends_with("/sse") {
+        if base.ends_with("/sse") || base.ends_with("/mcp") {
             base.truncate(base.len() - 4);
         }
         let addr = authority
@@ -547,6 +614,10 @@ struct Head {
     length: Option<usize>,
     chunked: bool,
     close: bool,
+    /// The media type of `Content-Type` (lowercase, without parameters), when present.
+    content_type: Option<String>,
+    /// `Mcp-Session-Id`, when present.
+    mcp_session: Option<String>,
 }
 
 /// Parses a complete head (`buf[..end]`, without the blank line).
@@ -564,6 +635,8 @@ fn parse_head(head: &[u8]) -> io::Result<Head> {
         length: None,
         chunked: false,
         close: false,
+        content_type: None,
+        mcp_session: None,
     };
     for line in lines {
         let Some((k, v)) = line.split_once(':') else {
@@ -576,6 +649,11 @@ fn parse_head(head: &[u8]) -> io::Result<Head> {
             h.chunked = v.to_ascii_lowercase().contains("chunked");
         } else if k.eq_ignore_ascii_case("connection") {
             h.close = v.eq_ignore_ascii_case("close");
+        } else if k.eq_ignore_ascii_case("content-type") {
+            let media = v.split(';').next().unwrap_or_default().trim();
+            h.content_type = Some(media.to_ascii_lowercase());
+        } else if k.eq_ignore_ascii_case("mcp-session-id") {
+            h.mcp_session = Some(v.to_owned());
         }
     }
     Ok(h)
@@ -721,12 +799,18 @@ struct PostConn {
     head: Vec<u8>,
     request: Vec<u8>,
     buf: Vec<u8>,
+    /// `DELETE <base>/mcp` naming its session (Streamable, once the session is known).
+    delete: Option<Vec<u8>>,
 }
 
+/// What a Streamable HTTP client adds to each POST (the session and version come later).
+const MCP_ACCEPT: &str = "Accept: application/json, text/event-stream\r\n";
+
 impl PostConn {
-    fn new(target: Arc<HttpTarget>, post_target: &str) -> PostConn {
+    /// `extra`: more header lines, each ending in CRLF.
+    fn new(target: Arc<HttpTarget>, post_target: &str, extra: &str) -> PostConn {
         let head = format!(
-            "POST {post_target} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: ",
+            "POST {post_target} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n{extra}Content-Length: ",
             target.host
         )
         .into_bytes();
@@ -736,17 +820,59 @@ impl PostConn {
             head,
             request: Vec::with_capacity(1024),
             buf: Vec::with_capacity(4096),
+            delete: None,
         }
+    }
+
+    /// A Streamable HTTP connection to `<base>/mcp`, naming `session` (after initialize).
+    fn mcp(target: Arc<HttpTarget>, session: Option<(&str, &str)>) -> PostConn {
+        let path = format!("{}/mcp", target.base);
+        let extra = match session {
+            None => MCP_ACCEPT.to_owned(),
+            Some((sid, version)) => {
+                format!("{MCP_ACCEPT}Mcp-Session-Id: {sid}\r\nMCP-Protocol-Version: {version}\r\n")
+            }
+        };
+        let delete = session.map(|(sid, version)| {
+            format!(
+                "DELETE {path} HTTP/1.1\r\nHost: {}\r\nMcp-Session-Id: {sid}\r\nMCP-Protocol-Version: {version}\r\nContent-Length: 0\r\n\r\n",
+                target.host
+            )
+            .into_bytes()
+        });
+        let mut conn = PostConn::new(target, &path, &extra);
+        conn.delete = delete;
+        conn
+    }
+
+    /// Ends its Streamable session (`DELETE`, 204 expected); the status.
+    async fn delete_session(&mut self) -> io::Result<u16> {
+        let request = self
+            .delete
+            .take()
+            .ok_or_else(|| io::Error::other("no session to delete"))?;
+        self.request = request;
+        self.roundtrip().await.map(|(head, _)| head.status)
     }
 
     /// POSTs `body`; the status. A kept-alive connection found closed before anything was
     /// read is reopened once.
     async fn post(&mut self, body: &[u8]) -> io::Result<u16> {
+        self.exchange(body).await.map(|(head, _)| head.status)
+    }
+
+    /// POSTs `body`; the response's head and body (reopening as [`PostConn::post`]).
+    async fn exchange(&mut self, body: &[u8]) -> io::Result<(Head, Vec<u8>)> {
         self.request.clear();
         self.request.extend_from_slice(&self.head);
         self.request
             .extend_from_slice(format!("{}\r\n\r\n", body.len()).as_bytes());
         self.request.extend_from_slice(body);
+        self.roundtrip().await
+    }
+
+    /// Writes `self.request` and reads its response.
+    async fn roundtrip(&mut self) -> io::Result<(Head, Vec<u8>)> {
         for attempt in 0..2 {
             let reused = self.stream.is_some();
             let stream = match &mut self.stream {
@@ -757,16 +883,16 @@ impl PostConn {
             let result = async {
                 stream.write_all(&self.request).await?;
                 let head = read_head(stream, &mut self.buf).await?;
-                read_body(stream, &mut self.buf, &head).await?;
-                Ok::<_, io::Error>(head)
+                let body = read_body(stream, &mut self.buf, &head).await?;
+                Ok::<_, io::Error>((head, body))
             }
             .await;
             match result {
-                Ok(head) => {
+                Ok((head, body)) => {
                     if head.close {
                         self.stream = None;
                     }
-                    return Ok(head.status);
+                    return Ok((head, body));
                 }
                 Err(e) => {
                     self.stream = None;
@@ -1058,6 +1184,7 @@ struct Outcome {
     violations: u64,
     errors: u64,
     notifications: u64,
+    event_streams: u64,
     examples: Vec<String>,
     elapsed: Duration,
     latencies_ns: Vec<u64>,
@@ -1123,6 +1250,7 @@ impl Outcome {
             "errors": self.errors,
             "timed_out": self.timed_out,
             "notifications": self.notifications,
+            "event_stream_answers": self.event_streams,
             "elapsed_s": self.elapsed.as_secs_f64(),
             "calls_per_s": self.calls_per_s().round(),
             "p50_us": round(self.percentile_us(0.50)),
@@ -1236,7 +1364,11 @@ async fn run(o: Options) -> Outcome {
         stop: AtomicBool::new(false),
     });
     let mut outcome = Outcome {
-        mode: if o.direct.is_some() { "direct" } else { "http" },
+        mode: match (&o.direct, o.transport) {
+            (Some(_), _) => "direct",
+            (None, Transport::Sse) => "http",
+            (None, Transport::Mcp) => "mcp",
+        },
         ..Outcome::default()
     };
     let result = match (&o.url, &o.direct) {
@@ -1251,6 +1383,7 @@ async fn run(o: Options) -> Outcome {
     outcome.violations = p.violations.load(Ordering::Relaxed);
     outcome.errors = p.errors.load(Ordering::Relaxed);
     outcome.notifications = p.notifications.load(Ordering::Relaxed);
+    outcome.event_streams = p.event_streams.load(Ordering::Relaxed);
     outcome.examples = lock(&p.examples).clone();
     outcome.latencies_ns.sort_unstable();
     outcome.completed = outcome.latencies_ns.len() as u64;
@@ -1265,6 +1398,8 @@ async fn run(o: Options) -> Outcome {
 enum Sender {
     /// POSTs on its own keep-alive connection.
     Http(PostConn),
+    /// Streamable POSTs on its own keep-alive connection, each answered in its response.
+    Mcp(PostConn),
     /// Lines for the backend's stdin, to the one writer task.
     Pipe {
         tx: mpsc::UnboundedSender<Vec<u8>>,
@@ -1275,13 +1410,29 @@ enum Sender {
 impl Sender {
     fn id(&self, id: u64) -> String {
         match self {
-            Sender::Http(_) => id.to_string(),
+            Sender::Http(_) | Sender::Mcp(_) => id.to_string(),
             Sender::Pipe { sid, .. } => format!("\"{sid}|n:{id}\""),
         }
     }
 
-    async fn send(&mut self, body: &[u8]) -> Result<(), String> {
+    /// Sends `body`; a Streamable answer is handed to `run` at once.
+    async fn send(&mut self, body: &[u8], run: &Run, session: &SessionState) -> Result<(), String> {
         match self {
+            Sender::Mcp(conn) => match conn.exchange(body).await {
+                Ok((head, answer)) if head.status == 200 => {
+                    let now = Instant::now();
+                    for message in answer_messages(&head, &answer, &run.problems)? {
+                        run.on_message(session, &message, now);
+                    }
+                    Ok(())
+                }
+                Ok((head, answer)) => Err(format!(
+                    "POST answered {}: {}",
+                    head.status,
+                    preview(&answer)
+                )),
+                Err(e) => Err(format!("POST failed: {e}")),
+            },
             Sender::Http(conn) => match conn.post(body).await {
                 Ok(202) => Ok(()),
                 Ok(status) => Err(format!("POST answered {status}")),
@@ -1319,7 +1470,7 @@ async fn worker(
         call_body(&mut body, &sender.id(id), &run.token(session.index, id));
         let answer = session.expect(id);
         let sent_at = Instant::now();
-        match timeout_at(deadline, sender.send(&body)).await {
+        match timeout_at(deadline, sender.send(&body, &run, &session)).await {
             Err(_) => {
                 run.problems.error(format!(
                     "session {} id {id}: not sent before the timeout",
@@ -1334,6 +1485,22 @@ async fn worker(
                 continue;
             }
             Ok(Ok(())) => {}
+        }
+        if matches!(sender, Sender::Mcp(_)) {
+            // The response was the answer: if it did not complete this call (an error, a
+            // message for another id, already counted), nothing else will.
+            let mut answer = answer;
+            match answer.try_recv() {
+                Ok(at) => latencies.push(at.saturating_duration_since(sent_at).as_nanos() as u64),
+                Err(_) => {
+                    session.forget(id);
+                    run.problems.error(format!(
+                        "session {} id {id}: its response did not answer it",
+                        session.index
+                    ));
+                }
+            }
+            continue;
         }
         match timeout_at(deadline, answer).await {
             Ok(Ok(at)) => latencies.push(at.saturating_duration_since(sent_at).as_nanos() as u64),
@@ -1415,21 +1582,26 @@ async fn run_http(
         let began = Instant::now();
         let mut opening = JoinSet::new();
         let mut next = 0;
+        let transport = o.transport;
         while idle.len() < o.idle {
             while next < o.idle && opening.len() < o.open_concurrency {
                 let t = target.clone();
                 let n = next;
                 opening.spawn(async move {
-                    step(
-                        || format!("idle session {n}: GET /sse"),
-                        EventStream::open(&t, 512),
-                    )
-                    .await
+                    match transport {
+                        Transport::Sse => step(
+                            || format!("idle session {n}: GET /sse"),
+                            EventStream::open(&t, 512),
+                        )
+                        .await
+                        .map(|(stream, _)| Idle::Sse(stream)),
+                        Transport::Mcp => open_idle_mcp(t, n).await,
+                    }
                 });
                 next += 1;
             }
             match timeout_at(deadline, opening.join_next()).await {
-                Ok(Some(Ok(Ok((stream, _))))) => idle.push(stream),
+                Ok(Some(Ok(Ok(held)))) => idle.push(held),
                 Ok(Some(Ok(Err(e)))) => {
                     return Err(format!("{e} ({} of {} open)", idle.len(), o.idle))
                 }
@@ -1444,7 +1616,7 @@ async fn run_http(
                 }
             }
         }
-        outcome.idle_open = idle.len();
+        outcome.idle_open = idle.iter().filter(|i| i.is_held()).count();
         outcome.idle_open_time = began.elapsed();
         if let Some(&pid) = o.pids.first() {
             outcome.idle_rss_kb = status_kb(pid, "VmRSS");
@@ -1456,7 +1628,7 @@ async fn run_http(
             .flatten();
     }
     if o.sessions == 0 {
-        drop(idle);
+        delete_idle(idle, &run.problems, deadline).await;
         return Ok(());
     }
 
@@ -1465,32 +1637,58 @@ async fn run_http(
         .map(|i| Arc::new(SessionState::new(i, o.calls)))
         .collect();
     let mut readers = JoinSet::new();
+    let mut closers = Vec::new();
     let mut posts: Vec<Option<Vec<PostConn>>> = (0..o.sessions).map(|_| None).collect();
     let mut opening = JoinSet::new();
     let mut next = 0;
     let mut ready = 0;
-    while ready < o.sessions {
+    let opened: Result<(), String> = loop {
+        if ready >= o.sessions {
+            break Ok(());
+        }
         while next < o.sessions && opening.len() < o.open_concurrency {
             let (t, run, session) = (target.clone(), run.clone(), sessions[next].clone());
             let inflight = o.inflight.min(o.calls as usize);
-            opening.spawn(async move { open_http_session(t, run, session, inflight).await });
+            let transport = o.transport;
+            opening.spawn(async move {
+                match transport {
+                    Transport::Sse => open_http_session(t, run, session, inflight).await,
+                    Transport::Mcp => open_mcp_session(t, run, session, inflight).await,
+                }
+            });
             next += 1;
         }
         match timeout_at(deadline, opening.join_next()).await {
-            Ok(Some(Ok(Ok((index, stream, conns))))) => {
-                let (run, session) = (run.clone(), sessions[index].clone());
-                readers.spawn(read_stream(stream, run, session));
+            Ok(Some(Ok(Ok(Opened {
+                index,
+                stream,
+                conns,
+                closer,
+            })))) => {
+                closers.extend(closer);
+                if let Some(stream) = stream {
+                    let (run, session) = (run.clone(), sessions[index].clone());
+                    readers.spawn(read_stream(stream, run, session));
+                }
                 posts[index] = Some(conns);
                 ready += 1;
             }
-            Ok(Some(Ok(Err(e)))) => return Err(e),
-            Ok(Some(Err(e))) => return Err(format!("session task: {e}")),
-            Ok(None) => break,
+            Ok(Some(Ok(Err(e)))) => break Err(e),
+            Ok(Some(Err(e))) => break Err(format!("session task: {e}")),
+            Ok(None) => break Ok(()),
             Err(_) => {
                 outcome.timed_out = true;
-                return Err(format!("timed out opening sessions ({ready} ready)"));
+                break Err(format!("timed out opening sessions ({ready} ready)"));
             }
         }
+    };
+    if let Err(e) = opened {
+        // What was opened goes, so that a failed run leaves nothing behind in the server.
+        opening.abort_all();
+        readers.abort_all();
+        delete_sessions(closers, &run.problems, deadline).await;
+        delete_idle(idle, &run.problems, deadline).await;
+        return Err(e);
     }
 
     let targets: Vec<u32> = o.pids.iter().flat_map(|&p| process_tree(p)).collect();
@@ -1498,10 +1696,14 @@ async fn run_http(
     let mut workers = Vec::new();
     for (i, conns) in posts.into_iter().enumerate() {
         for conn in conns.ok_or("a session was not opened")? {
+            let sender = match o.transport {
+                Transport::Sse => Sender::Http(conn),
+                Transport::Mcp => Sender::Mcp(conn),
+            };
             workers.push(tokio::spawn(worker(
                 run.clone(),
                 sessions[i].clone(),
-                Sender::Http(conn),
+                sender,
                 deadline,
             )));
         }
@@ -1509,7 +1711,8 @@ async fn run_http(
     measure(workers, before, &targets, outcome).await;
     finish(o, run, deadline, outcome).await;
     readers.abort_all();
-    drop(idle);
+    delete_sessions(closers, &run.problems, deadline).await;
+    delete_idle(idle, &run.problems, deadline).await;
     Ok(())
 }
 
@@ -1528,7 +1731,174 @@ async fn finish(
     tokio::time::sleep_until(drain_until).await;
 }
 
-type Opened = (usize, EventStream, Vec<PostConn>);
+/// A session opened: its index, its event stream (legacy only), its K connections, and
+/// (Streamable) a connection for the `DELETE` that ends it after the run.
+struct Opened {
+    index: usize,
+    stream: Option<EventStream>,
+    conns: Vec<PostConn>,
+    closer: Option<PostConn>,
+}
+
+/// Ends Streamable sessions as a well-behaved client does (`DELETE`, 204), so that a
+/// bench's rounds do not pile sessions up in the server; each bounded, none measured.
+async fn delete_sessions(
+    conns: Vec<PostConn>,
+    problems: &Problems,
+    deadline: tokio::time::Instant,
+) {
+    for mut conn in conns {
+        let step = tokio::time::Instant::now() + SETUP_STEP;
+        match timeout_at(step.min(deadline), conn.delete_session()).await {
+            Ok(Ok(204)) => {}
+            Ok(Ok(status)) => problems.error(format!("DELETE /mcp answered {status}")),
+            Ok(Err(e)) => problems.error(format!("DELETE /mcp failed: {e}")),
+            Err(_) => {
+                problems.error("DELETE /mcp: no answer in time".to_owned());
+                return;
+            }
+        }
+    }
+}
+
+/// An idle session, held open until the run is over.
+enum Idle {
+    /// Its event stream.
+    Sse(EventStream),
+    /// The connection its `initialize` went over.
+    Mcp(PostConn),
+}
+
+impl Idle {
+    /// Whether its socket is still connected.
+    fn is_held(&self) -> bool {
+        match self {
+            Idle::Sse(es) => es.stream.peer_addr().is_ok(),
+            Idle::Mcp(conn) => conn.stream.as_ref().is_some_and(|s| s.peer_addr().is_ok()),
+        }
+    }
+}
+
+/// `POST <base>/mcp` of `initialize` without a session: answered 200 with the session's
+/// id and the result. Returns the answer's head and its one message.
+async fn mcp_initialize(
+    conn: &mut PostConn,
+    run_problems: &Problems,
+    what: &str,
+) -> Result<(String, Vec<u8>), String> {
+    let (head, body) = step(
+        || format!("{what}: POST /mcp initialize"),
+        conn.exchange(&initialize_body_for("0", MCP_VERSION)),
+    )
+    .await?;
+    if head.status != 200 {
+        return Err(format!(
+            "{what}: POST /mcp initialize answered {}: {}",
+            head.status,
+            preview(&body)
+        ));
+    }
+    let sid = head
+        .mcp_session
+        .clone()
+        .ok_or_else(|| format!("{what}: initialize answered without an Mcp-Session-Id"))?;
+    let mut messages =
+        answer_messages(&head, &body, run_problems).map_err(|e| format!("{what}: {e}"))?;
+    if messages.len() != 1 {
+        return Err(format!(
+            "{what}: initialize answered with {} messages",
+            messages.len()
+        ));
+    }
+    Ok((sid, messages.pop().expect("one").into_owned()))
+}
+
+/// The revision the server chose in its `initialize` result, which later requests name
+/// (as SDK clients do); absent means 2025-03-26 (SPEC section 7).
+fn negotiated_version(message: &[u8]) -> String {
+    serde_json::from_slice::<Value>(message)
+        .ok()
+        .and_then(|v| v["result"]["protocolVersion"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| "2025-03-26".to_owned())
+}
+
+/// One idle Streamable session: initialized, its connection kept open.
+async fn open_idle_mcp(target: Arc<HttpTarget>, n: usize) -> Result<Idle, String> {
+    let mut first = PostConn::mcp(target.clone(), None);
+    let problems = Problems::default();
+    let (sid, message) =
+        mcp_initialize(&mut first, &problems, &format!("idle session {n}")).await?;
+    // Held on the same socket; named so that the run can end it.
+    let version = negotiated_version(&message);
+    let mut conn = PostConn::mcp(target, Some((&sid, &version)));
+    conn.stream = first.stream.take();
+    Ok(Idle::Mcp(conn))
+}
+
+/// Lets idle sessions go: streams are dropped, Streamable sessions deleted.
+async fn delete_idle(idle: Vec<Idle>, problems: &Problems, deadline: tokio::time::Instant) {
+    let conns: Vec<PostConn> = idle
+        .into_iter()
+        .filter_map(|i| match i {
+            Idle::Sse(_) => None,
+            Idle::Mcp(conn) => Some(conn),
+        })
+        .collect();
+    delete_sessions(conns, problems, deadline).await;
+}
+
+/// Opens one Streamable session as an SDK client does: `initialize` without a session,
+/// then `notifications/initialized` naming it on each of its K connections (which warms
+/// them up, so that the measured phase opens no connection).
+async fn open_mcp_session(
+    target: Arc<HttpTarget>,
+    run: Arc<Run>,
+    session: Arc<SessionState>,
+    inflight: usize,
+) -> Result<Opened, String> {
+    let index = session.index;
+    let what = format!("session {index}");
+    let mut first = PostConn::mcp(target.clone(), None);
+    let mut answer = session.expect(0);
+    let (sid, message) = mcp_initialize(&mut first, &run.problems, &what).await?;
+    run.on_message(&session, &message, Instant::now());
+    if answer.try_recv().is_err() {
+        return Err(format!(
+            "{what}: the answer to initialize was not its answer: {}",
+            preview(&message)
+        ));
+    }
+    let version = negotiated_version(&message);
+    let mut conns = Vec::with_capacity(inflight);
+    while conns.len() < inflight.max(1) {
+        let mut conn = PostConn::mcp(target.clone(), Some((&sid, &version)));
+        if conns.is_empty() {
+            conn.stream = first.stream.take();
+        }
+        conns.push(conn);
+    }
+    for (i, conn) in conns.iter_mut().enumerate() {
+        let (head, body) = step(
+            || format!("{what}: POST /mcp notifications/initialized on connection {i}"),
+            conn.exchange(INITIALIZED),
+        )
+        .await?;
+        if head.status != 202 {
+            return Err(format!(
+                "{what}: POST /mcp notifications/initialized answered {}: {}",
+                head.status,
+                preview(&body)
+            ));
+        }
+    }
+    let closer = PostConn::mcp(target, Some((&sid, &version)));
+    Ok(Opened {
+        index,
+        stream: None,
+        conns,
+        closer: Some(closer),
+    })
+}
 
 /// Bounds one network step of the set-up, naming it when it does not finish.
 async fn step<T>(
@@ -1557,7 +1927,7 @@ async fn open_http_session(
         EventStream::open(&target, READ_BUFFER),
     )
     .await?;
-    let mut conn = PostConn::new(target.clone(), &post_target);
+    let mut conn = PostConn::new(target.clone(), &post_target, "");
     // initialize (id 0), answered on the stream: read here, before the reader task starts.
     let answer = session.expect(0);
     let status = step(
@@ -1584,7 +1954,7 @@ async fn open_http_session(
     .await?;
     let mut conns = vec![conn];
     while conns.len() < inflight {
-        conns.push(PostConn::new(target.clone(), &post_target));
+        conns.push(PostConn::new(target.clone(), &post_target, ""));
     }
     for (i, conn) in conns.iter_mut().enumerate() {
         let status = step(
@@ -1598,7 +1968,12 @@ async fn open_http_session(
             ));
         }
     }
-    Ok((index, stream, conns))
+    Ok(Opened {
+        index,
+        stream: Some(stream),
+        conns,
+        closer: None,
+    })
 }
 
 async fn read_stream(mut stream: EventStream, run: Arc<Run>, session: Arc<SessionState>) {
@@ -1800,6 +2175,27 @@ mod report {
     use super::*;
 
     pub const TARGETS: [&str; 4] = ["direct", "floor", "switchboard", "switchboard-blocking"];
+    /// The HTTP transports of a row, by their `transport` tag (`sse` when untagged).
+    const PATHS: [&str; 2] = ["sse", "mcp"];
+    const PATH_NAMES: [&str; 2] = ["/sse", "/mcp"];
+
+    fn transport(run: &Value) -> &str {
+        run["transport"].as_str().unwrap_or("sse")
+    }
+
+    /// The median over rounds of `a`'s calls/s ÷ `b`'s in the same round (both clean).
+    fn paired_ratio(a: &[&Value], b: &[&Value]) -> Option<f64> {
+        let clean = |r: &&&Value| r["ok"] == json!(true);
+        let ratios: Vec<f64> = a
+            .iter()
+            .filter(clean)
+            .filter_map(|x| {
+                let y = b.iter().filter(clean).find(|y| y["round"] == x["round"])?;
+                ratio(x["calls_per_s"].as_f64(), y["calls_per_s"].as_f64())
+            })
+            .collect();
+        median(ratios)
+    }
 
     fn median(mut v: Vec<f64>) -> Option<f64> {
         if v.is_empty() {
@@ -1955,16 +2351,18 @@ for a CPU much of the time) two processes simply win a larger share of an oversu
             .collect::<std::collections::BTreeSet<_>>()
             .len();
         println!(
-            "median of {rounds} interleaved round(s); ×floor = calls/s ÷ floor's (p99: ÷ floor's p99); \
-×direct for the delayed-backend row; cpu = µs of CPU per call (loadgen / server+backend, \
-the latter from /proc in 10 ms ticks); spread = (max-min)/median calls/s."
+            "median of {rounds} interleaved round(s); ×floor = calls/s ÷ the floor's on the same transport \
+(p99: ÷ its p99); ×direct for the delayed-backend row; /mcp÷/sse = the median over rounds of the \
+target's /mcp calls/s ÷ its /sse calls/s in the same round (run back to back); cpu = µs of CPU per \
+call (loadgen / server+backend, the latter from /proc in 10 ms ticks); spread = (max-min)/median calls/s."
         );
         println!();
         println!(
-            "| S,C,K | backend | target | calls/s | p50 µs | p99 µs | ×floor calls/s | ×floor p99 | ×direct calls/s | cpu loadgen | cpu server | spread | failed |"
+            "| S,C,K | backend | target | path | calls/s | p50 µs | p99 µs | ×floor calls/s | ×floor p99 | ×direct calls/s | /mcp÷/sse calls/s | cpu loadgen | cpu server | spread | failed |"
         );
-        println!("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        println!("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         let mut checks: Vec<(String, bool)> = Vec::new();
+        let mut mcp_checks: Vec<(String, bool)> = Vec::new();
         for row in &rows {
             let in_row: Vec<&Value> = runs
                 .iter()
@@ -1976,64 +2374,78 @@ the latter from /proc in 10 ms ticks); spread = (max-min)/median calls/s."
                 .find_map(|r| r["delay"].as_str())
                 .unwrap_or("")
                 .to_owned();
-            let cells: BTreeMap<&str, Cell> = TARGETS
+            let of = |t: &str, path: &str| -> Vec<&Value> {
+                in_row
+                    .iter()
+                    .copied()
+                    .filter(|r| r["target"] == json!(t) && (t == "direct" || transport(r) == path))
+                    .collect()
+            };
+            let cells: BTreeMap<(&str, &str), Cell> = TARGETS
                 .iter()
-                .map(|t| {
-                    let rs: Vec<&Value> = in_row
-                        .iter()
-                        .copied()
-                        .filter(|r| r["target"] == json!(t))
-                        .collect();
-                    (*t, cell(&rs))
-                })
+                .flat_map(|t| PATHS.iter().map(move |p| (*t, *p)))
+                .map(|(t, p)| ((t, p), cell(&of(t, p))))
                 .collect();
-            let floor = &cells["floor"];
-            let direct = &cells["direct"];
+            let direct = &cells[&("direct", "sse")];
             for t in TARGETS {
-                let c = &cells[t];
-                if c.runs == 0 {
-                    continue;
-                }
-                let x_floor = ratio(c.calls, floor.calls);
-                let x_floor_p99 = ratio(c.p99, floor.p99);
-                let x_direct = if delay.is_empty() {
-                    None
-                } else {
-                    ratio(c.calls, direct.calls)
-                };
-                println!(
-                    "| {row} | {} | {t} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}/{} |",
-                    if delay.is_empty() {
-                        "echo".to_owned()
+                for path in PATHS {
+                    if t == "direct" && path != "sse" {
+                        continue;
+                    }
+                    let c = &cells[&(t, path)];
+                    if c.runs == 0 {
+                        continue;
+                    }
+                    let floor = &cells[&("floor", path)];
+                    let x_floor = ratio(c.calls, floor.calls);
+                    let x_floor_p99 = ratio(c.p99, floor.p99);
+                    let x_direct = if delay.is_empty() {
+                        None
                     } else {
-                        format!("echo {delay}")
-                    },
-                    f0(c.calls),
-                    f0(c.p50),
-                    f0(c.p99),
-                    if t == "floor" || t == "direct" {
-                        "-".to_owned()
-                    } else {
-                        f2(x_floor)
-                    },
-                    if t == "floor" || t == "direct" {
-                        "-".to_owned()
-                    } else {
-                        f2(x_floor_p99)
-                    },
-                    if t == "direct" {
-                        "-".to_owned()
-                    } else {
-                        f2(x_direct)
-                    },
-                    f1(c.lg_cpu),
-                    f1(c.tgt_cpu),
-                    c.spread
-                        .map_or("-".to_owned(), |s| format!("{:.0}%", s * 100.0)),
-                    c.failed,
-                    c.runs,
-                );
-                if t == "switchboard" {
+                        ratio(c.calls, direct.calls)
+                    };
+                    let x_sse = (path == "mcp").then(|| paired_ratio(&of(t, "mcp"), &of(t, "sse")));
+                    let dash = || "-".to_owned();
+                    println!(
+                        "| {row} | {} | {t} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}/{} |",
+                        if delay.is_empty() {
+                            "echo".to_owned()
+                        } else {
+                            format!("echo {delay}")
+                        },
+                        if t == "direct" { "pipes" } else { PATH_NAMES[usize::from(path == "mcp")] },
+                        f0(c.calls),
+                        f0(c.p50),
+                        f0(c.p99),
+                        if t == "floor" || t == "direct" { dash() } else { f2(x_floor) },
+                        if t == "floor" || t == "direct" { dash() } else { f2(x_floor_p99) },
+                        if t == "direct" { dash() } else { f2(x_direct) },
+                        x_sse.map_or_else(dash, f2),
+                        f1(c.lg_cpu),
+                        f1(c.tgt_cpu),
+                        c.spread
+                            .map_or("-".to_owned(), |s| format!("{:.0}%", s * 100.0)),
+                        c.failed,
+                        c.runs,
+                    );
+                    let sessions = row.split(',').next().unwrap_or("");
+                    if path == "mcp"
+                        && t.starts_with("switchboard")
+                        && delay.is_empty()
+                        && (sessions == "10" || sessions == "50")
+                    {
+                        let x = x_sse.flatten();
+                        mcp_checks.push((
+                            format!("{t} {row}: /mcp calls/s ≥ 0.9× /sse (got {})", f2(x)),
+                            x.is_some_and(|x| x >= 0.9),
+                        ));
+                        if c.failed > 0 {
+                            mcp_checks.push((format!("{t} {row} /mcp: every run clean"), false));
+                        }
+                    }
+                    if t != "switchboard" || path != "sse" {
+                        continue;
+                    }
                     if delay.is_empty() {
                         checks.push((
                             format!("{row}: calls/s ≥ 0.9× floor (got {})", f2(x_floor)),
@@ -2137,9 +2549,17 @@ the latter from /proc in 10 ms ticks); spread = (max-min)/median calls/s."
         }
         if !checks.is_empty() {
             println!();
-            println!("Targets for switchboard:");
+            println!("Targets for switchboard (/sse):");
             println!();
             for (what, ok) in &checks {
+                println!("- {} {what}", if *ok { "MET" } else { "MISS" });
+            }
+        }
+        if !mcp_checks.is_empty() {
+            println!();
+            println!("Targets for Streamable HTTP (/mcp against /sse on the same binary):");
+            println!();
+            for (what, ok) in &mcp_checks {
                 println!("- {} {what}", if *ok { "MET" } else { "MISS" });
             }
         }
@@ -2248,9 +2668,36 @@ mod tests {
     }
 
     #[test]
+    fn streamable_answers() {
+        let head = parse_head(
+            b"HTTP/1.1 200 OK\r\nContent-Type: Application/JSON; charset=utf-8\r\nmcp-session-id: abc\r\ncontent-length: 2",
+        )
+        .unwrap();
+        assert_eq!(head.content_type.as_deref(), Some("application/json"));
+        assert_eq!(head.mcp_session.as_deref(), Some("abc"));
+        let problems = Problems::default();
+        let m = answer_messages(&head, b"{}", &problems).unwrap();
+        assert_eq!(m.len(), 1);
+        let stream = parse_head(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream").unwrap();
+        let body = b"event: message\ndata: {\"a\":1}\n\n: c\n\ndata: {\"b\":2}\n\n";
+        let m = answer_messages(&stream, body, &problems).unwrap();
+        assert_eq!(m.len(), 2);
+        assert_eq!(&*m[1], &b"{\"b\":2}"[..]);
+        assert_eq!(problems.event_streams.load(Ordering::Relaxed), 1);
+        let text = parse_head(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain").unwrap();
+        assert!(answer_messages(&text, b"x", &problems).is_err());
+        assert_eq!(
+            negotiated_version(br#"{"result":{"protocolVersion":"2025-06-18"}}"#),
+            "2025-06-18"
+        );
+    }
+
+    #[test]
     fn urls_are_loopback_only() {
         let t = HttpTarget::parse("http://127.0.0.1:8000/base/sse").unwrap();
         assert_eq!((t.base.as_str(), t.addr.port()), ("/base", 8000));
+        let t = HttpTarget::parse("http://127.0.0.1:8000/base/mcp").unwrap();
+        assert_eq!(t.base.as_str(), "/base");
         assert!(HttpTarget::parse("http://192.0.2.1:80").is_err());
         assert!(HttpTarget::parse("https://127.0.0.1:80").is_err());
     }
