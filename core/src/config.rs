@@ -36,7 +36,8 @@ pub enum LogFormat {
     Json,
 }
 
-/// Switchboard: one shared stdio MCP server behind HTTP+SSE for many isolated clients.
+/// Switchboard: one shared stdio MCP server behind Streamable HTTP (/mcp) and HTTP+SSE (/sse)
+/// for many isolated clients.
 ///
 /// Every client request id is rewritten to carry its session before it reaches the backend,
 /// so each reply returns to exactly the session that asked; whatever cannot be attributed
@@ -287,6 +288,11 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+/// Connections the kernel holds for the listening socket before the proxy accepts them
+/// (capped by `net.core.somaxconn`): a burst of clients waits instead of retrying a second
+/// later.
+pub const LISTEN_BACKLOG: u32 = 1024;
 
 /// The default listen address.
 pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8000);

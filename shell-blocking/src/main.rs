@@ -78,19 +78,20 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let local = listener.local_addr()?;
     no_delay(&listener);
+    deepen_backlog(&listener);
     let http = tiny_http::Server::from_listener(listener, None)
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let http = Arc::new(http);
     info!(
-        "listening on http://{}{}/sse{} (backend: {})",
-        http.server_addr(),
-        config.base_path(),
-        config
+        "listening on http://{addr}{base} (Streamable HTTP: {base}/mcp, HTTP+SSE: {base}/sse){instance} (backend: {backend})",
+        addr = http.server_addr(),
+        base = config.base_path(),
+        instance = config
             .instance
             .as_deref()
             .map(|name| format!(" as instance {name}"))
             .unwrap_or_default(),
-        command.join(" ")
+        backend = command.join(" ")
     );
     let config = Arc::new(config);
     let accepting = http.clone();
@@ -133,6 +134,21 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
     let (status, drain) = supervisor.run();
     server.drain(drain);
     Ok(status)
+}
+
+/// A burst of connections (hundreds of clients at once) waits in the kernel rather than
+/// having SYNs dropped and retried a second later: tiny_http's accept thread starts a thread
+/// per connection, slower than a burst arrives. The same depth as the tokio binary's.
+fn deepen_backlog(listener: &std::net::TcpListener) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: listen on a socket that is already listening only changes its backlog; a
+    // failure leaves the one std chose.
+    unsafe {
+        libc::listen(
+            listener.as_raw_fd(),
+            switchboard_core::config::LISTEN_BACKLOG as libc::c_int,
+        );
+    }
 }
 
 /// Small answers and SSE events go out at once: accepted connections inherit `TCP_NODELAY`

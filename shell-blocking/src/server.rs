@@ -27,9 +27,22 @@ const NUDGE_FOR: Duration = Duration::from_secs(1);
 /// Throwaway connections per nudge.
 const NUDGES: usize = 4;
 
-/// Handler threads never exceed this; requests beyond wait in the queue.
+/// Handler threads taking requests at once; requests beyond wait in the queue. A thread
+/// waiting for its answer (a JSON answer may take up to `--request-timeout`) has left this
+/// count, so waiting requests never starve new ones; a thread the OS refuses is a 503.
 const MAX_HANDLERS: usize = 512;
+/// Idle handler threads kept for the next burst; more end.
+const MAX_IDLE: usize = 64;
 const HANDLER_STACK: usize = 256 * 1024;
+
+/// The handler threads, as [`Server::serve`] sizes them.
+#[derive(Default)]
+struct Pool {
+    /// Threads waiting for a request.
+    idle: AtomicUsize,
+    /// Threads taking requests (idle or handling one), not waiting for an answer.
+    taking: AtomicUsize,
+}
 
 /// What every handler shares.
 pub struct Server {
@@ -51,18 +64,17 @@ impl Server {
     /// up the others.
     pub fn serve(self: Arc<Self>, http: Arc<tiny_http::Server>) {
         let (queue, requests) = crossbeam_channel::unbounded::<Request>();
-        let idle = Arc::new(AtomicUsize::new(0));
-        let mut handlers = 0;
+        let pool = Arc::new(Pool::default());
         while let Ok(request) = http.recv() {
             let _ = self.activity.try_send(());
-            if idle.load(Ordering::Acquire) == 0 && handlers < MAX_HANDLERS {
-                if self.clone().spawn_handler(requests.clone(), idle.clone()) {
-                    handlers += 1;
-                } else if handlers == 0 {
-                    // No thread at all to answer it: refuse rather than leave it waiting.
-                    respond(request, Rejection::BackendBusy.response());
-                    continue;
-                }
+            if pool.idle.load(Ordering::Acquire) <= queue.len()
+                && pool.taking.load(Ordering::Acquire) < MAX_HANDLERS
+                && !self.clone().spawn_handler(requests.clone(), pool.clone())
+                && pool.taking.load(Ordering::Acquire) == 0
+            {
+                // No thread at all to answer it: refuse rather than leave it waiting.
+                respond(request, Rejection::BackendBusy.response());
+                continue;
             }
             if queue.send(request).is_err() {
                 return;
@@ -79,25 +91,48 @@ impl Server {
     }
 
     /// Starts one more handler thread; false when the OS refused one.
-    fn spawn_handler(self: Arc<Self>, requests: Receiver<Request>, idle: Arc<AtomicUsize>) -> bool {
+    fn spawn_handler(self: Arc<Self>, requests: Receiver<Request>, pool: Arc<Pool>) -> bool {
+        pool.taking.fetch_add(1, Ordering::AcqRel);
+        let thread_pool = pool.clone();
         let spawned = thread::Builder::new()
             .name("http".into())
             .stack_size(HANDLER_STACK)
-            .spawn(move || loop {
-                idle.fetch_add(1, Ordering::AcqRel);
-                let Ok(request) = requests.recv() else { return };
-                idle.fetch_sub(1, Ordering::AcqRel);
-                self.busy.fetch_add(1, Ordering::AcqRel);
-                self.handle(request);
-                self.busy.fetch_sub(1, Ordering::AcqRel);
+            .spawn(move || {
+                let pool = thread_pool;
+                loop {
+                    pool.idle.fetch_add(1, Ordering::AcqRel);
+                    let Ok(request) = requests.recv() else { break };
+                    pool.idle.fetch_sub(1, Ordering::AcqRel);
+                    self.busy.fetch_add(1, Ordering::AcqRel);
+                    if let Some((request, answer)) = self.handle(request) {
+                        // Out of the pool while the answer is awaited (a JSON answer may
+                        // take up to --request-timeout); a request already queued behind
+                        // gets a thread of its own.
+                        pool.taking.fetch_sub(1, Ordering::AcqRel);
+                        if pool.idle.load(Ordering::Acquire) < requests.len() {
+                            self.clone().spawn_handler(requests.clone(), pool.clone());
+                        }
+                        let answer = answer.recv();
+                        pool.taking.fetch_add(1, Ordering::AcqRel);
+                        self.answer(request, answer);
+                    }
+                    self.busy.fetch_sub(1, Ordering::AcqRel);
+                    if pool.idle.load(Ordering::Acquire) >= MAX_IDLE {
+                        break;
+                    }
+                }
+                pool.taking.fetch_sub(1, Ordering::AcqRel);
             });
         if let Err(e) = &spawned {
+            pool.taking.fetch_sub(1, Ordering::AcqRel);
             warn!("cannot start a handler thread: {e}");
         }
         spawned.is_ok()
     }
 
-    fn handle(&self, mut request: Request) {
+    /// Admits `request` and hands it to the owner loop, returning it with the channel its
+    /// answer comes on; answers it at once when refused.
+    fn handle(&self, mut request: Request) -> Option<(Request, Receiver<Reply>)> {
         let headers = request.headers();
         let header = |name: &'static str| {
             headers
@@ -123,7 +158,8 @@ impl Server {
                 debug!(reason = refused.rejection.as_str(), "refused");
                 // Counting is best effort: never wait on the loop for it.
                 let _ = self.inputs.try_send(Input::Refused(refused.rejection));
-                return respond(request, refused.response);
+                respond(request, refused.response);
+                return None;
             }
         };
         let body = read_limited(&mut request, self.max_body);
@@ -133,9 +169,16 @@ impl Server {
             reply,
         };
         if self.inputs.send(input).is_err() {
-            return respond(request, Rejection::BackendDown.response());
+            respond(request, Rejection::BackendDown.response());
+            return None;
         }
-        match answer.recv() {
+        Some((request, answer))
+    }
+
+    /// Copies the loop's answer to `request` onto the wire, or hands the connection to its
+    /// stream's writer.
+    fn answer(&self, request: Request, answer: Result<Reply, crossbeam_channel::RecvError>) {
+        match answer {
             Ok(Reply::Full(response)) => respond(request, response),
             Ok(Reply::Stream(head, body)) => {
                 if let Err(request) =

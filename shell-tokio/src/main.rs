@@ -55,19 +55,17 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(listen)
-            .await
-            .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+        let listener = bind(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
         info!(
-            "listening on http://{}{}/sse{} (backend: {})",
-            listener.local_addr()?,
-            config.base_path(),
-            config
+            "listening on http://{addr}{base} (Streamable HTTP: {base}/mcp, HTTP+SSE: {base}/sse){instance} (backend: {backend})",
+            addr = listener.local_addr()?,
+            base = config.base_path(),
+            instance = config
                 .instance
                 .as_deref()
                 .map(|name| format!(" as instance {name}"))
                 .unwrap_or_default(),
-            command.join(" ")
+            backend = command.join(" ")
         );
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
         let (supervisor, inputs) = Supervisor::new(config.clone(), command, stop_tx);
@@ -97,4 +95,17 @@ async fn shutdown_signal() {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
     }
+}
+
+/// The listening socket, with a backlog deep enough for a burst of connections (hundreds of
+/// clients at once wait in the kernel instead of having their SYNs dropped).
+fn bind(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(switchboard_core::config::LISTEN_BACKLOG)
 }

@@ -797,6 +797,63 @@ fn backend_exit_answers_in_flight_and_ends_sessions(target: Target) {
     );
 }
 
+/// Requests waiting for JSON answers, more than the blocking binary has handler threads,
+/// hold up no one: health, new sessions of both kinds and other calls are answered while
+/// all of them still wait.
+fn json_waits_do_not_starve_other_requests(target: Target) {
+    const SESSIONS: usize = 3;
+    const WAITING: usize = 200;
+    let p = proxy(target, &[]);
+    let sessions: Vec<McpSession> = (0..SESSIONS).map(|_| start(&p, ALICE)).collect();
+    let answered = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        let waits: Vec<_> = sessions
+            .iter()
+            .flat_map(|s| (0..WAITING).map(move |n| (s, n)))
+            .map(|(s, n)| {
+                let answered = &answered;
+                scope.spawn(move || {
+                    let m = s.call(json!(n), "delay", json!({"ms": 4000, "n": n}));
+                    answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    assert_eq!(echoed_args(&m)["n"], n, "{m}");
+                })
+            })
+            .collect();
+        let deadline = std::time::Instant::now() + WAIT;
+        let waiting = || {
+            p.recorded()
+                .iter()
+                .filter(|l| l.contains("\"ms\":4000"))
+                .count()
+        };
+        while waiting() < SESSIONS * WAITING {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "only {} of the calls reached the backend",
+                waiting()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let (status, _) = p.health();
+        assert!(status == 200 || status == 503, "/health: {status}");
+        let fresh = start(&p, BOB);
+        assert_eq!(
+            echoed_args(&fresh.call(json!(1), "echo", json!({"f": 1})))["f"],
+            1
+        );
+        let mut legacy = open_session(&p, Some(BOB.1));
+        legacy.initialize();
+        assert_eq!(
+            answered.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "the other requests were answered only after the waiting ones"
+        );
+        for w in waits {
+            w.join().expect("a waiting call");
+        }
+    });
+}
+
 // ---------------------------------------------------------------------------------------
 // Sessions: the shared cap, one initialize upstream, CORS
 // ---------------------------------------------------------------------------------------
@@ -976,6 +1033,7 @@ suite!(
     request_timeout_answers_32001_and_cancels_upstream,
     client_hang_up_mid_request,
     backend_exit_answers_in_flight_and_ends_sessions,
+    json_waits_do_not_starve_other_requests,
     both_kinds_count_against_max_sessions,
     strict_backend_serves_ten_streamable_sessions,
     cors_preflight_and_answers,
