@@ -262,7 +262,7 @@ impl Hub {
             _ => None,
         };
         if let Some(old) = old {
-            self.streams.remove(&old);
+            self.remove_stream(old);
             self.outputs.push_back(Output::EndStream { stream: old });
         }
         self.touch(number, now);
@@ -374,7 +374,7 @@ impl Hub {
         let sid = self.sessions[&number].id;
         match entry.stream {
             Some(stream) => {
-                self.streams.remove(&stream);
+                self.remove_stream(stream);
                 self.outputs.push_back(Output::EndStream { stream });
             }
             None => {
@@ -506,7 +506,7 @@ impl Hub {
         match entry.stream {
             Some(stream) => {
                 self.queue_on_stream(now, stream, Frame::Owned(sse::message_event(&message)));
-                self.streams.remove(&stream);
+                self.remove_stream(stream);
                 self.outputs.push_back(Output::EndStream { stream });
             }
             None => {
@@ -610,7 +610,7 @@ impl Hub {
             self.answer(now, sid, entry, message);
         }
         if let Some(stream) = m.get_stream.take() {
-            self.streams.remove(&stream);
+            self.remove_stream(stream);
             self.outputs.push_back(Output::EndStream { stream });
         }
     }
@@ -645,10 +645,18 @@ impl Hub {
                 session,
                 role,
                 last_frame: now,
+                keepalive_at: now + self.settings.keepalive,
             },
         );
         self.keepalives
             .insert((now + self.settings.keepalive, stream));
+    }
+
+    /// Forgets `stream`, its keep-alive timer with it.
+    pub(super) fn remove_stream(&mut self, stream: StreamId) -> Option<StreamState> {
+        let state = self.streams.remove(&stream)?;
+        self.keepalives.remove(&(state.keepalive_at, stream));
+        Some(state)
     }
 }
 

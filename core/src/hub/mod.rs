@@ -196,6 +196,8 @@ struct StreamState {
     role: StreamRole,
     /// When a frame was last queued on it, for keep-alives.
     last_frame: Instant,
+    /// Its entry in `keepalives`, which leaves with it.
+    keepalive_at: Instant,
 }
 
 /// The backend process as the hub knows it.
@@ -406,12 +408,13 @@ impl Hub {
             };
             let idle_until = state.last_frame + self.settings.keepalive;
             if idle_until > now {
+                state.keepalive_at = idle_until;
                 self.keepalives.insert((idle_until, stream));
                 continue;
             }
             state.last_frame = now;
-            self.keepalives
-                .insert((now + self.settings.keepalive, stream));
+            state.keepalive_at = now + self.settings.keepalive;
+            self.keepalives.insert((state.keepalive_at, stream));
             self.outputs.push_back(Output::ToStream {
                 stream,
                 frame: Frame::Static(sse::KEEPALIVE),
@@ -476,7 +479,7 @@ impl Hub {
 
     /// A stream ended on the shell's side; the session it served ends.
     pub fn handle_stream_closed(&mut self, now: Instant, stream: StreamId, end: StreamEnd) {
-        let Some(state) = self.streams.remove(&stream) else {
+        let Some(state) = self.remove_stream(stream) else {
             return;
         };
         let reason = match end {
@@ -1075,7 +1078,7 @@ impl Hub {
     ) {
         match kind {
             SessionKind::Legacy { stream } => {
-                if self.streams.remove(&stream).is_some() {
+                if self.remove_stream(stream).is_some() {
                     self.outputs.push_back(Output::EndStream { stream });
                 }
             }
