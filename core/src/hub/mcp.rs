@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use super::{Hub, Request, Session, SessionKind, StreamRole, StreamState};
+use super::{Hub, LineFrom, Request, Session, SessionKind, StreamRole, StreamState};
 use crate::action::{Delivery, DropReason};
 use crate::auth::Principal;
 use crate::http::{self, Rejection, Response};
@@ -548,7 +548,7 @@ impl Hub {
         let entry = self.take_in_flight(number, key).expect("checked above");
         let sid = self.sessions[&number].id;
         if let Some(line) = streamable::cancel_line(&sid, &entry.raw_id, "request timed out") {
-            self.queue_for_backend(line, false);
+            self.queue_for_backend(line, LineFrom::Cancellation);
         }
         let message = streamable::error_message(&entry.raw_id, -32001, "request timed out");
         self.answer(now, sid, entry, message);
@@ -599,7 +599,7 @@ impl Hub {
                 ending,
                 streamable::cancel_line(&sid, &entry.raw_id, "session deleted"),
             ) {
-                self.queue_for_backend(line, false);
+                self.queue_for_backend(line, LineFrom::Cancellation);
             }
             let (code, text) = match ending {
                 Ending::Deleted => (-32603, "session deleted"),

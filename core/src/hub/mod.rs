@@ -200,6 +200,17 @@ struct StreamState {
     keepalive_at: Instant,
 }
 
+/// Whose line is queued for the backend, which decides how much room it may take.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum LineFrom {
+    /// A client's message.
+    Client,
+    /// The proxy's own (pings, unsubscribes, answers to the backend's requests).
+    Proxy,
+    /// The cancellation of a request the backend was given.
+    Cancellation,
+}
+
 /// The backend process as the hub knows it.
 #[derive(Debug)]
 enum Backend {
@@ -931,10 +942,16 @@ impl Hub {
     }
 
     /// Queues a line for the backend's stdin: a client's within the stdin queue, the proxy's
-    /// own within twice that (past it, dropped and counted: they never delay a client).
-    fn queue_for_backend(&mut self, line: Vec<u8>, client: bool) {
+    /// own within twice that (past it, dropped and counted: they never delay a client), and
+    /// the cancellation of a request in flight always (each is owed for a request the
+    /// backend was given, so there are never more than requests in flight).
+    fn queue_for_backend(&mut self, line: Vec<u8>, from: LineFrom) {
         let queue = self.settings.stdin_queue;
-        let limit = if client { queue } else { 2 * queue };
+        let limit = match from {
+            LineFrom::Client => queue,
+            LineFrom::Proxy => 2 * queue,
+            LineFrom::Cancellation => usize::MAX,
+        };
         match &mut self.backend {
             Backend::Up {
                 id,
@@ -1115,8 +1132,8 @@ impl Hub {
     /// Turns one router action into outputs.
     fn route(&mut self, action: Action, now: Instant) {
         match action {
-            Action::Rewrite { line } => self.queue_for_backend(line, true),
-            Action::Reply { line } => self.queue_for_backend(line, false),
+            Action::Rewrite { line } => self.queue_for_backend(line, LineFrom::Client),
+            Action::Reply { line } => self.queue_for_backend(line, LineFrom::Proxy),
             Action::Deliver {
                 session,
                 message,
