@@ -31,8 +31,8 @@ const NUDGES: usize = 4;
 /// waiting for its answer (a JSON answer may take up to `--request-timeout`) has left this
 /// count, so waiting requests never starve new ones; a thread the OS refuses is a 503.
 const MAX_HANDLERS: usize = 512;
-/// Idle handler threads kept for the next burst; more end.
-const MAX_IDLE: usize = 64;
+/// Idle handler threads kept for the next burst (after a crowd of JSON waits); more end.
+const MAX_IDLE: usize = MAX_HANDLERS;
 const HANDLER_STACK: usize = 256 * 1024;
 
 /// The handler threads, as [`Server::serve`] sizes them.
@@ -67,7 +67,7 @@ impl Server {
         let pool = Arc::new(Pool::default());
         while let Ok(request) = http.recv() {
             let _ = self.activity.try_send(());
-            if pool.idle.load(Ordering::Acquire) <= queue.len()
+            if pool.idle.load(Ordering::Acquire) == 0
                 && pool.taking.load(Ordering::Acquire) < MAX_HANDLERS
                 && !self.clone().spawn_handler(requests.clone(), pool.clone())
                 && pool.taking.load(Ordering::Acquire) == 0
