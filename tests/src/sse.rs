@@ -73,6 +73,22 @@ struct EventStream {
 }
 
 impl EventStream {
+    /// The stream after its head, with what already arrived decoded.
+    fn start(wire: Wire, chunked: bool) -> EventStream {
+        let mut stream = EventStream {
+            wire,
+            chunked,
+            chunk_left: None,
+            skip_crlf: false,
+            decoded: Vec::new(),
+            eof: false,
+        };
+        stream
+            .decode()
+            .unwrap_or_else(|e| panic!("malformed stream: {e}"));
+        stream
+    }
+
     /// The data of the next `message` event before `deadline` (comments skipped); `None`
     /// on timeout or close. Panics on any other event type, or an event id.
     fn next_message_data(&mut self, deadline: Instant, stream: &str) -> Option<String> {
@@ -305,17 +321,7 @@ pub fn try_open_session(addr: SocketAddr, options: &OpenOptions) -> Result<Sessi
             http::read_body(&mut wire, status, &head.headers, false, deadline).unwrap_or_default();
         return Err(Response { body, ..head });
     }
-    let mut stream = EventStream {
-        wire,
-        chunked,
-        chunk_left: None,
-        skip_crlf: false,
-        decoded: Vec::new(),
-        eof: false,
-    };
-    stream
-        .decode()
-        .unwrap_or_else(|e| panic!("malformed stream: {e}"));
+    let mut stream = EventStream::start(wire, chunked);
     let endpoint = match stream.next_frame(deadline) {
         Frame::Event { event, data, id } => {
             assert_eq!(event, "endpoint", "the first event must be `endpoint`");
@@ -601,17 +607,7 @@ pub fn request_events(
         return Err(Response { body, ..head });
     }
     let chunked = http::is_chunked(&head.headers);
-    let mut stream = EventStream {
-        wire,
-        chunked,
-        chunk_left: None,
-        skip_crlf: false,
-        decoded: Vec::new(),
-        eof: false,
-    };
-    stream
-        .decode()
-        .unwrap_or_else(|e| panic!("malformed stream: {e}"));
+    let stream = EventStream::start(wire, chunked);
     Ok(Events { head, stream })
 }
 

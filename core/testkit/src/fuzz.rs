@@ -999,27 +999,7 @@ pub(crate) fn string_of(raw: &RawValue) -> Option<String> {
     if let Some(value) = strict_string_of(raw) {
         return Some(value);
     }
-    let inner = text.strip_prefix('"')?.strip_suffix('"')?;
-    let mut units: Vec<u16> = Vec::with_capacity(inner.len());
-    let mut chars = inner.chars();
-    while let Some(c) = chars.next() {
-        if c != '\\' {
-            units.extend_from_slice(c.encode_utf16(&mut [0; 2]));
-            continue;
-        }
-        units.push(match chars.next()? {
-            '"' => 0x22,
-            '\\' => 0x5c,
-            '/' => 0x2f,
-            'b' => 0x08,
-            'f' => 0x0c,
-            'n' => 0x0a,
-            'r' => 0x0d,
-            't' => 0x09,
-            'u' => u16::from_str_radix(&chars.by_ref().take(4).collect::<String>(), 16).ok()?,
-            _ => return None,
-        });
-    }
+    let units = crate::model::utf16_of(text)?;
     Some(String::from_utf16_lossy(&units))
 }
 

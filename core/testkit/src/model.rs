@@ -629,7 +629,8 @@ fn key_of(raw: &str) -> Option<Key> {
 }
 
 /// The code units of a JSON string literal, escapes decoded (lone surrogates kept).
-fn utf16_of(literal: &str) -> Option<Vec<u16>> {
+/// Written apart from the core's own decoder on purpose: the model is the oracle.
+pub(crate) fn utf16_of(literal: &str) -> Option<Vec<u16>> {
     let inner = literal.strip_prefix('"')?.strip_suffix('"')?;
     let mut units = Vec::new();
     let mut chars = inner.chars();
