@@ -199,13 +199,8 @@ impl Hub {
                 let stream = stream_answer.then(|| StreamId(self.mint()));
                 if let Some(stream) = stream {
                     let head = self.mcp_decorate(http::sse_head(), sid, &req.cors);
-                    self.outputs.push_back(Output::StartStream {
-                        request,
-                        stream,
-                        head,
-                        budget: self.settings.session_buffer,
-                    });
-                    self.add_stream(now, stream, number, StreamRole::Request(key.clone()));
+                    let role = StreamRole::Request(key.clone());
+                    self.start_stream(now, request, stream, head, number, role);
                 }
                 let deadline = self.settings.request_timeout.map(|t| now + t);
                 if let Some(at) = deadline {
@@ -250,13 +245,7 @@ impl Hub {
         let (number, sid) = self.named_mcp_session(req)?;
         let stream = StreamId(self.mint());
         let head = self.mcp_decorate(http::sse_head(), sid, &req.cors);
-        self.outputs.push_back(Output::StartStream {
-            request,
-            stream,
-            head,
-            budget: self.settings.session_buffer,
-        });
-        self.add_stream(now, stream, number, StreamRole::Get);
+        self.start_stream(now, request, stream, head, number, StreamRole::Get);
         let old = match self.sessions.get_mut(&number).map(|s| &mut s.kind) {
             Some(SessionKind::Mcp(m)) => m.get_stream.replace(stream),
             _ => None,
@@ -632,13 +621,23 @@ impl Hub {
         response
     }
 
-    pub(super) fn add_stream(
+    /// Answers `request` with the head of `stream`, which then carries `role`'s frames for
+    /// `session` (with keep-alives when idle).
+    pub(super) fn start_stream(
         &mut self,
         now: Instant,
+        request: RequestId,
         stream: StreamId,
+        head: Response,
         session: u64,
         role: StreamRole,
     ) {
+        self.outputs.push_back(Output::StartStream {
+            request,
+            stream,
+            head,
+            budget: self.settings.session_buffer,
+        });
         self.streams.insert(
             stream,
             StreamState {

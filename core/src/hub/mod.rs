@@ -722,13 +722,7 @@ impl Hub {
         if let Some(origin) = &cors {
             http::add_cors(&mut head, origin);
         }
-        self.outputs.push_back(Output::StartStream {
-            request,
-            stream,
-            head,
-            budget: self.settings.session_buffer,
-        });
-        self.add_stream(now, stream, number, StreamRole::Legacy);
+        self.start_stream(now, request, stream, head, number, StreamRole::Legacy);
         let url = format!(
             "{}/messages?session_id={sid}",
             self.settings.endpoint_prefix
