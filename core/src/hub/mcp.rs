@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use super::{Hub, LineFrom, Request, Session, SessionKind, StreamRole, StreamState};
+use super::{Hub, LineFrom, Request, SessionKind, StreamRole, StreamState};
 use crate::action::{Delivery, DropReason};
 use crate::auth::Principal;
 use crate::http::{self, Rejection, Response};
@@ -310,19 +310,11 @@ impl Hub {
         principal: &Principal,
     ) -> Result<u64, Rejection> {
         self.router.open_session(sid, principal.clone())?;
-        let number = self.next_session;
-        self.next_session += 1;
-        self.sessions.insert(
-            number,
-            Session {
-                id: sid,
-                kind: SessionKind::Mcp(McpSession {
-                    last_active: Some(now),
-                    ..McpSession::default()
-                }),
-            },
-        );
-        self.by_sid.insert(sid, number);
+        let kind = SessionKind::Mcp(McpSession {
+            last_active: Some(now),
+            ..McpSession::default()
+        });
+        let number = self.add_session(sid, kind);
         self.log(Event::SessionOpened {
             session: sid,
             principal: principal.clone(),

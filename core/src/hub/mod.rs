@@ -694,6 +694,16 @@ impl Hub {
     // -----------------------------------------------------------------------------------
     // Requests
 
+    /// Adds a session the router has opened, numbered in creation order (the order every
+    /// broadcast and close follows).
+    fn add_session(&mut self, sid: SessionId, kind: SessionKind) -> u64 {
+        let number = self.next_session;
+        self.next_session += 1;
+        self.sessions.insert(number, Session { id: sid, kind });
+        self.by_sid.insert(sid, number);
+        number
+    }
+
     fn open_stream(
         &mut self,
         now: Instant,
@@ -708,16 +718,7 @@ impl Hub {
             return;
         }
         let stream = StreamId(self.mint());
-        let number = self.next_session;
-        self.next_session += 1;
-        self.sessions.insert(
-            number,
-            Session {
-                id: sid,
-                kind: SessionKind::Legacy { stream },
-            },
-        );
-        self.by_sid.insert(sid, number);
+        let number = self.add_session(sid, SessionKind::Legacy { stream });
         let mut head = http::sse_head();
         if let Some(origin) = &cors {
             http::add_cors(&mut head, origin);
