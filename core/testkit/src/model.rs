@@ -1881,17 +1881,7 @@ impl Model {
             }
         };
         assert!(out.ends.is_empty(), "a notification ended {:?}", out.ends);
-        let mut rewrites = 0;
-        for action in &out.actions {
-            match action {
-                Action::Rewrite { line } => {
-                    rewrites += 1;
-                    self.check_prefixed(&sid, line);
-                }
-                Action::Deliver { .. } | Action::Drop { .. } => {}
-                other => panic!("a notification produced {other:?}"),
-            }
-        }
+        let rewrites = self.check_rewrites(&sid, &out.actions, "a notification");
         assert!(rewrites <= 1, "one line at most for a notification");
         label.into()
     }
@@ -1950,17 +1940,7 @@ impl Model {
         let mut out = self.collect(true);
         let answered = self.settle(&mut out);
         assert!(out.ends.is_empty(), "a request ended {:?}", out.ends);
-        let mut rewrites = 0;
-        for action in &out.actions {
-            match action {
-                Action::Rewrite { line } => {
-                    rewrites += 1;
-                    self.check_prefixed(&sid, line);
-                }
-                Action::Deliver { .. } | Action::Drop { .. } => {}
-                other => panic!("a POST produced {other:?}"),
-            }
-        }
+        let rewrites = self.check_rewrites(&sid, &out.actions, "a POST");
         for a in &answered {
             assert_eq!(
                 (a.sid, a.raw_id.as_str()),
@@ -2262,6 +2242,23 @@ impl Model {
 
     /// Property 2: every id, cancelled requestId and progress token in a client's line is a
     /// routed id of that client's own session. Records them for later backend answers.
+    /// The lines a Streamable POST's router actions forward (each checked to carry `sid`);
+    /// any action but a rewrite, a delivery or a drop is a failure of `what`.
+    fn check_rewrites(&mut self, sid: &SessionId, actions: &[Action], what: &str) -> usize {
+        let mut rewrites = 0;
+        for action in actions {
+            match action {
+                Action::Rewrite { line } => {
+                    rewrites += 1;
+                    self.check_prefixed(sid, line);
+                }
+                Action::Deliver { .. } | Action::Drop { .. } => {}
+                other => panic!("{what} produced {other:?}"),
+            }
+        }
+        rewrites
+    }
+
     fn check_prefixed(&mut self, sid: &SessionId, line: &[u8]) {
         let text = backend_line_text(line);
         let r = members(text).expect("a rewritten line is one object");
