@@ -418,6 +418,21 @@ impl Config {
         self.base_path.trim_end_matches('/')
     }
 
+    /// The start-up line both binaries log once bound to `addr`: where each transport is
+    /// served, the instance name, and the backend `command`.
+    pub fn listening_line(&self, addr: impl std::fmt::Display, command: &[String]) -> String {
+        let base = self.base_path();
+        let instance = self
+            .instance
+            .as_deref()
+            .map(|name| format!(" as instance {name}"))
+            .unwrap_or_default();
+        format!(
+            "listening on http://{addr}{base} (Streamable HTTP: {base}/mcp, HTTP+SSE: {base}/sse){instance} (backend: {})",
+            command.join(" ")
+        )
+    }
+
     /// The `--instance` name, once [`Config::validate`] accepted it.
     pub fn instance(&self) -> Option<Instance> {
         self.instance

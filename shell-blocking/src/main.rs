@@ -82,17 +82,7 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
     let http = tiny_http::Server::from_listener(listener, None)
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let http = Arc::new(http);
-    info!(
-        "listening on http://{addr}{base} (Streamable HTTP: {base}/mcp, HTTP+SSE: {base}/sse){instance} (backend: {backend})",
-        addr = http.server_addr(),
-        base = config.base_path(),
-        instance = config
-            .instance
-            .as_deref()
-            .map(|name| format!(" as instance {name}"))
-            .unwrap_or_default(),
-        backend = command.join(" ")
-    );
+    info!("{}", config.listening_line(http.server_addr(), &command));
     let config = Arc::new(config);
     let accepting = http.clone();
     let (supervisor, inputs, closed, shutdown) = Supervisor::new(

@@ -57,15 +57,8 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
     runtime.block_on(async move {
         let listener = bind(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
         info!(
-            "listening on http://{addr}{base} (Streamable HTTP: {base}/mcp, HTTP+SSE: {base}/sse){instance} (backend: {backend})",
-            addr = listener.local_addr()?,
-            base = config.base_path(),
-            instance = config
-                .instance
-                .as_deref()
-                .map(|name| format!(" as instance {name}"))
-                .unwrap_or_default(),
-            backend = command.join(" ")
+            "{}",
+            config.listening_line(listener.local_addr()?, &command)
         );
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
         let (supervisor, inputs) = Supervisor::new(config.clone(), command, stop_tx);
