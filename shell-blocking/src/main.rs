@@ -85,10 +85,12 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
     info!("{}", config.listening_line(http.server_addr(), &command));
     let config = Arc::new(config);
     let accepting = http.clone();
+    let work = crossbeam_channel::unbounded();
     let (supervisor, inputs, closed, shutdown) = Supervisor::new(
         config.clone(),
         command,
         Box::new(move || accepting.unblock()),
+        work.0.clone(),
     );
 
     let mut signals = signal_hook::iterator::Signals::new([
@@ -120,7 +122,7 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
     let serving = server.clone();
     thread::Builder::new()
         .name("accept".into())
-        .spawn(move || serving.serve(http))?;
+        .spawn(move || serving.serve(http, work))?;
     let (status, drain) = supervisor.run();
     server.drain(drain);
     Ok(status)

@@ -1,7 +1,10 @@
 //! HTTP: tiny_http accepts and parses (a thread per connection); a pool of handler threads
 //! that grows when all are busy lets the core's gate say who is asking and what for, reads
-//! the body within the limit, hands the request to the owner loop and copies its answer
-//! onto the wire. Every status, header and body comes from the core.
+//! the body within the limit and hands the request to the owner loop, and copies the
+//! loop's answers onto the wire. No handler waits for an answer: the request travels to the
+//! loop and comes back with its answer as the next piece of work for any handler, so a
+//! busy pool runs without sleeping between requests and a JSON answer that takes up to
+//! `--request-timeout` holds no thread. Every status, header and body comes from the core.
 
 use std::io::Read;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
@@ -27,21 +30,20 @@ const NUDGE_FOR: Duration = Duration::from_secs(1);
 /// Throwaway connections per nudge.
 const NUDGES: usize = 4;
 
-/// Handler threads taking requests at once; requests beyond wait in the queue. A thread
-/// waiting for its answer (a JSON answer may take up to `--request-timeout`) has left this
-/// count, so waiting requests never starve new ones; a thread the OS refuses is a 503.
+/// Handler threads at most. A handler is only held by a client that is slow to send its
+/// body or to read its answer; past this many such clients, work waits in the queue.
 const MAX_HANDLERS: usize = 512;
-/// Idle handler threads kept for the next burst (after a crowd of JSON waits); more end.
-const MAX_IDLE: usize = MAX_HANDLERS;
+/// Idle handler threads kept for the next burst; more end.
+const MAX_IDLE: usize = 64;
 const HANDLER_STACK: usize = 256 * 1024;
 
-/// The handler threads, as [`Server::serve`] sizes them.
+/// The handler threads, as they start and end each other.
 #[derive(Default)]
 struct Pool {
-    /// Threads waiting for a request.
+    /// Threads waiting for work.
     idle: AtomicUsize,
-    /// Threads taking requests (idle or handling one), not waiting for an answer.
-    taking: AtomicUsize,
+    /// Threads running.
+    threads: AtomicUsize,
 }
 
 /// What every handler shares.
@@ -50,7 +52,7 @@ pub struct Server {
     pub max_body: usize,
     pub inputs: Sender<Input>,
     pub closed: Sender<StreamId>,
-    /// Requests being handled now, so exit can let their answers out first.
+    /// Requests taken and not yet answered, so exit can let their answers out first.
     pub busy: AtomicUsize,
     /// The port connections arrive on (to find a stream's own socket by).
     pub local_port: u16,
@@ -58,27 +60,35 @@ pub struct Server {
     pub activity: Sender<()>,
 }
 
+/// A handler's next piece of work: a new request from tiny_http, or the loop's answer to
+/// one. One queue holds both, so a handler waits on one channel only.
+pub enum Work {
+    /// A request to admit and hand to the loop.
+    Request(Request),
+    /// A request and the loop's answer to it, to put on the wire.
+    Answer(Request, Reply),
+}
+
 impl Server {
-    /// Takes requests from tiny_http until it is unblocked, handing each to an idle
-    /// handler thread, starting one more when none is idle, so a slow client never holds
-    /// up the others.
-    pub fn serve(self: Arc<Self>, http: Arc<tiny_http::Server>) {
-        let (queue, requests) = crossbeam_channel::unbounded::<Request>();
+    /// Takes requests from tiny_http until it is unblocked and queues each for the
+    /// handlers, starting the first one (the handlers start the rest). `work` is the
+    /// queue's two ends; the loop queues its answers on the same queue.
+    pub fn serve(
+        self: Arc<Self>,
+        http: Arc<tiny_http::Server>,
+        (queue, work): (Sender<Work>, Receiver<Work>),
+    ) {
         let pool = Arc::new(Pool::default());
         while let Ok(request) = http.recv() {
             let _ = self.activity.try_send(());
-            if pool.idle.load(Ordering::Acquire) == 0
-                && pool.taking.load(Ordering::Acquire) < MAX_HANDLERS
-                && !self.clone().spawn_handler(requests.clone(), pool.clone())
-                && pool.taking.load(Ordering::Acquire) == 0
+            if pool.threads.load(Ordering::Acquire) == 0
+                && !self.clone().spawn_handler(&work, &pool)
             {
                 // No thread at all to answer it: refuse rather than leave it waiting.
                 respond(request, Rejection::BackendBusy.response());
                 continue;
             }
-            if queue.send(request).is_err() {
-                return;
-            }
+            let _ = queue.send(Work::Request(request));
         }
     }
 
@@ -90,49 +100,55 @@ impl Server {
         }
     }
 
-    /// Starts one more handler thread; false when the OS refused one.
-    fn spawn_handler(self: Arc<Self>, requests: Receiver<Request>, pool: Arc<Pool>) -> bool {
-        pool.taking.fetch_add(1, Ordering::AcqRel);
-        let thread_pool = pool.clone();
+    /// Starts one more handler thread unless [`MAX_HANDLERS`] run; false when none was
+    /// started.
+    fn spawn_handler(self: Arc<Self>, work: &Receiver<Work>, pool: &Arc<Pool>) -> bool {
+        if pool.threads.fetch_add(1, Ordering::AcqRel) >= MAX_HANDLERS {
+            pool.threads.fetch_sub(1, Ordering::AcqRel);
+            return false;
+        }
+        let (work, thread_pool) = (work.clone(), pool.clone());
         let spawned = thread::Builder::new()
             .name("http".into())
             .stack_size(HANDLER_STACK)
-            .spawn(move || {
-                let pool = thread_pool;
-                loop {
-                    pool.idle.fetch_add(1, Ordering::AcqRel);
-                    let Ok(request) = requests.recv() else { break };
-                    pool.idle.fetch_sub(1, Ordering::AcqRel);
-                    self.busy.fetch_add(1, Ordering::AcqRel);
-                    if let Some((request, answer)) = self.handle(request) {
-                        // Out of the pool while the answer is awaited (a JSON answer may
-                        // take up to --request-timeout); a request already queued behind
-                        // gets a thread of its own.
-                        pool.taking.fetch_sub(1, Ordering::AcqRel);
-                        if pool.idle.load(Ordering::Acquire) < requests.len() {
-                            self.clone().spawn_handler(requests.clone(), pool.clone());
-                        }
-                        let answer = answer.recv();
-                        pool.taking.fetch_add(1, Ordering::AcqRel);
-                        self.answer(request, answer);
-                    }
-                    self.busy.fetch_sub(1, Ordering::AcqRel);
-                    if pool.idle.load(Ordering::Acquire) >= MAX_IDLE {
-                        break;
-                    }
-                }
-                pool.taking.fetch_sub(1, Ordering::AcqRel);
-            });
+            .spawn(move || self.work(&work, &thread_pool));
         if let Err(e) = &spawned {
-            pool.taking.fetch_sub(1, Ordering::AcqRel);
+            pool.threads.fetch_sub(1, Ordering::AcqRel);
             warn!("cannot start a handler thread: {e}");
         }
         spawned.is_ok()
     }
 
-    /// Admits `request` and hands it to the owner loop, returning it with the channel its
-    /// answer comes on; answers it at once when refused.
-    fn handle(&self, mut request: Request) -> Option<(Request, Receiver<Reply>)> {
+    /// One handler thread's life: the next request or answer; a thread that takes the
+    /// last idle place starts another, so a slow client never holds up the others. Ends
+    /// when the queue closes: the accept thread and the loop are gone and every request
+    /// and answer queued before has been taken.
+    fn work(self: Arc<Self>, work: &Receiver<Work>, pool: &Arc<Pool>) {
+        loop {
+            pool.idle.fetch_add(1, Ordering::AcqRel);
+            let next = work.recv();
+            let idle = pool.idle.fetch_sub(1, Ordering::AcqRel) - 1;
+            let Ok(next) = next else { break };
+            if idle == 0 {
+                self.clone().spawn_handler(work, pool);
+            }
+            match next {
+                Work::Request(request) => self.handle(request),
+                Work::Answer(request, reply) => {
+                    self.answer(request, reply);
+                    self.busy.fetch_sub(1, Ordering::AcqRel);
+                }
+            }
+            if pool.idle.load(Ordering::Acquire) >= MAX_IDLE {
+                break;
+            }
+        }
+        pool.threads.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Admits `request` and hands it to the owner loop, whose answer comes back as work;
+    /// answers it at once when refused.
+    fn handle(&self, mut request: Request) {
         let headers = request.headers();
         let header = |name: &'static str| {
             headers
@@ -159,36 +175,35 @@ impl Server {
                 // Counting is best effort: never wait on the loop for it.
                 let _ = self.inputs.try_send(Input::Refused(refused.rejection));
                 respond(request, refused.response);
-                return None;
+                return;
             }
         };
         let body = read_limited(&mut request, self.max_body);
-        let (reply, answer) = crossbeam_channel::bounded(1);
         let input = Input::Request {
             request: admitted.into_request(body, entropy),
-            reply,
+            http: Box::new(request),
         };
-        if self.inputs.send(input).is_err() {
-            respond(request, Rejection::BackendDown.response());
-            return None;
+        self.busy.fetch_add(1, Ordering::AcqRel);
+        if let Err(crossbeam_channel::SendError(input)) = self.inputs.send(input) {
+            self.busy.fetch_sub(1, Ordering::AcqRel);
+            if let Input::Request { http, .. } = input {
+                respond(*http, Rejection::BackendDown.response());
+            }
         }
-        Some((request, answer))
     }
 
     /// Copies the loop's answer to `request` onto the wire, or hands the connection to its
     /// stream's writer.
-    fn answer(&self, request: Request, answer: Result<Reply, crossbeam_channel::RecvError>) {
-        match answer {
-            Ok(Reply::Full(response)) => respond(request, response),
-            Ok(Reply::Stream(head, body)) => {
+    fn answer(&self, request: Request, reply: Reply) {
+        match reply {
+            Reply::Full(response) => respond(request, response),
+            Reply::Stream(head, body) => {
                 if let Err(request) =
                     session::serve(request, head, body, self.local_port, self.closed.clone())
                 {
                     respond(*request, Rejection::TooManySessions.response());
                 }
             }
-            // The loop ended without answering: the proxy is exiting.
-            Err(_) => respond(request, Rejection::BackendDown.response()),
         }
     }
 }

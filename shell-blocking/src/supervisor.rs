@@ -16,12 +16,13 @@ use switchboard_core::{BackendId, Output, Rejection, RequestId, StreamEnd, Strea
 use tracing::{debug, info, warn};
 
 use crate::backend::{self, Backend};
+use crate::server::Work;
 use crate::session::{self, Queue, StreamBody};
 
 /// How long the loop sleeps when the hub has no timer set.
 const IDLE_WAKE: Duration = Duration::from_secs(24 * 3600);
 
-/// How a request handler is answered.
+/// What the loop answers a request with.
 pub enum Reply {
     /// A complete response.
     Full(switchboard_core::http::Response),
@@ -31,10 +32,10 @@ pub enum Reply {
 
 /// Everything the loop reacts to, from handlers and the backend's threads.
 pub enum Input {
-    /// An admitted request and where its answer goes.
+    /// An admitted request, and the connection to answer it on.
     Request {
         request: hub::Request,
-        reply: Sender<Reply>,
+        http: Box<tiny_http::Request>,
     },
     /// A request the gate refused (already answered): counted.
     Refused(Rejection),
@@ -54,7 +55,10 @@ pub struct Supervisor {
     config: Arc<Config>,
     command: Vec<String>,
     hub: Hub,
-    replies: HashMap<RequestId, Sender<Reply>>,
+    /// Requests the hub has yet to answer.
+    waiting: HashMap<RequestId, Box<tiny_http::Request>>,
+    /// The handlers' queue, for answers to write.
+    answers: Sender<Work>,
     streams: HashMap<StreamId, Queue>,
     backend: Option<Backend>,
     inputs_tx: Sender<Input>,
@@ -65,12 +69,14 @@ pub struct Supervisor {
 }
 
 impl Supervisor {
-    /// The loop, and what the other threads need to reach it: its inputs, the channel on
-    /// which streams report their end, and the shutdown request.
+    /// The loop, which queues its answers on `answers`, and what the other threads need
+    /// to reach it: its inputs, the channel on which streams report their end, and the
+    /// shutdown request.
     pub fn new(
         config: Arc<Config>,
         command: Vec<String>,
         stop_accepting: Box<dyn FnOnce() + Send>,
+        answers: Sender<Work>,
     ) -> (Self, Sender<Input>, Sender<StreamId>, Sender<()>) {
         let (inputs_tx, inputs) = crossbeam_channel::bounded(1024);
         let (closed_tx, closed) = crossbeam_channel::unbounded();
@@ -79,7 +85,8 @@ impl Supervisor {
             hub: Hub::new(config.settings(), Instant::now()),
             config,
             command,
-            replies: HashMap::new(),
+            waiting: HashMap::new(),
+            answers,
             streams: HashMap::new(),
             backend: None,
             inputs_tx: inputs_tx.clone(),
@@ -132,9 +139,9 @@ impl Supervisor {
 
     fn input(&mut self, now: Instant, input: Input) {
         match input {
-            Input::Request { request, reply } => {
+            Input::Request { request, http } => {
                 let id = self.hub.handle_request(now, request);
-                self.replies.insert(id, reply);
+                self.waiting.insert(id, http);
             }
             Input::Refused(rejection) => self.hub.handle_refused(rejection),
             Input::BackendLines { backend, batch } => {
@@ -167,9 +174,8 @@ impl Supervisor {
     fn execute(&mut self, now: Instant, output: Output) -> Option<(i32, Duration)> {
         match output {
             Output::Respond { request, response } => {
-                if let Some(reply) = self.replies.remove(&request) {
-                    // The client may have given up; nothing to do then.
-                    let _ = reply.send(Reply::Full(response));
+                if let Some(http) = self.waiting.remove(&request) {
+                    let _ = self.answers.send(Work::Answer(*http, Reply::Full(response)));
                 }
             }
             Output::StartStream {
@@ -180,8 +186,12 @@ impl Supervisor {
             } => {
                 let (queue, body) = session::channel(stream, budget);
                 self.streams.insert(stream, queue);
-                if let Some(reply) = self.replies.remove(&request) {
-                    if reply.send(Reply::Stream(head, body)).is_err() {
+                if let Some(http) = self.waiting.remove(&request) {
+                    if self
+                        .answers
+                        .send(Work::Answer(*http, Reply::Stream(head, body)))
+                        .is_err()
+                    {
                         self.streams.remove(&stream);
                         self.hub
                             .handle_stream_closed(now, stream, StreamEnd::ClientGone);
@@ -240,7 +250,16 @@ impl Supervisor {
                     stop();
                 }
             }
-            Output::Exit { status, drain } => return Some((status, drain)),
+            Output::Exit { status, drain } => {
+                // Requests the hub said nothing more to: the proxy is exiting.
+                let mut waiting: Vec<_> = self.waiting.drain().collect();
+                waiting.sort_by_key(|(id, _)| *id);
+                for (_, http) in waiting {
+                    let down = Reply::Full(Rejection::BackendDown.response());
+                    let _ = self.answers.send(Work::Answer(*http, down));
+                }
+                return Some((status, drain));
+            }
             Output::Log(event) => {
                 let session = event.session().map(tracing::field::display);
                 match event.level() {
