@@ -2363,6 +2363,7 @@ call (loadgen / server+backend, the latter from /proc in 10 ms ticks); spread = 
         println!("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         let mut checks: Vec<(String, bool)> = Vec::new();
         let mut mcp_checks: Vec<(String, bool)> = Vec::new();
+        let mut blocking_checks: Vec<(String, bool)> = Vec::new();
         for row in &rows {
             let in_row: Vec<&Value> = runs
                 .iter()
@@ -2442,6 +2443,23 @@ call (loadgen / server+backend, the latter from /proc in 10 ms ticks); spread = 
                         if c.failed > 0 {
                             mcp_checks.push((format!("{t} {row} /mcp: every run clean"), false));
                         }
+                    }
+                    if t == "switchboard-blocking" && delay.is_empty() {
+                        let tokio = &cells[&("switchboard", path)];
+                        let (x_calls, x_p99) =
+                            (ratio(c.calls, tokio.calls), ratio(c.p99, tokio.p99));
+                        let on = PATH_NAMES[usize::from(path == "mcp")];
+                        blocking_checks.push((
+                            format!(
+                                "{row} {on}: calls/s ≥ 0.5× switchboard (got {})",
+                                f2(x_calls)
+                            ),
+                            x_calls.is_some_and(|x| x >= 0.5),
+                        ));
+                        blocking_checks.push((
+                            format!("{row} {on}: p99 ≤ 3× switchboard (got {})", f2(x_p99)),
+                            x_p99.is_some_and(|x| x <= 3.0),
+                        ));
                     }
                     if t != "switchboard" || path != "sse" {
                         continue;
@@ -2560,6 +2578,14 @@ call (loadgen / server+backend, the latter from /proc in 10 ms ticks); spread = 
             println!("Targets for Streamable HTTP (/mcp against /sse on the same binary):");
             println!();
             for (what, ok) in &mcp_checks {
+                println!("- {} {what}", if *ok { "MET" } else { "MISS" });
+            }
+        }
+        if !blocking_checks.is_empty() {
+            println!();
+            println!("Targets for switchboard-blocking (against switchboard on the same path):");
+            println!();
+            for (what, ok) in &blocking_checks {
                 println!("- {} {what}", if *ok { "MET" } else { "MISS" });
             }
         }
