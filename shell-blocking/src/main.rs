@@ -18,15 +18,16 @@ use crate::server::Server;
 use crate::supervisor::Supervisor;
 
 fn main() {
-    let (budget, limit) = thread_budget();
+    raise_open_files_limit();
+    let (budget, limit) = session_budget();
     let config = Config::from_args_with("switchboard-blocking", |command| {
         command.mut_arg("max_sessions", |arg| {
             // Computed once at start; clap keeps defaults for the process's life.
             let default: &'static str = Box::leak(budget.to_string().into_boxed_str());
             arg.default_value(default).help(format!(
                 "Most live sessions; more get 503. The default is what this host's thread \
-                 limits allow (one thread per session; here {budget}, set by {limit}); a \
-                 larger value is capped to it"
+                 and descriptor limits allow (a thread and three descriptors per session; \
+                 here {budget}, set by {limit}); a larger value is capped to it"
             ))
         })
     });
@@ -41,13 +42,13 @@ fn main() {
     let mut config = config;
     if config.max_sessions as u64 > budget {
         tracing::warn!(
-            "--max-sessions {} is more than this host's threads allow; capped at {budget} ({limit})",
+            "--max-sessions {} is more than this host's threads and descriptors allow; capped at {budget} ({limit})",
             config.max_sessions
         );
         config.max_sessions = budget as usize;
     }
     info!(
-        "thread budget: {budget} sessions ({limit}); --max-sessions {}",
+        "session budget: {budget} sessions ({limit}); --max-sessions {}",
         config.max_sessions
     );
     let status = run(config).unwrap_or_else(|e| {
@@ -79,17 +80,17 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
     let local = listener.local_addr()?;
     no_delay(&listener);
     deepen_backlog(&listener);
-    let http = tiny_http::Server::from_listener(listener, None)
-        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-    let http = Arc::new(http);
-    info!("{}", config.listening_line(http.server_addr(), &command));
+    let listening = Arc::new(
+        server::Listening::new(listener).map_err(|e| format!("cannot listen on {listen}: {e}"))?,
+    );
+    info!("{}", config.listening_line(local, &command));
     let config = Arc::new(config);
-    let accepting = http.clone();
     let work = crossbeam_channel::unbounded();
+    let stopping = listening.clone();
     let (supervisor, inputs, closed, shutdown) = Supervisor::new(
         config.clone(),
         command,
-        Box::new(move || accepting.unblock()),
+        Box::new(move || stopping.stop()),
         work.0.clone(),
     );
 
@@ -122,7 +123,7 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
     let serving = server.clone();
     thread::Builder::new()
         .name("accept".into())
-        .spawn(move || serving.serve(http, work))?;
+        .spawn(move || serving.serve(listening, work))?;
     let (status, drain) = supervisor.run();
     server.drain(drain);
     Ok(status)
@@ -161,6 +162,42 @@ fn no_delay(listener: &std::net::TcpListener) {
     }
 }
 
+/// Raises the soft `RLIMIT_NOFILE` to the hard one: sessions hold descriptors, and the
+/// soft limit is often a mere 1024.
+fn raise_open_files_limit() {
+    let mut files = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into `files`, which is that large; setrlimit
+    // reads it. A failure leaves the limit as it was.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut files) == 0 && files.rlim_cur < files.rlim_max
+        {
+            files.rlim_cur = files.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &files);
+        }
+    }
+}
+
+/// The soft `RLIMIT_NOFILE` now. `None` when unlimited or unreadable.
+pub fn open_files_limit() -> Option<u64> {
+    let mut files = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into `files`, which is that large.
+    let read = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut files) } == 0;
+    (read && files.rlim_cur != libc::RLIM_INFINITY).then_some(files.rlim_cur)
+}
+
+/// Descriptors a live session holds: tiny_http's two halves of its connection and the
+/// stream writer's copy (see `session`).
+const FILES_PER_SESSION: u64 = 3;
+/// Descriptors kept out of the budget: POST connections (two each), the backend's pipes,
+/// the listening socket and logs.
+const RESERVED_FILES: u64 = 64;
+
 /// Threads a live session holds: its stream's writer (the connection's pool thread is
 /// released, see `session`).
 const THREADS_PER_SESSION: u64 = 1;
@@ -168,11 +205,12 @@ const THREADS_PER_SESSION: u64 = 1;
 /// connections between requests, the backend's four, the loop, accept, signals, nudge.
 const RESERVED_THREADS: u64 = 256;
 
-/// How many sessions this process's threads allow: the tightest of the process limit
-/// (`RLIMIT_NPROC`), the system limits (`threads-max`, `pid_max`), the cgroup's `pids.max`
-/// and the memory maps a thread stack takes (`max_map_count`), less what is in use and a
-/// reserve for the other threads, in sessions.
-fn thread_budget() -> (u64, String) {
+/// How many sessions this process's threads and descriptors allow: the tightest of the
+/// process limits (`RLIMIT_NPROC`, `RLIMIT_NOFILE`), the system limits (`threads-max`,
+/// `pid_max`), the cgroup's `pids.max` and the memory maps a thread stack takes
+/// (`max_map_count`), less what is in use and a reserve for the other threads and
+/// descriptors, in sessions.
+fn session_budget() -> (u64, String) {
     let read =
         |path: &str| -> Option<u64> { std::fs::read_to_string(path).ok()?.trim().parse().ok() };
     // Threads in use on the system: /proc/loadavg's "running/total".
@@ -214,11 +252,21 @@ fn thread_budget() -> (u64, String) {
         // A thread's stack and its guard page are two mappings.
         limits.push((format!("max_map_count {maps}"), maps / 2));
     }
-    let (what, threads) = limits
+    let mut budgets: Vec<(String, u64)> = limits
         .into_iter()
-        .min_by_key(|(_, free)| *free)
+        .map(|(what, free)| {
+            let sessions = free.saturating_sub(RESERVED_THREADS) / THREADS_PER_SESSION;
+            (what, sessions)
+        })
+        .collect();
+    if let Some(files) = open_files_limit() {
+        let sessions = files.saturating_sub(RESERVED_FILES) / FILES_PER_SESSION;
+        budgets.push((format!("RLIMIT_NOFILE {files}"), sessions));
+    }
+    let (what, sessions) = budgets
+        .into_iter()
+        .min_by_key(|(_, sessions)| *sessions)
         .unwrap_or_else(|| ("no known limit".to_owned(), u64::MAX));
-    let sessions = threads.saturating_sub(RESERVED_THREADS) / THREADS_PER_SESSION;
     (sessions.clamp(1, DEFAULT_MAX_SESSIONS), what)
 }
 

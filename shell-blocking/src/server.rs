@@ -7,9 +7,9 @@
 //! `--request-timeout` holds no thread. Every status, header and body comes from the core.
 
 use std::io::Read;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -18,7 +18,7 @@ use switchboard_core::http::{self, Gate, RequestHead};
 use switchboard_core::hub::Payload;
 use switchboard_core::{Rejection, StreamId};
 use tiny_http::{Header, Request};
-use tracing::{debug, warn};
+use tracing::{debug, error, warn};
 
 use crate::session;
 use crate::supervisor::{Input, Reply};
@@ -29,6 +29,19 @@ const NUDGE_EVERY: Duration = Duration::from_millis(50);
 const NUDGE_FOR: Duration = Duration::from_secs(1);
 /// Throwaway connections per nudge.
 const NUDGES: usize = 4;
+
+/// How often the listening socket's accept queue is looked at, and how many looks in a
+/// row must find connections waiting before a new server listens.
+const WATCH_EVERY: Duration = Duration::from_millis(250);
+const STUCK_CHECKS: u32 = 3;
+/// Descriptors that must be free before a new server listens: one per accepted
+/// connection's two halves, and a few to spare.
+const MIN_FREE_DESCRIPTORS: usize = 16;
+/// The least time between two restarts, doubling while they keep coming up to the most;
+/// back to the least after a calm spell without one.
+const RELISTEN_FIRST: Duration = Duration::from_secs(1);
+const RELISTEN_MAX: Duration = Duration::from_secs(8);
+const RELISTEN_CALM: Duration = Duration::from_secs(60);
 
 /// Handler threads at most. A handler is only held by a client that is slow to send its
 /// body or to read its answer; past this many such clients, work waits in the queue.
@@ -69,26 +82,212 @@ pub enum Work {
     Answer(Request, Reply),
 }
 
+/// The tiny_http servers taking connections on our port. tiny_http's accept thread ends at
+/// its first accept error and panics when it cannot duplicate an accepted socket (both when
+/// the process is out of descriptors), and the port would then stay deaf: [`watch`] sees
+/// connections wait in the listening socket's queue with nobody taking them and starts a new
+/// server on a copy of the socket, while the old one's connections still bring their
+/// requests. All of them are unblocked to stop.
+///
+/// [`watch`]: Listening::watch
+pub struct Listening {
+    servers: Mutex<Vec<Arc<tiny_http::Server>>>,
+    stopping: AtomicBool,
+    /// A copy of the listening socket: for the next server, and to watch its queue.
+    socket: TcpListener,
+}
+
+impl Listening {
+    /// The first server on `socket`.
+    pub fn new(socket: TcpListener) -> std::io::Result<Self> {
+        let spare = socket.try_clone()?;
+        let first = tiny_http::Server::from_listener(socket, None)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        Ok(Listening {
+            servers: Mutex::new(vec![Arc::new(first)]),
+            stopping: AtomicBool::new(false),
+            socket: spare,
+        })
+    }
+
+    /// Stops taking requests (answers under way still go out).
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::Release);
+        for server in self.servers.lock().expect("servers").iter() {
+            server.unblock();
+        }
+    }
+
+    fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+
+    fn first(&self) -> Arc<tiny_http::Server> {
+        self.servers.lock().expect("servers")[0].clone()
+    }
+
+    /// Every [`WATCH_EVERY`], looks whether connections wait to be accepted; when they
+    /// have waited [`STUCK_CHECKS`] looks in a row and descriptors are free again, starts
+    /// a new server and hands it to `serve`. Restarts are at least [`RELISTEN_FIRST`] apart, doubling up to
+    /// [`RELISTEN_MAX`] while they keep coming.
+    fn watch(&self, serve: impl Fn(Arc<tiny_http::Server>)) {
+        let mut stuck = 0;
+        let mut backoff = RELISTEN_FIRST;
+        let mut last_restart = Instant::now();
+        while !self.is_stopping() {
+            thread::sleep(WATCH_EVERY);
+            stuck = if accept_queue(&self.socket) > 0 {
+                stuck + 1
+            } else {
+                0
+            };
+            // A new server would die at once while descriptors are still short.
+            if stuck < STUCK_CHECKS || free_descriptors() < MIN_FREE_DESCRIPTORS {
+                continue;
+            }
+            stuck = 0;
+            if last_restart.elapsed() > RELISTEN_CALM {
+                backoff = RELISTEN_FIRST;
+            }
+            error!(
+                "connections wait and nobody accepts them (out of descriptors?): listening again"
+            );
+            match self.listen_again() {
+                Ok(server) => serve(server),
+                Err(e) => warn!("cannot listen again yet: {e}"),
+            }
+            last_restart = Instant::now();
+            thread::sleep(backoff);
+            backoff = (backoff * 2).min(RELISTEN_MAX);
+        }
+    }
+
+    /// A new server on the port.
+    fn listen_again(&self) -> std::io::Result<Arc<tiny_http::Server>> {
+        let socket = self.socket.try_clone()?;
+        // Making a server starts its accept thread, which may be refused too.
+        let server =
+            std::panic::catch_unwind(move || tiny_http::Server::from_listener(socket, None))
+                .map_err(|_| std::io::Error::other("no thread for its accept loop"))?
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let server = Arc::new(server);
+        let mut servers = self.servers.lock().expect("servers");
+        if self.is_stopping() {
+            server.unblock();
+        }
+        servers.push(server.clone());
+        Ok(server)
+    }
+}
+
+/// Descriptors this process may still open (`RLIMIT_NOFILE` less those open), or
+/// `usize::MAX` when either cannot be read.
+fn free_descriptors() -> usize {
+    let open = std::fs::read_dir("/proc/self/fd").map(|entries| entries.count());
+    match (open, crate::open_files_limit()) {
+        (Ok(open), Some(limit)) => usize::try_from(limit)
+            .unwrap_or(usize::MAX)
+            .saturating_sub(open),
+        _ => usize::MAX,
+    }
+}
+
+/// Connections waiting in the listening socket's accept queue (0 when it cannot be read).
+fn accept_queue(socket: &TcpListener) -> u32 {
+    use std::os::fd::AsRawFd;
+    // SAFETY: an all-zero tcp_info is a valid value of the plain C struct.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `info`, which is that large.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    // For a listening socket Linux reports its accept queue's length as `unacked`.
+    if rc == 0 {
+        info.tcpi_unacked
+    } else {
+        0
+    }
+}
+
 impl Server {
-    /// Takes requests from tiny_http until it is unblocked and queues each for the
-    /// handlers, starting the first one (the handlers start the rest). `work` is the
-    /// queue's two ends; the loop queues its answers on the same queue.
+    /// Takes requests from tiny_http until [`Listening::stop`] and queues each for the
+    /// handlers (starting the first one; the handlers start the rest), listening again
+    /// when nobody accepts connections (see [`Listening`]). `work` is the queue's two
+    /// ends; the loop queues its answers on the same queue.
     pub fn serve(
         self: Arc<Self>,
-        http: Arc<tiny_http::Server>,
+        listening: Arc<Listening>,
         (queue, work): (Sender<Work>, Receiver<Work>),
     ) {
         let pool = Arc::new(Pool::default());
-        while let Ok(request) = http.recv() {
-            let _ = self.activity.try_send(());
-            if pool.threads.load(Ordering::Acquire) == 0
-                && !self.clone().spawn_handler(&work, &pool)
-            {
-                // No thread at all to answer it: refuse rather than leave it waiting.
-                respond(request, Rejection::BackendBusy.response());
-                continue;
+        let (server, watching, watch_queue, watch_work, watch_pool) = (
+            self.clone(),
+            listening.clone(),
+            queue.clone(),
+            work.clone(),
+            pool.clone(),
+        );
+        let watcher = thread::Builder::new()
+            .name("listen-watch".into())
+            .stack_size(HANDLER_STACK)
+            .spawn(move || {
+                watching.watch(|http| {
+                    let (server, listening, queue, work, pool) = (
+                        server.clone(),
+                        watching.clone(),
+                        watch_queue.clone(),
+                        watch_work.clone(),
+                        watch_pool.clone(),
+                    );
+                    let pumped = thread::Builder::new()
+                        .name("accept".into())
+                        .stack_size(HANDLER_STACK)
+                        .spawn(move || server.take(&http, &listening, &queue, &work, &pool));
+                    if let Err(e) = pumped {
+                        warn!("no thread to take the new server's requests: {e}");
+                    }
+                })
+            });
+        if let Err(e) = watcher {
+            warn!("cannot watch the listening socket: {e}");
+        }
+        let first = listening.first();
+        self.take(&first, &listening, &queue, &work, &pool);
+    }
+
+    /// Takes `http`'s requests until [`Listening::stop`] (an accept error ends only
+    /// tiny_http's accept thread: its connections still bring requests).
+    fn take(
+        self: &Arc<Self>,
+        http: &tiny_http::Server,
+        listening: &Listening,
+        queue: &Sender<Work>,
+        work: &Receiver<Work>,
+        pool: &Arc<Pool>,
+    ) {
+        loop {
+            match http.recv() {
+                Ok(request) => {
+                    let _ = self.activity.try_send(());
+                    if pool.threads.load(Ordering::Acquire) == 0
+                        && !self.clone().spawn_handler(work, pool)
+                    {
+                        // No thread at all to answer it: refuse rather than leave it waiting.
+                        respond(request, Rejection::BackendBusy.response());
+                        continue;
+                    }
+                    let _ = queue.send(Work::Request(request));
+                }
+                Err(_) if listening.is_stopping() => return,
+                Err(e) => error!("accepting connections failed: {e}"),
             }
-            let _ = queue.send(Work::Request(request));
         }
     }
 

@@ -25,6 +25,7 @@ fn main() {
         ));
     }
     init_logging(&config);
+    raise_open_files_limit();
     let status = run(config).unwrap_or_else(|e| {
         error!("{e}");
         2
@@ -101,4 +102,22 @@ fn bind(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> 
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     socket.listen(switchboard_core::config::LISTEN_BACKLOG)
+}
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard one: each session holds a descriptor, and
+/// the soft limit is often a mere 1024.
+fn raise_open_files_limit() {
+    let mut files = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into `files`, which is that large; setrlimit
+    // reads it. A failure leaves the limit as it was.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut files) == 0 && files.rlim_cur < files.rlim_max
+        {
+            files.rlim_cur = files.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &files);
+        }
+    }
 }

@@ -159,6 +159,7 @@ pub struct ProxyBuilder {
     wait_healthy: bool,
     health_path: String,
     nproc: Option<u64>,
+    nofile: Option<u64>,
 }
 
 impl ProxyBuilder {
@@ -166,6 +167,13 @@ impl ProxyBuilder {
     /// budget's tightest limit in the tests).
     pub fn nproc_limit(mut self, limit: u64) -> Self {
         self.nproc = Some(limit);
+        self
+    }
+
+    /// Starts the proxy under `RLIMIT_NOFILE = limit` (soft and hard, so that the binary
+    /// cannot raise it).
+    pub fn nofile_limit(mut self, limit: u64) -> Self {
+        self.nofile = Some(limit);
         self
     }
 
@@ -253,18 +261,27 @@ impl ProxyBuilder {
             for (k, v) in &self.env {
                 cmd.env(k, v);
             }
-            if let Some(limit) = self.nproc {
+            let limits: Vec<_> = [
+                (libc::RLIMIT_NPROC, self.nproc),
+                (libc::RLIMIT_NOFILE, self.nofile),
+            ]
+            .into_iter()
+            .filter_map(|(resource, limit)| Some((resource, limit?)))
+            .collect();
+            if !limits.is_empty() {
                 use std::os::unix::process::CommandExt;
                 // SAFETY: the closure runs in the child between fork and exec and only calls
                 // setrlimit(2), which is async-signal-safe and touches only its argument.
                 unsafe {
                     cmd.pre_exec(move || {
-                        let rlimit = libc::rlimit {
-                            rlim_cur: limit,
-                            rlim_max: limit,
-                        };
-                        if libc::setrlimit(libc::RLIMIT_NPROC, &rlimit) != 0 {
-                            return Err(std::io::Error::last_os_error());
+                        for &(resource, limit) in &limits {
+                            let rlimit = libc::rlimit {
+                                rlim_cur: limit,
+                                rlim_max: limit,
+                            };
+                            if libc::setrlimit(resource, &rlimit) != 0 {
+                                return Err(std::io::Error::last_os_error());
+                            }
                         }
                         Ok(())
                     });
@@ -359,6 +376,7 @@ impl Proxy {
             wait_healthy: true,
             health_path: "/health".to_owned(),
             nproc: None,
+            nofile: None,
         }
     }
 

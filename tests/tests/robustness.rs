@@ -1,9 +1,11 @@
 //! A proxy that outlives its clients' manners and its host's limits, on both binaries:
 //! a client that closes its stream is noticed within a second whether or not anything is
 //! written to it; a burst of new streams right after heavy use (and beside busy streams)
-//! is served at once; sessions past `--max-sessions` or past what the host's threads allow
-//! get 503 + Retry-After while the open ones keep working.
+//! is served at once; sessions past `--max-sessions` or past what the host's threads and
+//! descriptors allow get 503 + Retry-After while the open ones keep working; a port run out
+//! of descriptors serves again once they are back.
 
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -211,17 +213,10 @@ fn sessions_past_the_thread_limit_get_503(target: Target) {
         .backend([BACKEND])
         .nproc_limit(limit)
         .start();
-    let budget: Option<usize> = p.log().lines().find_map(|l| {
-        l.split("thread budget: ")
-            .nth(1)?
-            .split(' ')
-            .next()?
-            .parse()
-            .ok()
-    });
     let mut open = Vec::new();
-    match (target, budget) {
-        (Target::Blocking, Some(budget)) => {
+    match target {
+        Target::Blocking => {
+            let budget = session_budget(&p);
             assert!(
                 budget < 200,
                 "the budget ({budget}) ignores RLIMIT_NPROC {limit}"
@@ -232,9 +227,8 @@ fn sessions_past_the_thread_limit_get_503(target: Target) {
             }
             assert_refused(&p, "past the thread budget");
         }
-        (Target::Blocking, None) => panic!("the blocking binary did not log its thread budget"),
         // The tokio binary spends no thread per session: the limit does not bind it.
-        (Target::Tokio, _) => {
+        Target::Tokio => {
             for _ in 0..100 {
                 open.push(open_session(&p, None));
             }
@@ -249,8 +243,82 @@ fn sessions_past_the_thread_limit_get_503(target: Target) {
     assert_eq!(health["sessions"], open.len());
 }
 
+/// Descriptors the proxy may hold: its own few, a handful of sessions and some connections.
+const FILES: u64 = 160;
+
+fn sessions_past_the_descriptor_limit_get_503(target: Target) {
+    let p = Proxy::builder(target)
+        .backend([BACKEND])
+        .nofile_limit(FILES)
+        .start();
+    let mut open = Vec::new();
+    match target {
+        Target::Blocking => {
+            let budget = session_budget(&p);
+            assert!(
+                budget < 40,
+                "the budget ({budget}) ignores RLIMIT_NOFILE {FILES}"
+            );
+            for _ in 0..budget {
+                open.push(open_session(&p, None));
+            }
+            assert_refused(&p, "past the descriptor budget");
+        }
+        // One descriptor a session: the limit binds later, and accept errors are retried.
+        Target::Tokio => open.extend((0..20).map(|_| open_session(&p, None))),
+    }
+    for s in &mut open {
+        s.initialize();
+        assert!(s.call("echo", json!({"ok": 1}))["result"].is_object());
+    }
+}
+
+/// A flood of idle connections runs the proxy out of descriptors (tiny_http's accept thread
+/// dies of it); once they are gone a new session is served and the old one still works.
+fn port_recovers_after_running_out_of_descriptors(target: Target) {
+    let p = Proxy::builder(target)
+        .backend([BACKEND])
+        .nofile_limit(FILES)
+        .start();
+    let mut old = open_session(&p, None);
+    old.initialize();
+    let flood: Vec<TcpStream> = (0..FILES + 40)
+        .filter_map(|_| TcpStream::connect_timeout(&p.addr, Duration::from_secs(1)).ok())
+        .collect();
+    assert!(
+        flood.len() as u64 > FILES / 2,
+        "the flood could not connect"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    drop(flood);
+    let mut new = open_session(&p, None);
+    new.initialize();
+    assert!(new.call("echo", json!({"new": 1}))["result"].is_object());
+    assert!(old.call("echo", json!({"old": 1}))["result"].is_object());
+    let (status, health) = p.health();
+    assert_eq!(status, 200, "{health}");
+    assert_eq!(health["sessions"], 2);
+}
+
+/// The session budget the blocking binary logged at start.
+fn session_budget(p: &Proxy) -> usize {
+    p.log()
+        .lines()
+        .find_map(|l| {
+            l.split("session budget: ")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .expect("the blocking binary logs its session budget")
+}
+
 suite!(
     departed_client_is_noticed_within_a_second,
+    port_recovers_after_running_out_of_descriptors,
+    sessions_past_the_descriptor_limit_get_503,
     burst_of_streams_after_load_and_beside_busy_ones,
     sessions_past_max_sessions_get_503,
     sessions_past_the_thread_limit_get_503,
