@@ -34,25 +34,35 @@ pub struct Server {
     pub inputs: mpsc::Sender<Input>,
 }
 
+/// How long to wait after a failed accept, and how many failures in a row make one log line.
+const ACCEPT_RETRY: Duration = Duration::from_millis(50);
+const ACCEPT_FAILURES_LOGGED_EVERY: u32 = 20;
+
 impl Server {
     /// Accepts connections until `stop` fires, then waits for the answers under way (the
     /// caller bounds how long).
     pub async fn serve(self: Arc<Self>, listener: TcpListener, stop: oneshot::Receiver<()>) {
         let graceful = GracefulShutdown::new();
         tokio::pin!(stop);
+        let mut failures = 0u32;
         loop {
             let (stream, peer) = tokio::select! {
                 _ = &mut stop => break,
                 accepted = listener.accept() => match accepted {
                     Ok(accepted) => accepted,
                     Err(e) => {
-                        // Out of file descriptors and the like: back off instead of spinning.
-                        warn!("accept failed: {e}");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        // Out of file descriptors and the like: back off instead of spinning,
+                        // and say so once a second, not at every try.
+                        if failures % ACCEPT_FAILURES_LOGGED_EVERY == 0 {
+                            warn!("accept failed ({} in a row): {e}", failures + 1);
+                        }
+                        failures = failures.saturating_add(1);
+                        tokio::time::sleep(ACCEPT_RETRY).await;
                         continue;
                     }
                 },
             };
+            failures = 0;
             let _ = stream.set_nodelay(true);
             let server = self.clone();
             let service = hyper::service::service_fn(move |req| {
