@@ -53,7 +53,7 @@ impl Server {
                     Err(e) => {
                         // Out of file descriptors and the like: back off instead of spinning,
                         // and say so once a second, not at every try.
-                        if failures % ACCEPT_FAILURES_LOGGED_EVERY == 0 {
+                        if failures.is_multiple_of(ACCEPT_FAILURES_LOGGED_EVERY) {
                             warn!("accept failed ({} in a row): {e}", failures + 1);
                         }
                         failures = failures.saturating_add(1);
