@@ -1,12 +1,8 @@
 //! The backend process: spawned with its pipes, stdout framed into lines, stderr logged,
-//! stdin written by the loop while the pipe has room and by a thread of its own when it
-//! has not, the exit reported; one thread each.
+//! stdin fed from a queue the hub keeps bounded, the exit reported; one thread each.
 
-use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
-use std::os::fd::AsRawFd;
+use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
@@ -23,8 +19,6 @@ use crate::supervisor::Input;
 const READER_DRAIN: Duration = Duration::from_secs(1);
 /// How often the waiter looks for an exit or a signal to send.
 const WAIT_POLL: Duration = Duration::from_millis(20);
-/// A burst of stdin lines is written once it is this large, idle or not.
-const BURST_BYTES: usize = 64 * 1024;
 /// The backend's threads only move bytes.
 const BACKEND_STACK: usize = 256 * 1024;
 
@@ -34,8 +28,8 @@ pub struct Backend {
     pub id: BackendId,
     /// Its process id.
     pub pid: u32,
-    /// Its stdin; dropped to close it once what is queued is written.
-    pub stdin: Option<Stdin>,
+    /// Lines for its stdin; dropped to close stdin.
+    pub stdin: Option<Sender<Vec<u8>>>,
     /// Signals for the process; the waiter thread reports the exit.
     pub signals: Sender<Signal>,
 }
@@ -64,9 +58,6 @@ pub fn spawn(
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
 
-    set_nonblocking(&stdin)?;
-    let pipe = Arc::new(stdin);
-    let queued = Arc::new(AtomicUsize::new(0));
     let (stdin_tx, stdin_rx) = crossbeam_channel::unbounded();
     let (signal_tx, signal_rx) = crossbeam_channel::unbounded();
     let (reader_done_tx, reader_done) = crossbeam_channel::bounded::<()>(1);
@@ -83,12 +74,10 @@ pub fn spawn(
         let _ = exits.send(Input::BackendExited { backend: id, exit });
     });
     let writer_inputs = inputs.clone();
-    let (writer_pipe, writer_queued) = (pipe.clone(), queued.clone());
     let started = waiter
         .and_then(|_| {
-            thread_builder("backend-stdin").spawn(move || {
-                write_stdin(&writer_pipe, stdin_rx, &writer_queued, id, &writer_inputs)
-            })
+            thread_builder("backend-stdin")
+                .spawn(move || write_stdin(stdin, stdin_rx, id, &writer_inputs))
         })
         .and_then(|_| thread_builder("backend-stderr").spawn(move || log_stderr(pid, stderr)))
         .and_then(|_| {
@@ -106,12 +95,7 @@ pub fn spawn(
     Ok(Backend {
         id,
         pid,
-        stdin: Some(Stdin {
-            pipe,
-            queued,
-            bursts: stdin_tx,
-            burst: Burst::default(),
-        }),
+        stdin: Some(stdin_tx),
         signals: signal_tx,
     })
 }
@@ -122,135 +106,31 @@ fn thread_builder(name: &str) -> thread::Builder {
         .stack_size(BACKEND_STACK)
 }
 
-/// The backend's stdin as the loop holds it. Lines gather while the loop has inputs
-/// waiting, then go into the pipe in one write from the loop itself when the pipe has room
-/// and nothing is queued before them (no hand-off to another thread on the way); what the
-/// pipe does not take is queued for the writer thread, which waits for room.
-pub struct Stdin {
-    /// The pipe, non-blocking, shared with the writer thread.
-    pipe: Arc<ChildStdin>,
-    /// Bursts handed to the writer thread and not yet written.
-    queued: Arc<AtomicUsize>,
-    bursts: Sender<Burst>,
-    /// Lines gathered for the next write.
-    burst: Burst,
-}
-
-/// Lines for the pipe, and how many they are (the hub counts lines).
-#[derive(Default)]
-struct Burst {
-    bytes: Vec<u8>,
-    lines: usize,
-}
-
-impl Stdin {
-    /// Adds `line` to the next write.
-    pub fn push(&mut self, line: &[u8]) {
-        self.burst.bytes.extend_from_slice(line);
-        self.burst.lines += 1;
-    }
-
-    /// Whether enough has gathered to write it without waiting for the loop to go idle.
-    pub fn is_full(&self) -> bool {
-        self.burst.lines >= STDIN_REPORT_EVERY || self.burst.bytes.len() >= BURST_BYTES
-    }
-
-    /// Writes what has gathered, or queues what the pipe does not take for the writer
-    /// thread (which reports it once written); returns the lines written now.
-    pub fn flush(&mut self) -> usize {
-        if self.burst.lines == 0 {
-            return 0;
-        }
-        let mut burst = std::mem::take(&mut self.burst);
-        // Only the loop adds to `queued`: zero means the writer has nothing left to write.
-        if self.queued.load(Ordering::Acquire) == 0 {
-            match (&*self.pipe).write(&burst.bytes) {
-                Ok(n) if n == burst.bytes.len() => {
-                    burst.bytes.clear();
-                    self.burst.bytes = burst.bytes;
-                    return burst.lines;
-                }
-                Ok(n) => {
-                    burst.bytes.drain(..n);
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                // Closed by the backend: its exit is reported by the waiter.
-                Err(_) => return 0,
-            }
-        }
-        self.queued.fetch_add(1, Ordering::AcqRel);
-        let _ = self.bursts.send(burst);
-        0
-    }
-}
-
-impl Drop for Stdin {
-    /// Closing stdin: what has gathered still goes, then the writer closes the pipe.
-    fn drop(&mut self) {
-        if self.burst.lines > 0 {
-            let _ = self.bursts.send(std::mem::take(&mut self.burst));
-        }
-    }
-}
-
-fn set_nonblocking(pipe: &ChildStdin) -> std::io::Result<()> {
-    let fd = pipe.as_raw_fd();
-    // SAFETY: fcntl with F_GETFL/F_SETFL reads and sets the flags of a descriptor we own;
-    // it touches no memory of ours.
-    let ok = unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFL);
-        flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) >= 0
-    };
-    if ok {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
-/// Writes the bursts the loop queued (waiting for room in the pipe) and reports their
-/// lines written, at least every [`STDIN_REPORT_EVERY`] lines and whenever it catches up.
-fn write_stdin(
-    pipe: &ChildStdin,
-    bursts: Receiver<Burst>,
-    queued: &AtomicUsize,
-    id: BackendId,
-    inputs: &Sender<Input>,
-) {
+/// Writes queued lines, one flush per burst, and reports them written at least every
+/// [`STDIN_REPORT_EVERY`] lines.
+fn write_stdin(stdin: ChildStdin, lines: Receiver<Vec<u8>>, id: BackendId, inputs: &Sender<Input>) {
+    let mut out = BufWriter::with_capacity(64 * 1024, stdin);
     let mut unreported = 0;
-    while let Ok(burst) = bursts.recv() {
-        if write_waiting(pipe, &burst.bytes).is_err() {
+    while let Ok(line) = lines.recv() {
+        if out.write_all(&line).is_err() {
             return;
         }
-        queued.fetch_sub(1, Ordering::AcqRel);
-        unreported += burst.lines;
-        if unreported >= STDIN_REPORT_EVERY || bursts.is_empty() {
+        unreported += 1;
+        while let Ok(line) = lines.try_recv() {
+            if out.write_all(&line).is_err() {
+                return;
+            }
+            unreported += 1;
+        }
+        if out.flush().is_err() {
+            return;
+        }
+        if unreported >= STDIN_REPORT_EVERY {
             let lines = std::mem::take(&mut unreported);
             let _ = inputs.send(Input::BackendWrote { backend: id, lines });
         }
     }
     debug!("backend stdin closed");
-}
-
-/// Writes all of `bytes` to the non-blocking `pipe`, waiting for room when it is full.
-fn write_waiting(mut pipe: &ChildStdin, mut bytes: &[u8]) -> std::io::Result<()> {
-    while !bytes.is_empty() {
-        match pipe.write(bytes) {
-            Ok(n) => bytes = &bytes[n..],
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                let mut ready = libc::pollfd {
-                    fd: pipe.as_raw_fd(),
-                    events: libc::POLLOUT,
-                    revents: 0,
-                };
-                // SAFETY: poll reads and writes one pollfd, which lives on the stack.
-                unsafe { libc::poll(&mut ready, 1, -1) };
-            }
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 /// Lines read in one go are handed over as one batch.

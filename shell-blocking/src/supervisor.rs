@@ -106,12 +106,6 @@ impl Supervisor {
             if let Some(exit) = self.drain(now) {
                 return exit;
             }
-            // Lines for the backend go out once no input is waiting (or enough gathered):
-            // one write for a burst of requests. What the hub does on hearing of them may
-            // need performing first.
-            if self.write_stdin(now) {
-                continue;
-            }
             // No deadline: wake once a day to look again (nothing is due then either).
             let timeout = self
                 .hub
@@ -181,9 +175,7 @@ impl Supervisor {
         match output {
             Output::Respond { request, response } => {
                 if let Some(http) = self.waiting.remove(&request) {
-                    let _ = self
-                        .answers
-                        .send(Work::Answer(*http, Reply::Full(response)));
+                    let _ = self.answers.send(Work::Answer(*http, Reply::Full(response)));
                 }
             }
             Output::StartStream {
@@ -239,8 +231,8 @@ impl Supervisor {
                 }
             }
             Output::ToBackend { backend, line } => {
-                if let Some(stdin) = self.process(backend).and_then(|b| b.stdin.as_mut()) {
-                    stdin.push(&line);
+                if let Some(stdin) = self.process(backend).and_then(|b| b.stdin.as_ref()) {
+                    let _ = stdin.send(line);
                 }
             }
             Output::CloseBackendStdin { backend } => {
@@ -278,27 +270,6 @@ impl Supervisor {
             }
         }
         None
-    }
-
-    /// Writes the backend's gathered stdin lines when no input waits or enough gathered;
-    /// true when the hub heard of lines written (and may have outputs).
-    fn write_stdin(&mut self, now: Instant) -> bool {
-        let Some(backend) = self.backend.as_mut() else {
-            return false;
-        };
-        let Some(stdin) = backend.stdin.as_mut() else {
-            return false;
-        };
-        if !self.inputs.is_empty() && !stdin.is_full() {
-            return false;
-        }
-        match stdin.flush() {
-            0 => false,
-            lines => {
-                self.hub.handle_backend_wrote(now, backend.id, lines);
-                true
-            }
-        }
     }
 
     fn process(&mut self, backend: BackendId) -> Option<&mut Backend> {
