@@ -2,6 +2,7 @@
 //! stdin fed from a queue the hub keeps bounded, the exit reported; one thread each.
 
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::thread;
 use std::time::Duration;
@@ -46,13 +47,24 @@ pub fn spawn(
     let (program, args) = command
         .split_first()
         .ok_or_else(|| std::io::Error::other("no backend command"))?;
-    let mut child = Command::new(program)
+    let mut backend = Command::new(program);
+    backend
         .args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
+        .stderr(Stdio::piped());
+    if let Some(&inherited) = crate::INHERITED_OPEN_FILES.get() {
+        // SAFETY: the closure runs in the child between fork and exec and only calls
+        // setrlimit(2), which is async-signal-safe and reads only its argument.
+        unsafe {
+            backend.pre_exec(move || {
+                libc::setrlimit(libc::RLIMIT_NOFILE, &inherited);
+                Ok(())
+            });
+        }
+    }
+    let mut child = backend.spawn()?;
     let pid = child.id();
     let stdin = child.stdin.take().expect("stdin is piped");
     let stdout = child.stdout.take().expect("stdout is piped");

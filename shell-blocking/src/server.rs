@@ -4,11 +4,12 @@
 //! loop's answers onto the wire. No handler waits for an answer: the request travels to the
 //! loop and comes back with its answer as the next piece of work for any handler, so a
 //! busy pool runs without sleeping between requests and a JSON answer that takes up to
-//! `--request-timeout` holds no thread. Every status, header and body comes from the core.
+//! `--request-timeout` holds no handler thread (only tiny_http's connection thread waits). Every status, header and body comes from the core.
 
 use std::io::Read;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -30,21 +31,25 @@ const NUDGE_FOR: Duration = Duration::from_secs(1);
 /// Throwaway connections per nudge.
 const NUDGES: usize = 4;
 
-/// How often the listening socket's accept queue is looked at, and how many looks in a
-/// row must find connections waiting before a new server listens.
+// Listening again after tiny_http's accept thread panicked, and making a server whose
+// thread may be refused, both rely on panics unwinding.
+#[cfg(panic = "abort")]
+compile_error!("switchboard-blocking needs panic = \"unwind\" (see `Listening`)");
+
+/// How often the watcher looks whether tiny_http's accept thread is still there.
 const WATCH_EVERY: Duration = Duration::from_millis(250);
-const STUCK_CHECKS: u32 = 3;
-/// Descriptors that must be free before a new server listens: one per accepted
-/// connection's two halves, and a few to spare.
+/// Descriptors that must be free before a new server listens (each accepted connection
+/// takes two), so that it does not die of the same shortage at once.
 const MIN_FREE_DESCRIPTORS: usize = 16;
 /// The least time between two restarts, doubling while they keep coming up to the most;
 /// back to the least after a calm spell without one.
 const RELISTEN_FIRST: Duration = Duration::from_secs(1);
-const RELISTEN_MAX: Duration = Duration::from_secs(8);
+const RELISTEN_MAX: Duration = Duration::from_secs(4);
 const RELISTEN_CALM: Duration = Duration::from_secs(60);
 
-/// Handler threads at most. A handler is only held by a client that is slow to send its
-/// body or to read its answer; past this many such clients, work waits in the queue.
+/// Handler threads at most. A handler is held only by a client that is slow to send its
+/// body or to read its answer, or while the loop's inputs are full; past this many, work
+/// (new requests and answers alike) waits in the queue.
 const MAX_HANDLERS: usize = 512;
 /// Idle handler threads kept for the next burst; more end.
 const MAX_IDLE: usize = 64;
@@ -65,7 +70,8 @@ pub struct Server {
     pub max_body: usize,
     pub inputs: Sender<Input>,
     pub closed: Sender<StreamId>,
-    /// Requests taken and not yet answered, so exit can let their answers out first.
+    /// Requests taken from tiny_http and not yet answered (queued, being admitted, with the
+    /// loop, or being written), so exit can let their answers out first.
     pub busy: AtomicUsize,
     /// The port connections arrive on (to find a stream's own socket by).
     pub local_port: u16,
@@ -83,30 +89,35 @@ pub enum Work {
 }
 
 /// The tiny_http servers taking connections on our port. tiny_http's accept thread ends at
-/// its first accept error and panics when it cannot duplicate an accepted socket (both when
-/// the process is out of descriptors), and the port would then stay deaf: [`watch`] sees
-/// connections wait in the listening socket's queue with nobody taking them and starts a new
-/// server on a copy of the socket, while the old one's connections still bring their
-/// requests. All of them are unblocked to stop.
+/// its first accept error, and panics when it cannot duplicate an accepted socket or start
+/// a pool thread (out of descriptors or threads); the port would then stay deaf. Its end
+/// closes the listening descriptor it was given, so [`watch`] looks for that descriptor and,
+/// once it is gone and descriptors are free again, starts a new server on a copy of the
+/// socket; the old server's connections still bring their requests. All servers are
+/// unblocked to stop.
 ///
 /// [`watch`]: Listening::watch
 pub struct Listening {
     servers: Mutex<Vec<Arc<tiny_http::Server>>>,
     stopping: AtomicBool,
-    /// A copy of the listening socket: for the next server, and to watch its queue.
+    /// A copy of the listening socket: for the next server, and to know the socket by.
     socket: TcpListener,
+    /// The descriptor the newest server's accept thread owns.
+    accepting: AtomicI32,
 }
 
 impl Listening {
     /// The first server on `socket`.
     pub fn new(socket: TcpListener) -> std::io::Result<Self> {
         let spare = socket.try_clone()?;
+        let accepting = AtomicI32::new(socket.as_raw_fd());
         let first = tiny_http::Server::from_listener(socket, None)
             .map_err(|e| std::io::Error::other(e.to_string()))?;
         Ok(Listening {
             servers: Mutex::new(vec![Arc::new(first)]),
             stopping: AtomicBool::new(false),
             socket: spare,
+            accepting,
         })
     }
 
@@ -126,35 +137,27 @@ impl Listening {
         self.servers.lock().expect("servers")[0].clone()
     }
 
-    /// Every [`WATCH_EVERY`], looks whether connections wait to be accepted; when they
-    /// have waited [`STUCK_CHECKS`] looks in a row and descriptors are free again, starts
-    /// a new server and hands it to `serve`. Restarts are at least [`RELISTEN_FIRST`] apart, doubling up to
-    /// [`RELISTEN_MAX`] while they keep coming.
-    fn watch(&self, serve: impl Fn(Arc<tiny_http::Server>)) {
-        let mut stuck = 0;
+    /// Every [`WATCH_EVERY`], looks whether the newest server's accept thread still holds
+    /// its descriptor; when not, and [`MIN_FREE_DESCRIPTORS`] are free, calls `relisten`
+    /// (true when a new server listens). Restarts are at least [`RELISTEN_FIRST`] apart,
+    /// doubling up to [`RELISTEN_MAX`] while they keep coming.
+    fn watch(&self, relisten: impl Fn() -> bool) {
         let mut backoff = RELISTEN_FIRST;
         let mut last_restart = Instant::now();
         while !self.is_stopping() {
             thread::sleep(WATCH_EVERY);
-            stuck = if accept_queue(&self.socket) > 0 {
-                stuck + 1
-            } else {
-                0
-            };
             // A new server would die at once while descriptors are still short.
-            if stuck < STUCK_CHECKS || free_descriptors() < MIN_FREE_DESCRIPTORS {
+            if self.is_accepting() || free_descriptors() < MIN_FREE_DESCRIPTORS {
                 continue;
             }
-            stuck = 0;
             if last_restart.elapsed() > RELISTEN_CALM {
                 backoff = RELISTEN_FIRST;
             }
             error!(
-                "connections wait and nobody accepts them (out of descriptors?): listening again"
+                "tiny_http's accept loop ended (out of descriptors or threads?): listening again"
             );
-            match self.listen_again() {
-                Ok(server) => serve(server),
-                Err(e) => warn!("cannot listen again yet: {e}"),
+            if relisten() {
+                warn!("listening again");
             }
             last_restart = Instant::now();
             thread::sleep(backoff);
@@ -162,9 +165,22 @@ impl Listening {
         }
     }
 
-    /// A new server on the port.
+    /// Whether the newest server's accept thread still holds its descriptor (an open
+    /// descriptor of this very socket: the number may have been reused since).
+    fn is_accepting(&self) -> bool {
+        let fd = self.accepting.load(Ordering::Acquire);
+        match (inode(fd), inode(self.socket.as_raw_fd())) {
+            (Some(theirs), Some(ours)) => theirs == ours,
+            // Our own copy unreadable: nothing to compare with, assume the best.
+            (_, None) => true,
+            (None, Some(_)) => false,
+        }
+    }
+
+    /// A new server on the port, now the newest.
     fn listen_again(&self) -> std::io::Result<Arc<tiny_http::Server>> {
         let socket = self.socket.try_clone()?;
+        let fd = socket.as_raw_fd();
         // Making a server starts its accept thread, which may be refused too.
         let server =
             std::panic::catch_unwind(move || tiny_http::Server::from_listener(socket, None))
@@ -176,51 +192,42 @@ impl Listening {
             server.unblock();
         }
         servers.push(server.clone());
+        self.accepting.store(fd, Ordering::Release);
         Ok(server)
     }
 }
 
-/// Descriptors this process may still open (`RLIMIT_NOFILE` less those open), or
-/// `usize::MAX` when either cannot be read.
-fn free_descriptors() -> usize {
-    let open = std::fs::read_dir("/proc/self/fd").map(|entries| entries.count());
-    match (open, crate::open_files_limit()) {
-        (Ok(open), Some(limit)) => usize::try_from(limit)
-            .unwrap_or(usize::MAX)
-            .saturating_sub(open),
-        _ => usize::MAX,
+/// The device and inode of descriptor `fd`, or `None` when it is not open.
+fn inode(fd: RawFd) -> Option<(u64, u64)> {
+    // SAFETY: an all-zero stat is a valid value of the plain C struct.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat writes one stat into `stat`, which is that large; a descriptor that
+    // is not open only makes it fail.
+    if unsafe { libc::fstat(fd, &mut stat) } != 0 {
+        return None;
     }
+    Some((stat.st_dev, stat.st_ino))
 }
 
-/// Connections waiting in the listening socket's accept queue (0 when it cannot be read).
-fn accept_queue(socket: &TcpListener) -> u32 {
-    use std::os::fd::AsRawFd;
-    // SAFETY: an all-zero tcp_info is a valid value of the plain C struct.
-    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into `info`, which is that large.
-    let rc = unsafe {
-        libc::getsockopt(
-            socket.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&mut info as *mut libc::tcp_info).cast(),
-            &mut len,
-        )
+/// Descriptors this process may still open (`RLIMIT_NOFILE` less those open); none when
+/// they cannot even be counted (that takes a descriptor), all when there is no limit.
+fn free_descriptors() -> usize {
+    let Some(limit) = crate::open_files_limit() else {
+        return usize::MAX;
     };
-    // For a listening socket Linux reports its accept queue's length as `unacked`.
-    if rc == 0 {
-        info.tcpi_unacked
-    } else {
-        0
+    match std::fs::read_dir("/proc/self/fd") {
+        Ok(open) => usize::try_from(limit)
+            .unwrap_or(usize::MAX)
+            .saturating_sub(open.count()),
+        Err(_) => 0,
     }
 }
 
 impl Server {
     /// Takes requests from tiny_http until [`Listening::stop`] and queues each for the
-    /// handlers (starting the first one; the handlers start the rest), listening again
-    /// when nobody accepts connections (see [`Listening`]). `work` is the queue's two
-    /// ends; the loop queues its answers on the same queue.
+    /// handlers (starting them as needed), listening again when tiny_http's accept thread
+    /// has ended (see [`Listening`]). `work` is the queue's two ends; the loop queues its
+    /// answers on the same queue.
     pub fn serve(
         self: Arc<Self>,
         listening: Arc<Listening>,
@@ -238,7 +245,10 @@ impl Server {
             .name("listen-watch".into())
             .stack_size(HANDLER_STACK)
             .spawn(move || {
-                watching.watch(|http| {
+                watching.watch(|| {
+                    // The thread that takes the new server's requests first, so that no
+                    // server is made that nobody takes requests from.
+                    let (give, taken) = crossbeam_channel::bounded::<Arc<tiny_http::Server>>(1);
                     let (server, listening, queue, work, pool) = (
                         server.clone(),
                         watching.clone(),
@@ -246,12 +256,24 @@ impl Server {
                         watch_work.clone(),
                         watch_pool.clone(),
                     );
-                    let pumped = thread::Builder::new()
+                    let taker = thread::Builder::new()
                         .name("accept".into())
                         .stack_size(HANDLER_STACK)
-                        .spawn(move || server.take(&http, &listening, &queue, &work, &pool));
-                    if let Err(e) = pumped {
-                        warn!("no thread to take the new server's requests: {e}");
+                        .spawn(move || {
+                            if let Ok(http) = taken.recv() {
+                                server.take(&http, &listening, &queue, &work, &pool);
+                            }
+                        });
+                    if let Err(e) = taker {
+                        warn!("cannot listen again yet: no thread to take requests: {e}");
+                        return false;
+                    }
+                    match watching.listen_again() {
+                        Ok(http) => give.send(http).is_ok(),
+                        Err(e) => {
+                            warn!("cannot listen again yet: {e}");
+                            false
+                        }
                     }
                 })
             });
@@ -276,13 +298,16 @@ impl Server {
             match http.recv() {
                 Ok(request) => {
                     let _ = self.activity.try_send(());
-                    if pool.threads.load(Ordering::Acquire) == 0
+                    // Every handler busy (or none yet): one more, if the OS allows.
+                    if pool.idle.load(Ordering::Acquire) == 0
                         && !self.clone().spawn_handler(work, pool)
+                        && pool.threads.load(Ordering::Acquire) == 0
                     {
                         // No thread at all to answer it: refuse rather than leave it waiting.
                         respond(request, Rejection::BackendBusy.response());
                         continue;
                     }
+                    self.busy.fetch_add(1, Ordering::AcqRel);
                     let _ = queue.send(Work::Request(request));
                 }
                 Err(_) if listening.is_stopping() => return,
@@ -346,7 +371,8 @@ impl Server {
     }
 
     /// Admits `request` and hands it to the owner loop, whose answer comes back as work;
-    /// answers it at once when refused.
+    /// answers it at once when refused. It was counted `busy` when queued: that ends once
+    /// it is answered.
     fn handle(&self, mut request: Request) {
         let headers = request.headers();
         let header = |name: &'static str| {
@@ -374,6 +400,7 @@ impl Server {
                 // Counting is best effort: never wait on the loop for it.
                 let _ = self.inputs.try_send(Input::Refused(refused.rejection));
                 respond(request, refused.response);
+                self.busy.fetch_sub(1, Ordering::AcqRel);
                 return;
             }
         };
@@ -382,12 +409,12 @@ impl Server {
             request: admitted.into_request(body, entropy),
             http: Box::new(request),
         };
-        self.busy.fetch_add(1, Ordering::AcqRel);
+        // Blocks while the loop's inputs are full: the loop never waits on a handler.
         if let Err(crossbeam_channel::SendError(input)) = self.inputs.send(input) {
-            self.busy.fetch_sub(1, Ordering::AcqRel);
             if let Input::Request { http, .. } = input {
                 respond(*http, Rejection::BackendDown.response());
             }
+            self.busy.fetch_sub(1, Ordering::AcqRel);
         }
     }
 

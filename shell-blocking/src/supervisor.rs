@@ -1,7 +1,8 @@
 //! The one owner: a single thread holds the core's `Hub`, feeds it one input at a time
 //! with the current time, and performs every output with one exhaustive `execute`. It
-//! keeps the shell's own things (reply channels, stream queues, the backend process) in
-//! maps keyed by the ids the hub hands out. No lock is held anywhere; no send ever waits.
+//! keeps the shell's own things (the requests waiting for an answer, stream queues, the
+//! backend process) in maps keyed by the ids the hub hands out. No send ever waits, and no
+//! lock is taken but the listening servers' list, once, to stop accepting.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -175,7 +176,9 @@ impl Supervisor {
         match output {
             Output::Respond { request, response } => {
                 if let Some(http) = self.waiting.remove(&request) {
-                    let _ = self.answers.send(Work::Answer(*http, Reply::Full(response)));
+                    let _ = self
+                        .answers
+                        .send(Work::Answer(*http, Reply::Full(response)));
                 }
             }
             Output::StartStream {
@@ -251,10 +254,16 @@ impl Supervisor {
                 }
             }
             Output::Exit { status, drain } => {
-                // Requests the hub said nothing more to: the proxy is exiting.
+                // Requests the hub said nothing more to, and those still queued for it: the
+                // proxy is exiting.
                 let mut waiting: Vec<_> = self.waiting.drain().collect();
                 waiting.sort_by_key(|(id, _)| *id);
-                for (_, http) in waiting {
+                let queued = self.inputs.try_iter().filter_map(|input| match input {
+                    Input::Request { http, .. } => Some(http),
+                    _ => None,
+                });
+                let unanswered: Vec<_> = waiting.into_iter().map(|(_, http)| http).collect();
+                for http in unanswered.into_iter().chain(queued) {
                     let down = Reply::Full(Rejection::BackendDown.response());
                     let _ = self.answers.send(Work::Answer(*http, down));
                 }

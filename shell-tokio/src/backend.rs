@@ -41,14 +41,25 @@ pub fn spawn(
     let (program, args) = command
         .split_first()
         .ok_or_else(|| std::io::Error::other("no backend command"))?;
-    let mut child = Command::new(program)
+    let mut backend = Command::new(program);
+    backend
         .args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()?;
+        .kill_on_drop(true);
+    if let Some(&inherited) = crate::INHERITED_OPEN_FILES.get() {
+        // SAFETY: the closure runs in the child between fork and exec and only calls
+        // setrlimit(2), which is async-signal-safe and reads only its argument.
+        unsafe {
+            backend.pre_exec(move || {
+                libc::setrlimit(libc::RLIMIT_NOFILE, &inherited);
+                Ok(())
+            });
+        }
+    }
+    let mut child = backend.spawn()?;
     let pid = child.id().unwrap_or_default();
     let span = tracing::info_span!("backend", pid);
     let stdin = child.stdin.take().expect("stdin is piped");

@@ -104,8 +104,12 @@ fn bind(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> 
     socket.listen(switchboard_core::config::LISTEN_BACKLOG)
 }
 
-/// Raises the soft `RLIMIT_NOFILE` to the hard one: each session holds a descriptor, and
-/// the soft limit is often a mere 1024.
+/// The soft `RLIMIT_NOFILE` the process started with, which the backend gets back
+/// (programs that use `select()` break past 1024 descriptors).
+pub static INHERITED_OPEN_FILES: std::sync::OnceLock<libc::rlimit> = std::sync::OnceLock::new();
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard one: each session holds a descriptor, and the soft limit
+/// is often a mere 1024.
 fn raise_open_files_limit() {
     let mut files = libc::rlimit {
         rlim_cur: 0,
@@ -116,8 +120,12 @@ fn raise_open_files_limit() {
     unsafe {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut files) == 0 && files.rlim_cur < files.rlim_max
         {
-            files.rlim_cur = files.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &files);
+            let _ = INHERITED_OPEN_FILES.set(files);
+            let raised = libc::rlimit {
+                rlim_cur: files.rlim_max,
+                ..files
+            };
+            libc::setrlimit(libc::RLIMIT_NOFILE, &raised);
         }
     }
 }

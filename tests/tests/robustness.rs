@@ -274,7 +274,8 @@ fn sessions_past_the_descriptor_limit_get_503(target: Target) {
 }
 
 /// A flood of idle connections runs the proxy out of descriptors (tiny_http's accept thread
-/// dies of it); once they are gone a new session is served and the old one still works.
+/// dies of it); once they are gone a new session is served, and the old one still works,
+/// on a connection opened before the flood too.
 fn port_recovers_after_running_out_of_descriptors(target: Target) {
     let p = Proxy::builder(target)
         .backend([BACKEND])
@@ -282,6 +283,12 @@ fn port_recovers_after_running_out_of_descriptors(target: Target) {
         .start();
     let mut old = open_session(&p, None);
     old.initialize();
+    // A keep-alive connection from before the flood, accepted by the first server.
+    assert_eq!(
+        old.post_fast(&echo_body("1", json!({"before": 1}))).status,
+        202
+    );
+    old.expect_message("the answer before the flood");
     let flood: Vec<TcpStream> = (0..FILES + 40)
         .filter_map(|_| TcpStream::connect_timeout(&p.addr, Duration::from_secs(1)).ok())
         .collect();
@@ -295,6 +302,18 @@ fn port_recovers_after_running_out_of_descriptors(target: Target) {
     new.initialize();
     assert!(new.call("echo", json!({"new": 1}))["result"].is_object());
     assert!(old.call("echo", json!({"old": 1}))["result"].is_object());
+    assert_eq!(
+        old.post_fast(&echo_body("2", json!({"after": 1}))).status,
+        202
+    );
+    old.expect_message("the answer on the connection from before the flood");
+    if target == Target::Blocking {
+        assert!(
+            p.wait_log("listening again", WAIT),
+            "the blocking binary never said it listens again:\n{}",
+            p.log()
+        );
+    }
     let (status, health) = p.health();
     assert_eq!(status, 200, "{health}");
     assert_eq!(health["sessions"], 2);
