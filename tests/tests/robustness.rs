@@ -213,34 +213,8 @@ fn sessions_past_the_thread_limit_get_503(target: Target) {
         .backend([BACKEND])
         .nproc_limit(limit)
         .start();
-    let mut open = Vec::new();
-    match target {
-        Target::Blocking => {
-            let budget = session_budget(&p);
-            assert!(
-                budget < 200,
-                "the budget ({budget}) ignores RLIMIT_NPROC {limit}"
-            );
-            println!("blocking: RLIMIT_NPROC {limit} allows {budget} sessions");
-            for _ in 0..budget {
-                open.push(open_session(&p, None));
-            }
-            assert_refused(&p, "past the thread budget");
-        }
-        // The tokio binary spends no thread per session: the limit does not bind it.
-        Target::Tokio => {
-            for _ in 0..100 {
-                open.push(open_session(&p, None));
-            }
-        }
-    }
-    for s in open.iter_mut().step_by(10) {
-        s.initialize();
-        assert!(s.call("echo", json!({"ok": 1}))["result"].is_object());
-    }
-    let (status, health) = p.health();
-    assert_eq!(status, 200, "{health}");
-    assert_eq!(health["sessions"], open.len());
+    // The tokio binary spends no thread per session: the limit does not bind it.
+    sessions_past_the_budget_get_503(&p, &format!("RLIMIT_NPROC {limit}"), 200, 100);
 }
 
 /// Descriptors the proxy may hold: its own few, a handful of sessions and some connections.
@@ -251,26 +225,34 @@ fn sessions_past_the_descriptor_limit_get_503(target: Target) {
         .backend([BACKEND])
         .nofile_limit(FILES)
         .start();
+    // One descriptor a session: the limit binds the tokio binary later.
+    sessions_past_the_budget_get_503(&p, &format!("RLIMIT_NOFILE {FILES}"), 40, 20);
+}
+
+/// Under `limit`, the blocking binary's session budget is below `most` and sessions past it
+/// get 503 while those open keep working; the tokio binary (not bound by it) serves
+/// `tokio_sessions`.
+fn sessions_past_the_budget_get_503(p: &Proxy, limit: &str, most: usize, tokio_sessions: usize) {
     let mut open = Vec::new();
-    match target {
+    match p.target {
         Target::Blocking => {
-            let budget = session_budget(&p);
-            assert!(
-                budget < 40,
-                "the budget ({budget}) ignores RLIMIT_NOFILE {FILES}"
-            );
+            let budget = session_budget(p);
+            assert!(budget < most, "the budget ({budget}) ignores {limit}");
+            println!("blocking: {limit} allows {budget} sessions");
             for _ in 0..budget {
-                open.push(open_session(&p, None));
+                open.push(open_session(p, None));
             }
-            assert_refused(&p, "past the descriptor budget");
+            assert_refused(p, &format!("past the budget {limit} allows"));
         }
-        // One descriptor a session: the limit binds later, and accept errors are retried.
-        Target::Tokio => open.extend((0..20).map(|_| open_session(&p, None))),
+        Target::Tokio => open.extend((0..tokio_sessions).map(|_| open_session(p, None))),
     }
-    for s in &mut open {
+    for s in open.iter_mut().step_by(5) {
         s.initialize();
         assert!(s.call("echo", json!({"ok": 1}))["result"].is_object());
     }
+    let (status, health) = p.health();
+    assert_eq!(status, 200, "{health}");
+    assert_eq!(health["sessions"], open.len());
 }
 
 /// A flood of idle connections runs the proxy out of descriptors (tiny_http's accept thread

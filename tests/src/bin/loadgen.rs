@@ -2565,31 +2565,29 @@ call (loadgen / server+backend, the latter from /proc in 10 ms ticks); spread = 
                 );
             }
         }
-        if !checks.is_empty() {
-            println!();
-            println!("Targets for switchboard (/sse):");
-            println!();
-            for (what, ok) in &checks {
-                println!("- {} {what}", if *ok { "MET" } else { "MISS" });
-            }
-        }
-        if !mcp_checks.is_empty() {
-            println!();
-            println!("Targets for Streamable HTTP (/mcp against /sse on the same binary):");
-            println!();
-            for (what, ok) in &mcp_checks {
-                println!("- {} {what}", if *ok { "MET" } else { "MISS" });
-            }
-        }
-        if !blocking_checks.is_empty() {
-            println!();
-            println!("Targets for switchboard-blocking (against switchboard on the same path):");
-            println!();
-            for (what, ok) in &blocking_checks {
-                println!("- {} {what}", if *ok { "MET" } else { "MISS" });
-            }
-        }
+        print_targets("switchboard (/sse)", &checks);
+        print_targets(
+            "Streamable HTTP (/mcp against /sse on the same binary)",
+            &mcp_checks,
+        );
+        print_targets(
+            "switchboard-blocking (against switchboard on the same path)",
+            &blocking_checks,
+        );
         Ok(())
+    }
+}
+
+/// A list of targets, each MET or MISSed, under its title (nothing when there are none).
+fn print_targets(title: &str, checks: &[(String, bool)]) {
+    if checks.is_empty() {
+        return;
+    }
+    println!();
+    println!("Targets for {title}:");
+    println!();
+    for (what, ok) in checks {
+        println!("- {} {what}", if *ok { "MET" } else { "MISS" });
     }
 }
 
