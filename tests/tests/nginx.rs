@@ -251,6 +251,27 @@ impl Cluster {
 }
 
 /// The instance a session id names.
+/// POSTs `ping` (JSON) to `target` at `addr` with `auth`.
+fn post_ping(
+    addr: SocketAddr,
+    target: &str,
+    auth: &str,
+    ping: &str,
+) -> switchboard_tests::http::Response {
+    switchboard_tests::http::request(
+        addr,
+        "POST",
+        target,
+        &[
+            ("Authorization", auth),
+            ("Content-Type", "application/json"),
+        ],
+        Body::json(ping),
+        WAIT,
+    )
+    .unwrap_or_else(|e| panic!("POST {target} to {addr}: {e}"))
+}
+
 fn instance_of(sid: &str) -> &str {
     let (name, uuid) = sid
         .split_once('.')
@@ -501,18 +522,7 @@ fn a_sid_sent_to_another_instance_is_not_found(target: Target) {
     let ping = r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#;
 
     // Straight to b: 404, both transports.
-    let r = switchboard_tests::http::request(
-        b.addr,
-        "POST",
-        &legacy.post_target,
-        &[
-            ("Authorization", &auth),
-            ("Content-Type", "application/json"),
-        ],
-        Body::json(ping),
-        WAIT,
-    )
-    .expect("POST to b");
+    let r = post_ping(b.addr, &legacy.post_target, &auth, ping);
     assert_eq!((r.status, r.text().as_str()), (404, SESSION_NOT_FOUND));
     let moved = McpSession {
         addr: b.addr,
@@ -528,18 +538,12 @@ fn a_sid_sent_to_another_instance_is_not_found(target: Target) {
 
     // The same uuid under b's name, through nginx: routed to b, which does not know it.
     let uuid = legacy.sid.split_once('.').expect("a prefixed sid").1;
-    let r = switchboard_tests::http::request(
+    let r = post_ping(
         cluster.nginx.addr,
-        "POST",
         &format!("/messages?session_id=b.{uuid}"),
-        &[
-            ("Authorization", &auth),
-            ("Content-Type", "application/json"),
-        ],
-        Body::json(ping),
-        WAIT,
-    )
-    .expect("POST through nginx");
+        &auth,
+        ping,
+    );
     assert_eq!((r.status, r.text().as_str()), (404, SESSION_NOT_FOUND));
 
     // Through nginx, a's sessions reach a, untouched by the attempts above.
@@ -552,18 +556,7 @@ fn a_sid_sent_to_another_instance_is_not_found(target: Target) {
     };
     let m = through(&streamable.sid).call(json!(8), "echo", json!({"via": "nginx"}));
     assert_eq!(echoed_args(&m)["via"], "nginx");
-    let r = switchboard_tests::http::request(
-        cluster.nginx.addr,
-        "POST",
-        &legacy.post_target,
-        &[
-            ("Authorization", &auth),
-            ("Content-Type", "application/json"),
-        ],
-        Body::json(ping),
-        WAIT,
-    )
-    .expect("POST through nginx");
+    let r = post_ping(cluster.nginx.addr, &legacy.post_target, &auth, ping);
     assert_eq!(r.status, 202, "{}", r.text());
     let m = legacy.expect_message("the ping's answer");
     assert_eq!(m["id"], 7);
