@@ -119,6 +119,8 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
         busy: AtomicUsize::new(0),
         local_port: local.port(),
         activity,
+        connections: std::sync::Mutex::default(),
+        work: work.0.clone(),
     });
     let serving = server.clone();
     thread::Builder::new()

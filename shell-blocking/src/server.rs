@@ -6,6 +6,7 @@
 //! busy pool runs without sleeping between requests and a JSON answer that takes up to
 //! `--request-timeout` holds no handler thread (only tiny_http's connection thread waits). Every status, header and body comes from the core.
 
+use std::collections::{HashMap, VecDeque};
 use std::io::Read;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
@@ -47,6 +48,9 @@ const RELISTEN_FIRST: Duration = Duration::from_secs(1);
 const RELISTEN_MAX: Duration = Duration::from_secs(4);
 const RELISTEN_CALM: Duration = Duration::from_secs(60);
 
+/// Requests a connection may pipeline behind the one under way before it is cut.
+const MAX_PIPELINED: usize = 32;
+
 /// Handler threads at most. A handler is held only by a client that is slow to send its
 /// body or to read its answer, or while the loop's inputs are full; past this many, work
 /// (new requests and answers alike) waits in the queue.
@@ -77,6 +81,23 @@ pub struct Server {
     pub local_port: u16,
     /// Told of every request, for [`nudge`].
     pub activity: Sender<()>,
+    /// Client connections with a request under way, and the requests pipelined behind it.
+    pub connections: Mutex<HashMap<SocketAddr, Connection>>,
+    /// The handlers' queue, for requests that waited behind another on their connection.
+    pub work: Sender<Work>,
+}
+
+/// A client connection with a request under way. tiny_http writes a connection's answers
+/// in order, each waiting for the one before: were pipelined requests handled side by
+/// side, the handlers of later ones would wait for an earlier answer that no free handler
+/// is left to write. So a connection has one request under way at a time (as with hyper),
+/// the rest wait here, and one that pipelines more than [`MAX_PIPELINED`] unanswered
+/// requests is cut (a client that reads none of its answers would otherwise be sent
+/// everything it asked for).
+#[derive(Default)]
+pub struct Connection {
+    pipelined: VecDeque<Request>,
+    cut: bool,
 }
 
 /// A handler's next piece of work: a new request from tiny_http, or the loop's answer to
@@ -298,21 +319,79 @@ impl Server {
             match http.recv() {
                 Ok(request) => {
                     let _ = self.activity.try_send(());
+                    let Some(request) = self.one_at_a_time(request) else {
+                        continue;
+                    };
                     // Every handler busy (or none yet): one more, if the OS allows.
                     if pool.idle.load(Ordering::Acquire) == 0
                         && !self.clone().spawn_handler(work, pool)
                         && pool.threads.load(Ordering::Acquire) == 0
                     {
                         // No thread at all to answer it: refuse rather than leave it waiting.
+                        self.busy.fetch_sub(1, Ordering::AcqRel);
+                        let peer = request.remote_addr().copied();
                         respond(request, Rejection::BackendBusy.response());
+                        self.next_of(peer, queue);
                         continue;
                     }
-                    self.busy.fetch_add(1, Ordering::AcqRel);
                     let _ = queue.send(Work::Request(request));
                 }
                 Err(_) if listening.is_stopping() => return,
                 Err(e) => error!("accepting connections failed: {e}"),
             }
+        }
+    }
+
+    /// `request` if its connection has nothing else under way (it is then), else `None`:
+    /// it waits behind, and past [`MAX_PIPELINED`] the connection is cut. Counted `busy`
+    /// either way.
+    fn one_at_a_time(&self, request: Request) -> Option<Request> {
+        self.busy.fetch_add(1, Ordering::AcqRel);
+        let Some(peer) = request.remote_addr().copied() else {
+            return Some(request);
+        };
+        let mut connections = self.connections.lock().expect("connections");
+        let Some(connection) = connections.get_mut(&peer) else {
+            connections.insert(peer, Connection::default());
+            return Some(request);
+        };
+        connection.pipelined.push_back(request);
+        if connection.pipelined.len() > MAX_PIPELINED && !connection.cut {
+            connection.cut = true;
+            warn!(%peer, "a client pipelines requests and reads none of the answers: its connection is closed");
+            if let Some(socket) = session::connection_socket(peer, self.local_port) {
+                let _ = socket.shutdown(std::net::Shutdown::Both);
+            }
+        }
+        None
+    }
+
+    /// The request under way on `peer`'s connection is answered: the next one pipelined
+    /// behind it goes to the handlers (those of a cut connection are dropped, which fails
+    /// at once).
+    fn next_of(&self, peer: Option<SocketAddr>, queue: &Sender<Work>) {
+        let Some(peer) = peer else { return };
+        let mut dropped = Vec::new();
+        let next = {
+            let mut connections = self.connections.lock().expect("connections");
+            let Some(connection) = connections.get_mut(&peer) else {
+                return;
+            };
+            if connection.cut {
+                dropped.extend(connection.pipelined.drain(..));
+            }
+            let next = connection.pipelined.pop_front();
+            if next.is_none() {
+                connections.remove(&peer);
+            }
+            next
+        };
+        for request in dropped {
+            drop(request);
+            self.busy.fetch_sub(1, Ordering::AcqRel);
+        }
+        if let Some(request) = next {
+            let _ = queue.send(Work::Request(request));
         }
     }
 
@@ -357,10 +436,19 @@ impl Server {
                 self.clone().spawn_handler(work, pool);
             }
             match next {
-                Work::Request(request) => self.handle(request),
+                Work::Request(request) => {
+                    let peer = request.remote_addr().copied();
+                    if self.handle(request) {
+                        self.next_of(peer, &self.work);
+                    }
+                }
                 Work::Answer(request, reply) => {
-                    self.answer(request, reply);
+                    let peer = request.remote_addr().copied();
+                    let streaming = self.clone().answer(request, reply);
                     self.busy.fetch_sub(1, Ordering::AcqRel);
+                    if !streaming {
+                        self.next_of(peer, &self.work);
+                    }
                 }
             }
             if pool.idle.load(Ordering::Acquire) >= MAX_IDLE {
@@ -371,9 +459,9 @@ impl Server {
     }
 
     /// Admits `request` and hands it to the owner loop, whose answer comes back as work;
-    /// answers it at once when refused. It was counted `busy` when queued: that ends once
-    /// it is answered.
-    fn handle(&self, mut request: Request) {
+    /// answers it at once when refused (then true). It was counted `busy` when queued:
+    /// that ends once it is answered.
+    fn handle(&self, mut request: Request) -> bool {
         let headers = request.headers();
         let header = |name: &'static str| {
             headers
@@ -401,7 +489,7 @@ impl Server {
                 let _ = self.inputs.try_send(Input::Refused(refused.rejection));
                 respond(request, refused.response);
                 self.busy.fetch_sub(1, Ordering::AcqRel);
-                return;
+                return true;
             }
         };
         let body = read_limited(&mut request, self.max_body);
@@ -410,27 +498,52 @@ impl Server {
             http: Box::new(request),
         };
         // Blocks while the loop's inputs are full: the loop never waits on a handler.
-        if let Err(crossbeam_channel::SendError(input)) = self.inputs.send(input) {
-            if let Input::Request { http, .. } = input {
-                respond(*http, Rejection::BackendDown.response());
-            }
-            self.busy.fetch_sub(1, Ordering::AcqRel);
+        let Err(crossbeam_channel::SendError(input)) = self.inputs.send(input) else {
+            return false;
+        };
+        if let Input::Request { http, .. } = input {
+            respond(*http, Rejection::BackendDown.response());
         }
+        self.busy.fetch_sub(1, Ordering::AcqRel);
+        true
     }
 
     /// Copies the loop's answer to `request` onto the wire, or hands the connection to its
-    /// stream's writer.
-    fn answer(&self, request: Request, reply: Reply) {
+    /// stream's writer (then true: what the connection pipelined behind waits for the
+    /// stream to end, and is dropped then).
+    fn answer(self: Arc<Self>, request: Request, reply: Reply) -> bool {
         match reply {
             Reply::Full(response) => respond(request, response),
             Reply::Stream(head, body) => {
-                if let Err(request) =
-                    session::serve(request, head, body, self.local_port, self.closed.clone())
-                {
-                    respond(*request, Rejection::TooManySessions.response());
+                let peer = request.remote_addr().copied();
+                let server = self.clone();
+                let ended = Box::new(move || server.stream_ended(peer));
+                let streaming = session::serve(
+                    request,
+                    head,
+                    body,
+                    self.local_port,
+                    self.closed.clone(),
+                    ended,
+                );
+                match streaming {
+                    Ok(()) => return true,
+                    Err(request) => respond(*request, Rejection::TooManySessions.response()),
                 }
             }
         }
+        false
+    }
+
+    /// The stream on `peer`'s connection is over: nothing more is read from it.
+    fn stream_ended(&self, peer: Option<SocketAddr>) {
+        if let Some(peer) = peer {
+            let mut connections = self.connections.lock().expect("connections");
+            if let Some(connection) = connections.get_mut(&peer) {
+                connection.cut = true;
+            }
+        }
+        self.next_of(peer, &self.work);
     }
 }
 

@@ -63,7 +63,8 @@ pub fn channel(stream: StreamId, budget: usize) -> (Queue, StreamBody) {
 }
 
 /// Answers `request` with `head` and the stream's frames on a thread of its own, until the
-/// loop drops the queue (the stream ended) or the client goes away; then `closed` is told.
+/// loop drops the queue (the stream ended) or the client goes away; then `closed` is told
+/// and `ended` runs (once the connection's writer is gone).
 /// A thread that cannot be started is a 503 and a stream that ended at once.
 pub fn serve(
     request: tiny_http::Request,
@@ -71,6 +72,7 @@ pub fn serve(
     body: StreamBody,
     local_port: u16,
     closed: Sender<StreamId>,
+    ended: Box<dyn FnOnce() + Send>,
 ) -> Result<(), Box<tiny_http::Request>> {
     let stream = body.stream;
     let failed = closed.clone();
@@ -90,6 +92,7 @@ pub fn serve(
                 None => write_through_tiny_http(request, &head, &body),
             };
             let _ = closed.send(body.stream);
+            ended();
         });
     match spawned {
         Ok(_) => {
@@ -176,7 +179,7 @@ fn write_through_tiny_http(
 
 /// A socket of our own for the TCP connection from `peer` to our `local_port`: a duplicate
 /// of the descriptor tiny_http holds, found among this process's open descriptors.
-fn connection_socket(peer: SocketAddr, local_port: u16) -> Option<TcpStream> {
+pub fn connection_socket(peer: SocketAddr, local_port: u16) -> Option<TcpStream> {
     let entries = std::fs::read_dir("/proc/self/fd").ok()?;
     for entry in entries.flatten() {
         let Some(fd) = entry

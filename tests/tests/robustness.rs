@@ -301,6 +301,46 @@ fn port_recovers_after_running_out_of_descriptors(target: Target) {
     assert_eq!(health["sessions"], 2);
 }
 
+/// A client that pipelines requests on one connection and reads none of the answers holds
+/// up nobody else: another session's calls and `/health` are answered meanwhile (the
+/// blocking binary cuts such a connection; the tokio binary serves it one request at a time).
+fn a_client_reading_no_answers_holds_up_nobody(target: Target) {
+    let p = Proxy::builder(target).backend([BACKEND]).start();
+    let greedy = open_session(&p, None);
+    let body = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    let one = format!(
+        "POST {} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        greedy.post_target,
+        p.addr,
+        body.len()
+    );
+    let burst = one.repeat(1000).into_bytes();
+    let mut pipelining = TcpStream::connect(p.addr).expect("connect");
+    pipelining.set_nonblocking(true).expect("nonblocking");
+    // Bounded: a few seconds or a few tens of MB, whichever comes first.
+    let (until, mut sent) = (Instant::now() + Duration::from_secs(3), 0usize);
+    while Instant::now() < until && sent < 64 << 20 {
+        match std::io::Write::write(&mut pipelining, &burst) {
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            // Cut off: what the blocking binary does.
+            Err(_) => break,
+        }
+    }
+    assert!(
+        sent > one.len() * 100,
+        "the pipelined requests were not sent"
+    );
+    let mut other = open_session(&p, None);
+    other.initialize();
+    assert!(other.call("echo", json!({"beside": 1}))["result"].is_object());
+    let (status, health) = p.health();
+    assert_eq!(status, 200, "{health}");
+    drop(pipelining);
+}
+
 /// The session budget the blocking binary logged at start.
 fn session_budget(p: &Proxy) -> usize {
     p.log()
@@ -317,6 +357,7 @@ fn session_budget(p: &Proxy) -> usize {
 }
 
 suite!(
+    a_client_reading_no_answers_holds_up_nobody,
     departed_client_is_noticed_within_a_second,
     port_recovers_after_running_out_of_descriptors,
     sessions_past_the_descriptor_limit_get_503,
