@@ -48,8 +48,10 @@ const RELISTEN_FIRST: Duration = Duration::from_secs(1);
 const RELISTEN_MAX: Duration = Duration::from_secs(4);
 const RELISTEN_CALM: Duration = Duration::from_secs(60);
 
-/// Requests a connection may pipeline behind the one under way before it is cut.
+/// Requests a connection may pipeline behind the one under way before it is cut, and how
+/// long what a cut connection still brings is dropped.
 const MAX_PIPELINED: usize = 32;
+const CUT_REMEMBERED: Duration = Duration::from_secs(5);
 
 /// Handler threads at most. A handler is held only by a client that is slow to send its
 /// body or to read its answer, or while the loop's inputs are full; past this many, work
@@ -96,8 +98,18 @@ pub struct Server {
 /// everything it asked for).
 #[derive(Default)]
 pub struct Connection {
+    /// One of its requests is with a handler or the loop.
+    under_way: bool,
     pipelined: VecDeque<Request>,
-    cut: bool,
+    /// When it was cut: what tiny_http still reads from it is dropped, for a while (later
+    /// the peer's port may belong to a new connection).
+    cut_at: Option<Instant>,
+}
+
+impl Connection {
+    fn is_forgotten(&self) -> bool {
+        self.cut_at.is_some_and(|at| at.elapsed() > CUT_REMEMBERED) && !self.under_way
+    }
 }
 
 /// A handler's next piece of work: a new request from tiny_http, or the loop's answer to
@@ -350,17 +362,38 @@ impl Server {
         let Some(peer) = request.remote_addr().copied() else {
             return Some(request);
         };
-        let mut connections = self.connections.lock().expect("connections");
-        let Some(connection) = connections.get_mut(&peer) else {
-            connections.insert(peer, Connection::default());
-            return Some(request);
+        let leftover = {
+            let mut connections = self.connections.lock().expect("connections");
+            let connection = connections.entry(peer).or_default();
+            if connection.is_forgotten() {
+                *connection = Connection::default();
+            }
+            if connection.under_way {
+                connection.pipelined.push_back(request);
+                if connection.pipelined.len() <= MAX_PIPELINED || connection.cut_at.is_some() {
+                    return None;
+                }
+                connection.cut_at = Some(Instant::now());
+                connections.retain(|_, c| !c.is_forgotten());
+                None
+            } else if connection.cut_at.is_some() {
+                Some(request)
+            } else {
+                connection.under_way = true;
+                return Some(request);
+            }
         };
-        connection.pipelined.push_back(request);
-        if connection.pipelined.len() > MAX_PIPELINED && !connection.cut {
-            connection.cut = true;
-            warn!(%peer, "a client pipelines requests and reads none of the answers: its connection is closed");
-            if let Some(socket) = session::connection_socket(peer, self.local_port) {
-                let _ = socket.shutdown(std::net::Shutdown::Both);
+        match leftover {
+            // Read from a cut connection with nothing under way: its 500 fails at once.
+            Some(request) => {
+                drop(request);
+                self.busy.fetch_sub(1, Ordering::AcqRel);
+            }
+            None => {
+                warn!(%peer, "a client pipelines more than {MAX_PIPELINED} requests behind an unanswered one: its connection is closed");
+                if let Some(socket) = session::connection_socket(peer, self.local_port) {
+                    let _ = socket.shutdown(std::net::Shutdown::Both);
+                }
             }
         }
         None
@@ -371,27 +404,34 @@ impl Server {
     /// at once).
     fn next_of(&self, peer: Option<SocketAddr>, queue: &Sender<Work>) {
         let Some(peer) = peer else { return };
-        let mut dropped = Vec::new();
-        let next = {
+        let (next, dropped) = {
             let mut connections = self.connections.lock().expect("connections");
             let Some(connection) = connections.get_mut(&peer) else {
                 return;
             };
-            if connection.cut {
-                dropped.extend(connection.pipelined.drain(..));
+            if connection.cut_at.is_some() {
+                connection.under_way = false;
+                (None, std::mem::take(&mut connection.pipelined))
+            } else {
+                let next = connection.pipelined.pop_front();
+                if next.is_none() {
+                    connections.remove(&peer);
+                }
+                (next, VecDeque::new())
             }
-            let next = connection.pipelined.pop_front();
-            if next.is_none() {
-                connections.remove(&peer);
-            }
-            next
         };
-        for request in dropped {
-            drop(request);
-            self.busy.fetch_sub(1, Ordering::AcqRel);
-        }
+        self.drop_unanswered(dropped);
         if let Some(request) = next {
             let _ = queue.send(Work::Request(request));
+        }
+    }
+
+    /// Drops requests that will not be answered (tiny_http writes a 500 for each, which
+    /// fails at once on a closed connection).
+    fn drop_unanswered(&self, requests: VecDeque<Request>) {
+        for request in requests {
+            drop(request);
+            self.busy.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
@@ -424,8 +464,8 @@ impl Server {
 
     /// One handler thread's life: the next request or answer; a thread that takes the
     /// last idle place starts another, so a slow client never holds up the others. Ends
-    /// when the queue closes: the accept thread and the loop are gone and every request
-    /// and answer queued before has been taken.
+    /// when enough others idle; the queue itself stays open (the server keeps a sender for
+    /// pipelined requests) until the process exits.
     fn work(self: Arc<Self>, work: &Receiver<Work>, pool: &Arc<Pool>) {
         loop {
             pool.idle.fetch_add(1, Ordering::AcqRel);
@@ -535,15 +575,14 @@ impl Server {
         false
     }
 
-    /// The stream on `peer`'s connection is over: nothing more is read from it.
+    /// The stream on `peer`'s connection is over, and so is the connection (its read side
+    /// was shut before the stream began): what it pipelined behind is dropped.
     fn stream_ended(&self, peer: Option<SocketAddr>) {
-        if let Some(peer) = peer {
-            let mut connections = self.connections.lock().expect("connections");
-            if let Some(connection) = connections.get_mut(&peer) {
-                connection.cut = true;
-            }
+        let Some(peer) = peer else { return };
+        let connection = self.connections.lock().expect("connections").remove(&peer);
+        if let Some(connection) = connection {
+            self.drop_unanswered(connection.pipelined);
         }
-        self.next_of(peer, &self.work);
     }
 }
 

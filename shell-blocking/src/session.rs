@@ -131,6 +131,18 @@ fn write_to_socket(
     let _ = socket.set_nodelay(true);
     // The pool thread parked on this connection reads the end and goes back to its pool.
     let _ = socket.shutdown(Shutdown::Read);
+    let streamed = stream_frames(&mut socket, head, stream);
+    // The connection ends with the stream: a request pipelined behind gets nothing on it.
+    let _ = socket.shutdown(Shutdown::Write);
+    streamed
+}
+
+/// The head, then the stream's frames as chunks, until the stream ends or the client goes.
+fn stream_frames(
+    socket: &mut TcpStream,
+    head: &Response,
+    stream: &StreamBody,
+) -> std::io::Result<()> {
     socket.write_all(&head_bytes(head))?;
     let mut chunk = Vec::with_capacity(16 * 1024);
     loop {
@@ -145,7 +157,7 @@ fn write_to_socket(
                 socket.write_all(&chunk)?;
             }
             Err(RecvTimeoutError::Timeout) => {
-                if departed(&socket) {
+                if departed(socket) {
                     return Ok(());
                 }
             }

@@ -303,7 +303,8 @@ fn port_recovers_after_running_out_of_descriptors(target: Target) {
 
 /// A client that pipelines requests on one connection and reads none of the answers holds
 /// up nobody else: another session's calls and `/health` are answered meanwhile (the
-/// blocking binary cuts such a connection; the tokio binary serves it one request at a time).
+/// blocking binary cuts such a connection; the tokio binary serves it one request at a
+/// time until its writes stall).
 fn a_client_reading_no_answers_holds_up_nobody(target: Target) {
     let p = Proxy::builder(target).backend([BACKEND]).start();
     let greedy = open_session(&p, None);
@@ -320,7 +321,8 @@ fn a_client_reading_no_answers_holds_up_nobody(target: Target) {
     // Bounded: a few seconds or a few tens of MB, whichever comes first.
     let (until, mut sent) = (Instant::now() + Duration::from_secs(3), 0usize);
     while Instant::now() < until && sent < 64 << 20 {
-        match std::io::Write::write(&mut pipelining, &burst) {
+        // Whole requests back to back, however the writes split them.
+        match std::io::Write::write(&mut pipelining, &burst[sent % burst.len()..]) {
             Ok(n) => sent += n,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 std::thread::sleep(Duration::from_millis(10))
@@ -338,6 +340,13 @@ fn a_client_reading_no_answers_holds_up_nobody(target: Target) {
     assert!(other.call("echo", json!({"beside": 1}))["result"].is_object());
     let (status, health) = p.health();
     assert_eq!(status, 200, "{health}");
+    if target == Target::Blocking {
+        assert!(
+            p.wait_log("its connection is closed", WAIT),
+            "the blocking binary did not cut the connection:\n{}",
+            p.log()
+        );
+    }
     drop(pipelining);
 }
 
