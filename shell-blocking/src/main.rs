@@ -125,7 +125,7 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
     let serving = server.clone();
     thread::Builder::new()
         .name("accept".into())
-        .spawn(move || serving.serve(listening, work))?;
+        .spawn(move || serving.serve(listening, work.1))?;
     let (status, drain) = supervisor.run();
     server.drain(drain);
     Ok(status)

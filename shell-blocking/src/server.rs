@@ -87,7 +87,8 @@ pub struct Server {
     pub activity: Sender<()>,
     /// Client connections with a request under way, and the requests pipelined behind it.
     pub connections: Mutex<HashMap<SocketAddr, Connection>>,
-    /// The handlers' queue, for requests that waited behind another on their connection.
+    /// The handlers' queue: requests from the accept threads, and those that waited behind
+    /// another on their connection.
     pub work: Sender<Work>,
 }
 
@@ -261,21 +262,12 @@ fn free_descriptors() -> usize {
 impl Server {
     /// Takes requests from tiny_http until [`Listening::stop`] and queues each for the
     /// handlers (starting them as needed), listening again when tiny_http's accept thread
-    /// has ended (see [`Listening`]). `work` is the queue's two ends; the loop queues its
-    /// answers on the same queue.
-    pub fn serve(
-        self: Arc<Self>,
-        listening: Arc<Listening>,
-        (queue, work): (Sender<Work>, Receiver<Work>),
-    ) {
+    /// has ended (see [`Listening`]). `work` is the handlers' end of the queue that
+    /// [`Server::work`] (and the loop, with its answers) sends on.
+    pub fn serve(self: Arc<Self>, listening: Arc<Listening>, work: Receiver<Work>) {
         let pool = Arc::new(Pool::default());
-        let (server, watching, watch_queue, watch_work, watch_pool) = (
-            self.clone(),
-            listening.clone(),
-            queue.clone(),
-            work.clone(),
-            pool.clone(),
-        );
+        let (server, watching, watch_work, watch_pool) =
+            (self.clone(), listening.clone(), work.clone(), pool.clone());
         let watcher = thread::Builder::new()
             .name("listen-watch".into())
             .stack_size(HANDLER_STACK)
@@ -284,10 +276,9 @@ impl Server {
                     // The thread that takes the new server's requests first, so that no
                     // server is made that nobody takes requests from.
                     let (give, taken) = crossbeam_channel::bounded::<Arc<tiny_http::Server>>(1);
-                    let (server, listening, queue, work, pool) = (
+                    let (server, listening, work, pool) = (
                         server.clone(),
                         watching.clone(),
-                        watch_queue.clone(),
                         watch_work.clone(),
                         watch_pool.clone(),
                     );
@@ -296,7 +287,7 @@ impl Server {
                         .stack_size(HANDLER_STACK)
                         .spawn(move || {
                             if let Ok(http) = taken.recv() {
-                                server.take(&http, &listening, &queue, &work, &pool);
+                                server.take(&http, &listening, &work, &pool);
                             }
                         });
                     if let Err(e) = taker {
@@ -316,7 +307,7 @@ impl Server {
             warn!("cannot watch the listening socket: {e}");
         }
         let first = listening.first();
-        self.take(&first, &listening, &queue, &work, &pool);
+        self.take(&first, &listening, &work, &pool);
     }
 
     /// Takes `http`'s requests until [`Listening::stop`] (an accept error ends only
@@ -325,7 +316,6 @@ impl Server {
         self: &Arc<Self>,
         http: &tiny_http::Server,
         listening: &Listening,
-        queue: &Sender<Work>,
         work: &Receiver<Work>,
         pool: &Arc<Pool>,
     ) {
@@ -345,7 +335,7 @@ impl Server {
                         self.busy.fetch_sub(1, Ordering::AcqRel);
                         let peer = request.remote_addr().copied();
                         respond(request, Rejection::BackendBusy.response());
-                        self.next_of(peer, queue);
+                        self.next_of(peer);
                         continue;
                     }
                     if is_buffered(&request) && work.is_empty() {
@@ -354,10 +344,10 @@ impl Server {
                         // share the work instead); a refusal is written by a handler.
                         if let Err(refused) = self.handle(request) {
                             let (request, refusal) = *refused;
-                            let _ = queue.send(Work::Answer(request, Reply::Full(refusal)));
+                            let _ = self.work.send(Work::Answer(request, Reply::Full(refusal)));
                         }
                     } else {
-                        let _ = queue.send(Work::Request(request));
+                        let _ = self.work.send(Work::Request(request));
                     }
                 }
                 Err(_) if listening.is_stopping() => return,
@@ -414,7 +404,7 @@ impl Server {
     /// The request under way on `peer`'s connection is answered: the next one pipelined
     /// behind it goes to the handlers (those of a cut connection are dropped, which fails
     /// at once).
-    fn next_of(&self, peer: Option<SocketAddr>, queue: &Sender<Work>) {
+    fn next_of(&self, peer: Option<SocketAddr>) {
         let Some(peer) = peer else { return };
         let (next, dropped) = {
             let mut connections = self.connections.lock().expect("connections");
@@ -434,7 +424,7 @@ impl Server {
         };
         self.drop_unanswered(dropped);
         if let Some(request) = next {
-            let _ = queue.send(Work::Request(request));
+            let _ = self.work.send(Work::Request(request));
         }
     }
 
@@ -494,7 +484,7 @@ impl Server {
                         let peer = request.remote_addr().copied();
                         respond(request, refusal);
                         self.busy.fetch_sub(1, Ordering::AcqRel);
-                        self.next_of(peer, &self.work);
+                        self.next_of(peer);
                     }
                 }
                 Work::Answer(request, reply) => {
@@ -502,7 +492,7 @@ impl Server {
                     let streaming = self.clone().answer(request, reply);
                     self.busy.fetch_sub(1, Ordering::AcqRel);
                     if !streaming {
-                        self.next_of(peer, &self.work);
+                        self.next_of(peer);
                     }
                 }
             }
