@@ -13,7 +13,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 use serde_json::value::RawValue;
 
 /// Longest id (as raw JSON text, quotes included) a client may send.
-pub const MAX_ID_LEN: usize = 256;
+pub(crate) const MAX_ID_LEN: usize = 256;
 
 /// Why a client body was refused: each maps to HTTP 400 with a JSON-RPC error body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -100,7 +100,7 @@ impl fmt::Display for Invalid {
 
 /// A JSON-RPC id as the sender wrote it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RawId<'a> {
+pub(crate) enum RawId<'a> {
     /// An integer literal, digits and sign exactly as written (`-0` included).
     Int(&'a str),
     /// A JSON string literal, quotes and escapes exactly as written.
@@ -110,7 +110,7 @@ pub enum RawId<'a> {
 impl<'a> RawId<'a> {
     /// Classifies raw JSON text as an id; `None` for null, bools, fractions, exponents,
     /// objects and arrays.
-    pub fn classify(raw: &'a str) -> Option<RawId<'a>> {
+    pub(crate) fn classify(raw: &'a str) -> Option<RawId<'a>> {
         match raw.as_bytes().first()? {
             b'"' => Some(RawId::Str(raw)),
             b'-' | b'0'..=b'9' if !raw.bytes().any(|b| matches!(b, b'.' | b'e' | b'E')) => {
@@ -121,7 +121,8 @@ impl<'a> RawId<'a> {
     }
 
     /// The raw JSON text.
-    pub fn as_str(&self) -> &'a str {
+    #[cfg(test)]
+    pub(crate) fn as_str(&self) -> &'a str {
         match self {
             RawId::Int(s) | RawId::Str(s) => s,
         }
@@ -130,7 +131,7 @@ impl<'a> RawId<'a> {
 
 /// What a message is, by the JSON-RPC 2.0 shape rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// `method` and `id`.
     Request,
     /// `method`, no `id`.
@@ -141,34 +142,34 @@ pub enum Kind {
 
 /// A parsed JSON object's top-level members, values kept as raw text.
 #[derive(Debug)]
-pub struct Message<'a> {
+pub(crate) struct Message<'a> {
     /// The whole message text.
-    pub text: &'a str,
+    pub(crate) text: &'a str,
     /// Its shape.
-    pub kind: Kind,
+    pub(crate) kind: Kind,
     /// The `method` value.
-    pub method: Option<Cow<'a, str>>,
+    pub(crate) method: Option<Cow<'a, str>>,
     /// The raw `id` member value, if present (any JSON type).
-    pub id: Option<&'a RawValue>,
+    pub(crate) id: Option<&'a RawValue>,
     /// The members of `params` the proxy reads or rewrites.
-    pub params: Params<'a>,
+    pub(crate) params: Params<'a>,
     /// The raw `result`.
-    pub result: Option<&'a RawValue>,
+    pub(crate) result: Option<&'a RawValue>,
     /// The raw `error`.
-    pub error: Option<&'a RawValue>,
+    pub(crate) error: Option<&'a RawValue>,
     /// The raw `jsonrpc`.
-    pub jsonrpc: Option<&'a RawValue>,
+    pub(crate) jsonrpc: Option<&'a RawValue>,
 }
 
 impl<'a> Message<'a> {
     /// The byte range of a member value (or any sub-slice) inside [`Message::text`].
-    pub fn span(&self, inner: &RawValue) -> Range<usize> {
+    pub(crate) fn span(&self, inner: &RawValue) -> Range<usize> {
         span_of(self.text, inner.get())
     }
 }
 
 /// Where `inner` (a sub-slice of `outer`) sits in `outer`.
-pub fn span_of(outer: &str, inner: &str) -> Range<usize> {
+pub(crate) fn span_of(outer: &str, inner: &str) -> Range<usize> {
     let start = (inner.as_ptr() as usize).wrapping_sub(outer.as_ptr() as usize);
     debug_assert!(
         start + inner.len() <= outer.len(),
@@ -178,7 +179,7 @@ pub fn span_of(outer: &str, inner: &str) -> Range<usize> {
 }
 
 /// Admits a client POST body: exactly one JSON-RPC request or notification, strictly.
-pub fn admit_client(body: &[u8]) -> Result<Message<'_>, Invalid> {
+pub(crate) fn admit_client(body: &[u8]) -> Result<Message<'_>, Invalid> {
     let text = std::str::from_utf8(body).map_err(|_| Invalid::NotUtf8)?;
     let msg = parse_object(text, true)?;
     match &msg.jsonrpc {
@@ -200,7 +201,7 @@ pub fn admit_client(body: &[u8]) -> Result<Message<'_>, Invalid> {
 }
 
 /// Parses a backend line leniently: one JSON object whose top-level keys are unique.
-pub fn parse_backend(line: &str) -> Result<Message<'_>, Invalid> {
+pub(crate) fn parse_backend(line: &str) -> Result<Message<'_>, Invalid> {
     parse_object(line, false)
 }
 
@@ -263,7 +264,7 @@ fn parse_object(text: &str, deep: bool) -> Result<Message<'_>, Invalid> {
 }
 
 /// The value of a raw JSON string, borrowed when it has no escapes.
-pub fn string_value(raw: &RawValue) -> Option<Cow<'_, str>> {
+pub(crate) fn string_value(raw: &RawValue) -> Option<Cow<'_, str>> {
     let s = raw.get();
     let inner = s.strip_prefix('"')?.strip_suffix('"')?;
     if !inner.contains('\\') {
@@ -277,20 +278,20 @@ const DUPLICATE: &str = "duplicate key";
 /// The members of `params` the proxy reads or rewrites, found in the same single pass
 /// that checks the message, as raw text.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Params<'a> {
+pub(crate) struct Params<'a> {
     /// `params._meta.progressToken` (a request asking for progress).
-    pub meta_progress_token: Option<&'a RawValue>,
+    pub(crate) meta_progress_token: Option<&'a RawValue>,
     /// `params.progressToken` (a `notifications/progress`).
-    pub progress_token: Option<&'a RawValue>,
+    pub(crate) progress_token: Option<&'a RawValue>,
     /// `params.requestId` (a `notifications/cancelled`).
-    pub request_id: Option<&'a RawValue>,
+    pub(crate) request_id: Option<&'a RawValue>,
     /// `params.capabilities` (an `initialize`).
-    pub capabilities: Option<&'a RawValue>,
+    pub(crate) capabilities: Option<&'a RawValue>,
     /// `params.uri` (subscriptions and `notifications/resources/updated`).
-    pub uri: Option<&'a RawValue>,
+    pub(crate) uri: Option<&'a RawValue>,
     /// `params._meta` names a protocol version (`io.modelcontextprotocol/protocolVersion`):
     /// a client of the 2026 revision that sends no session.
-    pub meta_protocol_version: bool,
+    pub(crate) meta_protocol_version: bool,
 }
 
 struct Members<'a> {

@@ -42,7 +42,7 @@ use switchboard_core::http::{Admitted, Endpoint, McpHeaders, Response};
 use switchboard_core::hub::{Payload, Settings, TableSizes};
 use switchboard_core::routed_id::SessionId;
 use switchboard_core::supervise::Exit;
-use switchboard_core::{Action, Delivery, Event, Frame, Output, Principal, RequestId, StreamId};
+use switchboard_core::{Event, Frame, Output, Principal, RequestId, StreamId};
 
 use crate::driver::{Answer, Driver, Record, Seen};
 use crate::fuzz::{
@@ -50,6 +50,7 @@ use crate::fuzz::{
     json_string, members, one_line_object, routed_rest, strict_string_of, string_of, World,
     LIST_CHANGED, PROXY_ID_PREFIX,
 };
+use crate::routing::{Action, Delivery};
 
 /// The sessions slots [`Op`]s address; a slot holds one session at a time.
 const SLOTS: usize = 4;
@@ -860,10 +861,7 @@ impl Model {
             "live sessions disagree with the model after {op:?}"
         );
         for (sid, s) in &self.live {
-            assert!(
-                hub.router().is_live(sid),
-                "{sid} should be live after {op:?}"
-            );
+            assert!(hub.is_live(sid), "{sid} should be live after {op:?}");
             if let Kind::Legacy { stream } = s.kind {
                 assert_eq!(hub.stream_session(stream), Some(*sid), "{sid}'s stream");
             }
@@ -2525,7 +2523,7 @@ impl Model {
                 Action::Deliver { .. } => "deliver",
                 Action::Broadcast { .. } => "broadcast",
                 Action::Drop { .. } => "drop",
-                Action::Pong { .. } => "pong",
+                Action::Pong => "pong",
             })
             .collect();
         let mcp = if mcp_answers > 0 {
