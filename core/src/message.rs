@@ -42,6 +42,11 @@ pub enum Invalid {
     IdTooLong,
     /// A response (clients may not answer the proxy).
     ClientResponse,
+    /// An id, progress token or cancelled request id with a lone surrogate escape
+    /// (`"\ud800"`): not Unicode text, so no backend can echo it back exactly.
+    LoneSurrogate,
+    /// Nested deeper than the parser follows.
+    TooDeep,
 }
 
 impl Invalid {
@@ -70,6 +75,10 @@ impl Invalid {
             Invalid::InvalidId => "Invalid Request: id must be a string or an integer",
             Invalid::IdTooLong => "Invalid Request: id is longer than 256 bytes",
             Invalid::ClientResponse => "Invalid Request: responses from clients are not accepted",
+            Invalid::LoneSurrogate => {
+                "Invalid Request: an id, progressToken or requestId must be Unicode text (no lone surrogate escapes)"
+            }
+            Invalid::TooDeep => "Invalid Request: nested deeper than 128 levels",
         }
     }
 
@@ -88,6 +97,8 @@ impl Invalid {
             Invalid::InvalidId => "invalid_id",
             Invalid::IdTooLong => "id_too_long",
             Invalid::ClientResponse => "client_response",
+            Invalid::LoneSurrogate => "lone_surrogate",
+            Invalid::TooDeep => "too_deep",
         }
     }
 }
@@ -197,7 +208,24 @@ pub(crate) fn admit_client(body: &[u8]) -> Result<Message<'_>, Invalid> {
         }
         Kind::Notification => {}
     }
+    let id_like = [
+        msg.id,
+        msg.params.meta_progress_token,
+        msg.params.request_id,
+    ];
+    if id_like
+        .into_iter()
+        .flatten()
+        .any(|v| !is_unicode_text(v.get()))
+    {
+        return Err(Invalid::LoneSurrogate);
+    }
     Ok(msg)
+}
+
+/// Whether raw JSON text, when it is a string with escapes, decodes to Unicode text.
+fn is_unicode_text(raw: &str) -> bool {
+    !raw.starts_with('"') || !raw.contains('\\') || serde_json::from_str::<String>(raw).is_ok()
 }
 
 /// Parses a backend line leniently: one JSON object whose top-level keys are unique.
@@ -233,8 +261,11 @@ fn parse_object(text: &str, deep: bool) -> Result<Message<'_>, Invalid> {
         .deserialize_map(MembersVisitor { deep })
         .and_then(|m| de.end().map(|()| m))
         .map_err(|e| {
-            if e.to_string().starts_with(DUPLICATE) {
+            let text = e.to_string();
+            if text.starts_with(DUPLICATE) {
                 Invalid::DuplicateKey
+            } else if text.starts_with(TOO_DEEP) {
+                Invalid::TooDeep
             } else {
                 Invalid::NotJson
             }
@@ -274,6 +305,8 @@ pub(crate) fn string_value(raw: &RawValue) -> Option<Cow<'_, str>> {
 }
 
 const DUPLICATE: &str = "duplicate key";
+/// serde_json's message when nesting passes its recursion limit.
+const TOO_DEEP: &str = "recursion limit exceeded";
 
 /// The members of `params` the proxy reads or rewrites, found in the same single pass
 /// that checks the message, as raw text.
@@ -545,7 +578,13 @@ impl<'de> Visitor<'de> for MetaSeed {
 /// Walks a whole value and fails on the first object with a repeated key.
 fn check_unique_keys(raw: &RawValue) -> Result<(), &'static str> {
     let mut de = serde_json::Deserializer::from_str(raw.get());
-    UniqueKeys.deserialize(&mut de).map_err(|_| DUPLICATE)
+    UniqueKeys.deserialize(&mut de).map_err(|e| {
+        if e.to_string().starts_with(TOO_DEEP) {
+            TOO_DEEP
+        } else {
+            DUPLICATE
+        }
+    })
 }
 
 #[derive(Clone, Copy)]
@@ -606,6 +645,24 @@ mod tests {
             admit_client(body.as_bytes()).unwrap_err(),
             Invalid::DuplicateKey
         );
+    }
+
+    #[test]
+    fn refusals_name_their_reason() {
+        let surrogate = br#"{"jsonrpc":"2.0","id":"\ud800","method":"tools/list"}"#;
+        assert_eq!(admit_client(surrogate).unwrap_err(), Invalid::LoneSurrogate);
+        let token = br#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"_meta":{"progressToken":"a\udc00"}}}"#;
+        assert_eq!(admit_client(token).unwrap_err(), Invalid::LoneSurrogate);
+        let pair = br#"{"jsonrpc":"2.0","id":"\ud83d\ude00","method":"tools/list"}"#;
+        assert!(admit_client(pair).is_ok());
+        let deep = format!(
+            r#"{{"jsonrpc":"2.0","id":{}1{},"method":"tools/list"}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        assert_eq!(admit_client(deep.as_bytes()).unwrap_err(), Invalid::TooDeep);
+        let nested_id = br#"{"jsonrpc":"2.0","id":[[1]],"method":"tools/list"}"#;
+        assert_eq!(admit_client(nested_id).unwrap_err(), Invalid::InvalidId);
     }
 
     #[test]

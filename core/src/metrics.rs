@@ -79,32 +79,64 @@ pub(crate) struct ShellGauges {
 
 /// Renders the Prometheus text exposition format.
 pub(crate) fn render(m: &Metrics, g: ShellGauges) -> String {
-    let mut out = String::with_capacity(2048);
-    let mut metric = |name: &str, kind: &str, help: &str, samples: &[(String, u64)]| {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for (labels, value) in samples {
-            let _ = writeln!(out, "{name}{labels} {value}");
-        }
-    };
+    let mut out = Text(String::with_capacity(2048));
     let one = |v: u64| vec![(String::new(), v)];
-    metric(
+    out.metric(
         "switchboard_sessions",
         "gauge",
         "Live sessions.",
         &one(g.live_sessions as u64),
     );
-    metric(
+    out.metric(
         "switchboard_sessions_opened_total",
         "counter",
         "Sessions opened.",
         &one(m.sessions_opened),
     );
-    metric(
+    out.metric(
         "switchboard_sessions_closed_total",
         "counter",
         "Sessions closed.",
         &one(m.sessions_closed),
     );
+    render_messages(&mut out, m);
+    out.metric(
+        "switchboard_backend_up",
+        "gauge",
+        "1 while the backend process runs.",
+        &one(u64::from(g.backend_running)),
+    );
+    out.metric(
+        "switchboard_backend_restarts_total",
+        "counter",
+        "Backend restarts.",
+        &one(g.backend_restarts),
+    );
+    if let Some(instance) = g.instance {
+        out.metric(
+            "switchboard_instance_info",
+            "gauge",
+            "The --instance name this process mints session ids under.",
+            &[(format!("{{instance=\"{instance}\"}}"), 1)],
+        );
+    }
+    out.0
+}
+
+/// Prometheus text under construction.
+struct Text(String);
+
+impl Text {
+    fn metric(&mut self, name: &str, kind: &str, help: &str, samples: &[(String, u64)]) {
+        let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (labels, value) in samples {
+            let _ = writeln!(self.0, "{name}{labels} {value}");
+        }
+    }
+}
+
+/// Messages by direction, drops by reason and method, rejections by reason.
+fn render_messages(out: &mut Text, m: &Metrics) {
     let messages = vec![
         (
             r#"{direction="client_to_proxy"}"#.to_owned(),
@@ -125,7 +157,7 @@ pub(crate) fn render(m: &Metrics, g: ShellGauges) -> String {
             m.broadcasts,
         ),
     ];
-    metric(
+    out.metric(
         "switchboard_messages_total",
         "counter",
         "Messages by direction.",
@@ -141,7 +173,7 @@ pub(crate) fn render(m: &Metrics, g: ShellGauges) -> String {
             )
         })
         .collect();
-    metric(
+    out.metric(
         "switchboard_drops_total",
         "counter",
         "Backend messages dropped or answered by the proxy, by reason and method.",
@@ -152,34 +184,14 @@ pub(crate) fn render(m: &Metrics, g: ShellGauges) -> String {
         .iter()
         .map(|(reason, n)| (format!("{{reason=\"{reason}\"}}"), *n))
         .collect();
-    metric(
+    out.metric(
         "switchboard_rejections_total",
         "counter",
         "HTTP requests refused, by reason.",
         &rejections,
     );
-    metric(
-        "switchboard_backend_up",
-        "gauge",
-        "1 while the backend process runs.",
-        &one(u64::from(g.backend_running)),
-    );
-    metric(
-        "switchboard_backend_restarts_total",
-        "counter",
-        "Backend restarts.",
-        &one(g.backend_restarts),
-    );
-    if let Some(instance) = g.instance {
-        metric(
-            "switchboard_instance_info",
-            "gauge",
-            "The --instance name this process mints session ids under.",
-            &[(format!("{{instance=\"{instance}\"}}"), 1)],
-        );
-    }
-    out
 }
+
 /// Why a backend line (or part of a client's message) went nowhere.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum DropReason {

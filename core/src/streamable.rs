@@ -72,82 +72,30 @@ impl Accepts {
 
 /// An id (or progress token) as a session's in-flight table knows it: its type and its
 /// value, so that `"a"` and `"\u0061"` are the same request and `1` and `"1"` are not.
+/// (Admission refuses strings that are not Unicode text, so every id has one.)
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct IdKey {
     string: bool,
-    /// A string holding a lone surrogate escape (`"\ud800"`, which no Rust `String` can
-    /// hold): `text` is then its UTF-16 code units in hex, so it still has exactly one key.
-    lone_surrogate: bool,
     text: String,
 }
 
 impl IdKey {
     /// The key of an id given as raw JSON text; `None` for what is not an id.
     pub(crate) fn of(raw: &str) -> Option<IdKey> {
-        match RawId::classify(raw)? {
-            RawId::Int(digits) => Some(IdKey {
-                string: false,
-                lone_surrogate: false,
-                text: digits.to_owned(),
-            }),
-            RawId::Str(literal) => {
-                if !literal.contains('\\') {
-                    return Some(IdKey {
-                        string: true,
-                        lone_surrogate: false,
-                        text: literal.get(1..literal.len().checked_sub(1)?)?.to_owned(),
-                    });
-                }
-                if let Ok(value) = serde_json::from_str::<String>(literal) {
-                    return Some(IdKey {
-                        string: true,
-                        lone_surrogate: false,
-                        text: value,
-                    });
-                }
-                // Admission passes lone surrogate escapes through byte for byte.
-                let units = utf16_units(literal)?;
-                Some(IdKey {
-                    string: true,
-                    lone_surrogate: true,
-                    text: units.iter().map(|u| format!("{u:04x}")).collect(),
+        let text = match RawId::classify(raw)? {
+            RawId::Int(digits) => {
+                return Some(IdKey {
+                    string: false,
+                    text: digits.to_owned(),
                 })
             }
-        }
-    }
-}
-
-/// The UTF-16 code units of a JSON string literal (quotes included), escapes decoded;
-/// `None` when it is not a well-formed literal.
-fn utf16_units(literal: &str) -> Option<Vec<u16>> {
-    let inner = literal.strip_prefix('"')?.strip_suffix('"')?;
-    let mut units = Vec::with_capacity(inner.len());
-    let mut chars = inner.chars();
-    while let Some(c) = chars.next() {
-        if c != '\\' {
-            units.extend_from_slice(c.encode_utf16(&mut [0; 2]));
-            continue;
-        }
-        units.push(match chars.next()? {
-            '"' => 0x22,
-            '\\' => 0x5c,
-            '/' => 0x2f,
-            'b' => 0x08,
-            'f' => 0x0c,
-            'n' => 0x0a,
-            'r' => 0x0d,
-            't' => 0x09,
-            'u' => {
-                let hex: String = chars.by_ref().take(4).collect();
-                if hex.len() != 4 {
-                    return None;
-                }
-                u16::from_str_radix(&hex, 16).ok()?
+            RawId::Str(literal) if !literal.contains('\\') => {
+                literal.get(1..literal.len().checked_sub(1)?)?.to_owned()
             }
-            _ => return None,
-        });
+            RawId::Str(literal) => serde_json::from_str::<String>(literal).ok()?,
+        };
+        Some(IdKey { string: true, text })
     }
-    Some(units)
 }
 
 /// `{"jsonrpc":"2.0","id":<id>,"error":{"code":<code>,"message":<message>}}`.
@@ -249,11 +197,7 @@ mod tests {
         assert_ne!(IdKey::of("1"), IdKey::of(r#""1""#));
         assert_eq!(IdKey::of("1.5"), None);
         assert_eq!(IdKey::of("null"), None);
-        // Lone surrogates: one key per spelling of the same code units, none shared.
-        assert!(IdKey::of(r#""\ud800""#).is_some());
-        assert_eq!(IdKey::of(r#""\ud800""#), IdKey::of(r#""\uD800""#));
-        assert_ne!(IdKey::of(r#""\ud800""#), IdKey::of(r#""\ud801""#));
-        assert_ne!(IdKey::of(r#""\ud800""#), IdKey::of(r#""d800""#));
+        assert_eq!(IdKey::of(r#""\ud800""#), None);
         let sid = SessionId::from_random([1; 16]);
         let line = String::from_utf8(cancel_line(&sid, "7", "request timed out").unwrap()).unwrap();
         assert_eq!(
