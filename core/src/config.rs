@@ -129,7 +129,9 @@ pub struct Config {
     #[cfg_attr(feature = "cli", arg(long = "allow-host", value_name = "HOST"))]
     pub allow_hosts: Vec<String>,
 
-    /// Most live sessions; more get 503.
+    /// Most live sessions, both transports together; more get 503. The blocking binary
+    /// caps it at what the host's threads and descriptors allow (a thread and three
+    /// descriptors per session) and logs that budget at start.
     #[cfg_attr(feature = "cli", arg(long, default_value_t = 10_000, value_name = "N"))]
     pub max_sessions: usize,
 

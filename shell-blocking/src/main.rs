@@ -10,6 +10,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::thread;
 
+use switchboard_core::budget::{session_budget, HostLimits, SessionCost};
 use switchboard_core::config::{Config, LogFormat};
 use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
@@ -19,18 +20,7 @@ use crate::supervisor::Supervisor;
 
 fn main() {
     raise_open_files_limit();
-    let (budget, limit) = session_budget();
-    let config = Config::from_args_with("switchboard-blocking", |command| {
-        command.mut_arg("max_sessions", |arg| {
-            // Computed once at start; clap keeps defaults for the process's life.
-            let default: &'static str = Box::leak(budget.to_string().into_boxed_str());
-            arg.default_value(default).help(format!(
-                "Most live sessions; more get 503. The default is what this host's thread \
-                 and descriptor limits allow (a thread and three descriptors per session; \
-                 here {budget}, set by {limit}); a larger value is capped to it"
-            ))
-        })
-    });
+    let config = Config::from_args_with("switchboard-blocking", |command| command);
     if config.demo_backend {
         let stdin = std::io::stdin().lock();
         let stdout = std::io::stdout().lock();
@@ -40,8 +30,9 @@ fn main() {
     }
     init_logging(&config);
     let mut config = config;
+    let (budget, limit) = session_budget(&host_limits(), SESSION_COST, MAX_SESSIONS_CAP);
     if config.max_sessions as u64 > budget {
-        tracing::warn!(
+        info!(
             "--max-sessions {} is more than this host's threads and descriptors allow; capped at {budget} ({limit})",
             config.max_sessions
         );
@@ -201,84 +192,43 @@ pub fn open_files_limit() -> Option<u64> {
     (read && files.rlim_cur != libc::RLIM_INFINITY).then_some(files.rlim_cur)
 }
 
-/// Descriptors a live session holds: tiny_http's two halves of its connection and the
-/// stream writer's copy (see `session`).
-const FILES_PER_SESSION: u64 = 3;
-/// Descriptors kept out of the budget: POST connections (two each), the backend's pipes,
-/// the listening socket and logs.
-const RESERVED_FILES: u64 = 64;
+/// `--max-sessions` is checked against this (the config's own limit).
+const MAX_SESSIONS_CAP: u64 = 1_000_000;
 
-/// Threads a live session holds: its stream's writer (the connection's pool thread is
-/// released, see `session`).
-const THREADS_PER_SESSION: u64 = 1;
-/// Threads kept out of the budget: handler threads, tiny_http's pool threads for
-/// connections between requests, the backend's four, the loop, accept, signals, nudge.
-const RESERVED_THREADS: u64 = 256;
+/// What a session costs this shell: a stream writer thread, and three descriptors
+/// (tiny_http's two halves of its connection and the writer's copy, see `session`); in
+/// reserve, the POST connections (two descriptors each), the backend's pipes, the listening
+/// socket and logs, and the handler, pool, backend, loop, accept, signal and nudge threads.
+const SESSION_COST: SessionCost = SessionCost {
+    threads: 1,
+    files: 3,
+    reserved_threads: 256,
+    reserved_files: 64,
+};
 
-/// How many sessions this process's threads and descriptors allow: the tightest of the
-/// process limits (`RLIMIT_NPROC`, `RLIMIT_NOFILE`), the system limits (`threads-max`,
-/// `pid_max`), the cgroup's `pids.max` and the memory maps a thread stack takes
-/// (`max_map_count`), less what is in use and a reserve for the other threads and
-/// descriptors, in sessions.
-fn session_budget() -> (u64, String) {
+/// The host limits the session budget is computed from (in the core).
+fn host_limits() -> HostLimits {
     let read =
         |path: &str| -> Option<u64> { std::fs::read_to_string(path).ok()?.trim().parse().ok() };
-    // Threads in use on the system: /proc/loadavg's "running/total".
-    let in_use = std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().nth(3)?.split('/').nth(1)?.parse().ok())
-        .unwrap_or(0u64);
-    let mut limits: Vec<(String, u64)> = Vec::new();
     let mut nproc = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: getrlimit writes one rlimit into `nproc`, which is that large.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NPROC, &mut nproc) } == 0
-        && nproc.rlim_cur != libc::RLIM_INFINITY
-    {
-        let limit = nproc.rlim_cur;
-        limits.push((
-            format!("RLIMIT_NPROC {limit}"),
-            limit.saturating_sub(in_use),
-        ));
+    let nproc = (unsafe { libc::getrlimit(libc::RLIMIT_NPROC, &mut nproc) } == 0
+        && nproc.rlim_cur != libc::RLIM_INFINITY)
+        .then_some(nproc.rlim_cur);
+    HostLimits {
+        // Threads in use on the system: /proc/loadavg's "running/total".
+        threads_in_use: std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|l| l.split_whitespace().nth(3)?.split('/').nth(1)?.parse().ok())
+            .unwrap_or(0),
+        nproc,
+        threads_max: read("/proc/sys/kernel/threads-max"),
+        pid_max: read("/proc/sys/kernel/pid_max"),
+        cgroup_pids: read("/sys/fs/cgroup/pids.max").zip(read("/sys/fs/cgroup/pids.current")),
+        max_map_count: read("/proc/sys/vm/max_map_count"),
+        open_files: open_files_limit(),
     }
-    if let Some(max) = read("/proc/sys/kernel/threads-max") {
-        limits.push((format!("threads-max {max}"), max.saturating_sub(in_use)));
-    }
-    if let Some(max) = read("/proc/sys/kernel/pid_max") {
-        limits.push((format!("pid_max {max}"), max.saturating_sub(in_use)));
-    }
-    if let (Some(max), Some(current)) = (
-        read("/sys/fs/cgroup/pids.max"),
-        read("/sys/fs/cgroup/pids.current"),
-    ) {
-        limits.push((
-            format!("cgroup pids.max {max}"),
-            max.saturating_sub(current),
-        ));
-    }
-    if let Some(maps) = read("/proc/sys/vm/max_map_count") {
-        // A thread's stack and its guard page are two mappings.
-        limits.push((format!("max_map_count {maps}"), maps / 2));
-    }
-    let mut budgets: Vec<(String, u64)> = limits
-        .into_iter()
-        .map(|(what, free)| {
-            let sessions = free.saturating_sub(RESERVED_THREADS) / THREADS_PER_SESSION;
-            (what, sessions)
-        })
-        .collect();
-    if let Some(files) = open_files_limit() {
-        let sessions = files.saturating_sub(RESERVED_FILES) / FILES_PER_SESSION;
-        budgets.push((format!("RLIMIT_NOFILE {files}"), sessions));
-    }
-    let (what, sessions) = budgets
-        .into_iter()
-        .min_by_key(|(_, sessions)| *sessions)
-        .unwrap_or_else(|| ("no known limit".to_owned(), u64::MAX));
-    (sessions.clamp(1, DEFAULT_MAX_SESSIONS), what)
 }
-
-/// The `--max-sessions` of the tokio binary, which no thread budget bounds.
-const DEFAULT_MAX_SESSIONS: u64 = 10_000;
