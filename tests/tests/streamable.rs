@@ -1019,7 +1019,50 @@ fn accept_json_only(target: Target) {
     );
 }
 
+/// Ids no backend can echo back exactly, or that are not ids at all, are refused at once
+/// with 400 naming the reason, on both transports, and reach no backend (issue: a lone
+/// surrogate id was forwarded and its answer never came back).
+fn hostile_ids_are_refused_at_once(target: Target) {
+    let p = proxy(target, &[]);
+    let s = start(&p, ALICE);
+    let mut legacy = open_session(&p, Some(ALICE.1));
+    legacy.initialize();
+    let lone = r#"{"jsonrpc":"2.0","id":"\ud800","method":"tools/call","params":{"name":"echo","arguments":{"m":"MARK-REJECTED"}}}"#;
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":{}1{},"method":"tools/call","params":{{"name":"echo","arguments":{{"m":"MARK-REJECTED"}}}}}}"#,
+        "[".repeat(300),
+        "]".repeat(300)
+    );
+    for (body, reason) in [(lone, "lone surrogate"), (deep.as_str(), "nested deeper")] {
+        let e = refused(raw(&p, ALICE.1, Some(&s.sid), &[], body), 400, reason);
+        let message = e["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(reason), "/mcp: {e}");
+        let auth = bearer(ALICE.1);
+        let r = p.request(
+            "POST",
+            &legacy.post_target,
+            &[
+                ("Content-Type", "application/json"),
+                ("Authorization", &auth),
+            ],
+            Body::json(body),
+        );
+        assert_eq!(r.status, 400, "/sse: {}", r.text());
+        assert!(r.text().contains(reason), "/sse: {}", r.text());
+    }
+    // A surrogate pair is text: answered as usual.
+    let pair = call_body(&json!("\u{1F600}"), "echo", json!({"m": "pair"}));
+    let r = whole(
+        raw(&p, ALICE.1, Some(&s.sid), &[], &pair),
+        "a surrogate pair",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["id"], json!("\u{1F600}"));
+    assert!(!p.recorded().iter().any(|l| l.contains("MARK-REJECTED")));
+}
+
 suite!(
+    hostile_ids_are_refused_at_once,
     post_refusals_follow_spec_order,
     answer_forms,
     in_flight_ids_409_and_max_inflight_429,
