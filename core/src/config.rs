@@ -163,6 +163,16 @@ pub struct Config {
     #[cfg_attr(feature = "cli", arg(long, default_value_t = 256, value_name = "N"))]
     pub max_inflight: usize,
 
+    /// How long a request head may take to arrive (on a new connection, or an idle one
+    /// after its last answer); the connection is then closed.
+    #[cfg_attr(feature = "cli", arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION"))]
+    pub header_timeout: Duration,
+
+    /// Requests one connection may pipeline behind unread answers; the next is refused
+    /// with 503 and the connection closed.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 32, value_name = "N"))]
+    pub max_pipelined: usize,
+
     /// Interval of `: keep-alive` comments on idle streams.
     #[cfg_attr(feature = "cli", arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION"))]
     pub keepalive: Duration,
@@ -344,8 +354,9 @@ impl Config {
                 ),
             });
         }
-        let durations: [(&'static str, Duration, Duration, Duration); 6] = [
+        let durations: [(&'static str, Duration, Duration, Duration); 7] = [
             ("--keepalive", self.keepalive, 100 * MS, HOUR),
+            ("--header-timeout", self.header_timeout, 100 * MS, HOUR),
             ("--ping-interval", self.ping_interval, 100 * MS, 24 * HOUR),
             ("--ping-timeout", self.ping_timeout, 10 * MS, HOUR),
             ("--grace", self.grace, 10 * MS, HOUR),
@@ -382,6 +393,12 @@ impl Config {
             return Err(ConfigError {
                 flag: "--max-inflight",
                 problem: format!("{} is out of range (1 to 65536)", self.max_inflight),
+            });
+        }
+        if !(1..=65_536).contains(&self.max_pipelined) {
+            return Err(ConfigError {
+                flag: "--max-pipelined",
+                problem: format!("{} is out of range (1 to 65536)", self.max_pipelined),
             });
         }
         if !(1..=1_000_000).contains(&self.max_sessions) {
@@ -440,6 +457,15 @@ impl Config {
         self.instance
             .as_deref()
             .and_then(|name| Instance::new(name).ok())
+    }
+
+    /// The HTTP/1.1 framing bounds both shells hold connections to.
+    pub fn framing(&self) -> crate::framing::Limits {
+        crate::framing::Limits {
+            header_timeout: self.header_timeout,
+            max_pipelined: self.max_pipelined,
+            ..crate::framing::Limits::default()
+        }
     }
 
     /// What the hub needs of these flags.

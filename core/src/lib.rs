@@ -66,6 +66,7 @@ pub mod auth;
 pub mod budget;
 pub mod config;
 pub mod demo;
+pub mod framing;
 pub mod http;
 pub mod hub;
 #[cfg(feature = "jwt")]

@@ -1,4 +1,4 @@
-//! `switchboard-blocking`: the same proxy as `switchboard` on std threads, tiny_http and
+//! `switchboard-blocking`: the same proxy as `switchboard` on std threads, `httparse` and
 //! crossbeam-channel, for hosts where an async runtime is unwelcome.
 
 mod backend;
@@ -6,7 +6,7 @@ mod server;
 mod session;
 mod supervisor;
 
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
 use std::thread;
 
@@ -71,18 +71,18 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
     let local = listener.local_addr()?;
     no_delay(&listener);
     deepen_backlog(&listener);
-    let listening = Arc::new(
-        server::Listening::new(listener).map_err(|e| format!("cannot listen on {listen}: {e}"))?,
-    );
     info!("{}", config.listening_line(local, &command));
     let config = Arc::new(config);
-    let work = crossbeam_channel::unbounded();
-    let stopping = listening.clone();
+    // The loop stops the server, which needs the loop's inputs: it gets the server later.
+    let (stop_tx, stop_rx) = crossbeam_channel::bounded::<Arc<server::Listening>>(1);
     let (supervisor, inputs, closed, shutdown) = Supervisor::new(
         config.clone(),
         command,
-        Box::new(move || stopping.stop()),
-        work.0.clone(),
+        Box::new(move || {
+            if let Ok(listening) = stop_rx.try_recv() {
+                listening.stop();
+            }
+        }),
     );
 
     let mut signals = signal_hook::iterator::Signals::new([
@@ -97,34 +97,28 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
             }
         })?;
 
-    let (activity, nudges) = crossbeam_channel::bounded(1);
-    thread::Builder::new()
-        .name("nudge".into())
-        .stack_size(session::STREAM_STACK)
-        .spawn(move || server::nudge(local, nudges))?;
     let server = Arc::new(Server {
         gate,
         max_body: config.max_body,
+        framing: config.framing(),
         inputs,
         closed,
         busy: AtomicUsize::new(0),
-        local_port: local.port(),
-        activity,
-        connections: std::sync::Mutex::default(),
-        work: work.0.clone(),
+        stopping: AtomicBool::new(false),
     });
-    let serving = server.clone();
+    let listening = Arc::new(server::Listening::new(listener, server.clone()));
+    let _ = stop_tx.send(listening.clone());
     thread::Builder::new()
         .name("accept".into())
-        .spawn(move || serving.serve(listening, work.1))?;
+        .spawn(move || listening.serve())?;
     let (status, drain) = supervisor.run();
     server.drain(drain);
     Ok(status)
 }
 
 /// A burst of connections (hundreds of clients at once) waits in the kernel rather than
-/// having SYNs dropped and retried a second later: tiny_http's accept thread starts a thread
-/// per connection, slower than a burst arrives. The same depth as the tokio binary's.
+/// having SYNs dropped and retried a second later: the accept thread starts a thread per
+/// connection, slower than a burst arrives. The same depth as the tokio binary's.
 fn deepen_backlog(listener: &std::net::TcpListener) {
     use std::os::fd::AsRawFd;
     // SAFETY: listen on a socket that is already listening only changes its backlog; a
@@ -138,7 +132,7 @@ fn deepen_backlog(listener: &std::net::TcpListener) {
 }
 
 /// Small answers and SSE events go out at once: accepted connections inherit `TCP_NODELAY`
-/// from the listening socket on Linux (tiny_http sets no socket options).
+/// from the listening socket on Linux (each is also set when accepted).
 fn no_delay(listener: &std::net::TcpListener) {
     use std::os::fd::AsRawFd;
     let on: libc::c_int = 1;
@@ -195,13 +189,13 @@ pub fn open_files_limit() -> Option<u64> {
 /// `--max-sessions` is checked against this (the config's own limit).
 const MAX_SESSIONS_CAP: u64 = 1_000_000;
 
-/// What a session costs this shell: a stream writer thread, and three descriptors
-/// (tiny_http's two halves of its connection and the writer's copy, see `session`); in
-/// reserve, the POST connections (two descriptors each), the backend's pipes, the listening
-/// socket and logs, and the handler, pool, backend, loop, accept, signal and nudge threads.
+/// What a session costs this shell: its stream's connection thread, which writes the
+/// stream (see `session`), and two descriptors (its stream's connection and the one its
+/// client POSTs on); in reserve, POST connections between streams, the backend's pipes
+/// and four threads, the listening socket, the loop, accept, signals and logs.
 const SESSION_COST: SessionCost = SessionCost {
     threads: 1,
-    files: 3,
+    files: 2,
     reserved_threads: 256,
     reserved_files: 64,
 };

@@ -17,7 +17,6 @@ use switchboard_core::{BackendId, Output, Rejection, RequestId, StreamEnd, Strea
 use tracing::{debug, info, warn};
 
 use crate::backend::{self, Backend};
-use crate::server::Work;
 use crate::session::{self, Queue, StreamBody};
 
 /// How long the loop sleeps when the hub has no timer set.
@@ -33,10 +32,10 @@ pub enum Reply {
 
 /// Everything the loop reacts to, from handlers and the backend's threads.
 pub enum Input {
-    /// An admitted request, and the connection to answer it on.
+    /// An admitted request, and where its connection waits for the answer.
     Request {
         request: hub::Request,
-        http: Box<tiny_http::Request>,
+        reply: Sender<Reply>,
     },
     /// A request the gate refused (already answered): counted.
     Refused(Rejection),
@@ -56,10 +55,9 @@ pub struct Supervisor {
     config: Arc<Config>,
     command: Vec<String>,
     hub: Hub,
-    /// Requests the hub has yet to answer.
-    waiting: HashMap<RequestId, Box<tiny_http::Request>>,
-    /// The handlers' queue, for answers to write.
-    answers: Sender<Work>,
+    /// Requests the hub has yet to answer: where each connection waits (a channel of one,
+    /// so a send never waits).
+    waiting: HashMap<RequestId, Sender<Reply>>,
     streams: HashMap<StreamId, Queue>,
     backend: Option<Backend>,
     inputs_tx: Sender<Input>,
@@ -70,14 +68,12 @@ pub struct Supervisor {
 }
 
 impl Supervisor {
-    /// The loop, which queues its answers on `answers`, and what the other threads need
-    /// to reach it: its inputs, the channel on which streams report their end, and the
-    /// shutdown request.
+    /// The loop, and what the other threads need to reach it: its inputs, the channel on
+    /// which streams report their end, and the shutdown request.
     pub fn new(
         config: Arc<Config>,
         command: Vec<String>,
         stop_accepting: Box<dyn FnOnce() + Send>,
-        answers: Sender<Work>,
     ) -> (Self, Sender<Input>, Sender<StreamId>, Sender<()>) {
         let (inputs_tx, inputs) = crossbeam_channel::bounded(1024);
         let (closed_tx, closed) = crossbeam_channel::unbounded();
@@ -87,7 +83,6 @@ impl Supervisor {
             config,
             command,
             waiting: HashMap::new(),
-            answers,
             streams: HashMap::new(),
             backend: None,
             inputs_tx: inputs_tx.clone(),
@@ -140,9 +135,9 @@ impl Supervisor {
 
     fn input(&mut self, now: Instant, input: Input) {
         match input {
-            Input::Request { request, http } => {
+            Input::Request { request, reply } => {
                 let id = self.hub.handle_request(now, request);
-                self.waiting.insert(id, http);
+                self.waiting.insert(id, reply);
             }
             Input::Refused(rejection) => self.hub.handle_refused(rejection),
             Input::BackendLines { backend, batch } => {
@@ -175,10 +170,8 @@ impl Supervisor {
     fn execute(&mut self, now: Instant, output: Output) -> Option<(i32, Duration)> {
         match output {
             Output::Respond { request, response } => {
-                if let Some(http) = self.waiting.remove(&request) {
-                    let _ = self
-                        .answers
-                        .send(Work::Answer(*http, Reply::Full(response)));
+                if let Some(reply) = self.waiting.remove(&request) {
+                    let _ = reply.send(Reply::Full(response));
                 }
             }
             Output::StartStream {
@@ -189,12 +182,9 @@ impl Supervisor {
             } => {
                 let (queue, body) = session::channel(stream, budget);
                 self.streams.insert(stream, queue);
-                if let Some(http) = self.waiting.remove(&request) {
-                    if self
-                        .answers
-                        .send(Work::Answer(*http, Reply::Stream(head, body)))
-                        .is_err()
-                    {
+                if let Some(reply) = self.waiting.remove(&request) {
+                    // The connection is gone: so is the stream.
+                    if reply.send(Reply::Stream(head, body)).is_err() {
                         self.streams.remove(&stream);
                         self.hub
                             .handle_stream_closed(now, stream, StreamEnd::ClientGone);
@@ -259,13 +249,12 @@ impl Supervisor {
                 let mut waiting: Vec<_> = self.waiting.drain().collect();
                 waiting.sort_by_key(|(id, _)| *id);
                 let queued = self.inputs.try_iter().filter_map(|input| match input {
-                    Input::Request { http, .. } => Some(http),
+                    Input::Request { reply, .. } => Some(reply),
                     _ => None,
                 });
-                let unanswered: Vec<_> = waiting.into_iter().map(|(_, http)| http).collect();
-                for http in unanswered.into_iter().chain(queued) {
-                    let down = Reply::Full(Rejection::BackendDown.response());
-                    let _ = self.answers.send(Work::Answer(*http, down));
+                let unanswered: Vec<_> = waiting.into_iter().map(|(_, reply)| reply).collect();
+                for reply in unanswered.into_iter().chain(queued) {
+                    let _ = reply.send(Reply::Full(Rejection::BackendDown.response()));
                 }
                 return Some((status, drain));
             }
