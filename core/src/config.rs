@@ -25,6 +25,18 @@ pub enum Restart {
     Never,
 }
 
+/// What a backend exit that will be restarted does to live sessions (SPEC section 12).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "cli", derive(ValueEnum))]
+pub enum OnBackendExit {
+    /// Sessions stay live: requests in flight get -32603, new ones wait for the new
+    /// process, which is initialized with the cached handshake and resubscribed.
+    #[default]
+    KeepSessions,
+    /// Every session is closed; clients start again.
+    CloseSessions,
+}
+
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "cli", derive(ValueEnum))]
@@ -184,6 +196,15 @@ pub struct Config {
     /// When to restart the backend after it exits.
     #[cfg_attr(feature = "cli", arg(long, value_enum, default_value_t = Restart::OnFailure))]
     pub restart: Restart,
+
+    /// What a backend crash does to live sessions: keep-sessions (they survive the restart)
+    /// or close-sessions (clients start again).
+    #[cfg_attr(feature = "cli", arg(long, value_enum, default_value_t = OnBackendExit::KeepSessions))]
+    pub on_backend_exit: OnBackendExit,
+
+    /// How long a request waits for a restarting backend before 503.
+    #[cfg_attr(feature = "cli", arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION"))]
+    pub restart_wait: Duration,
 
     /// Interval of health pings to the backend.
     #[cfg_attr(feature = "cli", arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION"))]
@@ -354,7 +375,8 @@ impl Config {
                 ),
             });
         }
-        let durations: [(&'static str, Duration, Duration, Duration); 7] = [
+        let durations: [(&'static str, Duration, Duration, Duration); 8] = [
+            ("--restart-wait", self.restart_wait, 10 * MS, HOUR),
             ("--keepalive", self.keepalive, 100 * MS, HOUR),
             ("--header-timeout", self.header_timeout, 100 * MS, HOUR),
             ("--ping-interval", self.ping_interval, 100 * MS, 24 * HOUR),
@@ -485,6 +507,8 @@ impl Config {
             restart: self.restart,
             stdin_queue: crate::hub::STDIN_QUEUE,
             request_timeout: (!self.request_timeout.is_zero()).then_some(self.request_timeout),
+            on_backend_exit: self.on_backend_exit,
+            restart_wait: self.restart_wait,
             session_idle: self.session_idle,
             max_inflight: self.max_inflight,
             endpoint_prefix: format!("{base}{}", self.base_path()),

@@ -33,6 +33,7 @@ const INITIALIZED_LINE: &[u8] = b"{\"jsonrpc\":\"2.0\",\"method\":\"notification
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ProxyRequest {
     Ping,
+    Subscribe,
     Unsubscribe,
     Initialize,
 }
@@ -187,6 +188,13 @@ pub(crate) enum Routed {
     },
     /// The answer to the proxy's health ping number `ping`.
     Pong { ping: u64 },
+    /// A restarted backend answered the cached handshake: `same` when it negotiated the
+    /// protocol version the sessions know (they carry on; `initialized` completes the
+    /// handshake), else they must start again.
+    Restored {
+        same: bool,
+        initialized: Option<Vec<u8>>,
+    },
     /// The backend answered the handshake: each waiting client's answer, and the
     /// proxy's `notifications/initialized` when it succeeded.
     Initialized {
@@ -223,9 +231,26 @@ enum Init {
     InFlight {
         request: u64,
         waiting: Vec<(SessionId, String)>,
+        params: String,
     },
-    /// The backend's `initialize` result, answered to every later client.
-    Ready { result: Box<RawValue> },
+    /// The backend's `initialize` result, answered to every later client, and the params
+    /// it was asked with (to initialize a restarted process the same way).
+    Ready {
+        result: Box<RawValue>,
+        params: String,
+    },
+    /// The backend restarted with sessions kept: the new process must be initialized with
+    /// `params` before any client line reaches it.
+    Restore {
+        result: Box<RawValue>,
+        params: String,
+    },
+    /// The cached handshake is at the new process under the proxy's id `request`.
+    Reinit {
+        request: u64,
+        result: Box<RawValue>,
+        params: String,
+    },
 }
 
 /// The message-level rules between many sessions and one backend.
@@ -245,15 +270,56 @@ impl Router {
         }
     }
 
-    /// A new backend process: it has not been initialized.
-    pub(crate) fn backend_started(&mut self) {
-        self.init = Init::Idle;
+    /// The backend exited: the proxy's own requests are forgotten, and so is the handshake
+    /// unless sessions are `kept` (then the next process is initialized as this one was).
+    pub(crate) fn backend_exited(&mut self, kept: bool) {
+        self.proxy_requests.clear();
+        self.init = match std::mem::replace(&mut self.init, Init::Idle) {
+            Init::Ready { result, params }
+            | Init::Restore { result, params }
+            | Init::Reinit { result, params, .. }
+                if kept =>
+            {
+                Init::Restore { result, params }
+            }
+            _ => Init::Idle,
+        };
     }
 
-    /// The backend exited: the handshake and the proxy's own requests are forgotten.
-    pub(crate) fn backend_exited(&mut self) {
-        self.init = Init::Idle;
-        self.proxy_requests.clear();
+    /// Whether client lines may reach the backend: no cached handshake is owed to it.
+    pub(crate) fn is_ready(&self) -> bool {
+        !matches!(self.init, Init::Restore { .. } | Init::Reinit { .. })
+    }
+
+    /// The cached handshake for a new process, when one is owed.
+    pub(crate) fn restore(&mut self) -> Option<Vec<u8>> {
+        let Init::Restore { .. } = self.init else {
+            return None;
+        };
+        let request = self.next_proxy_id(ProxyRequest::Initialize);
+        let Init::Restore { result, params } = std::mem::replace(&mut self.init, Init::Idle) else {
+            unreachable!("matched above");
+        };
+        let line = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":\"{PROXY_ID_PREFIX}initialize:{request}\",\"method\":\"initialize\",\"params\":{params}}}\n"
+        );
+        self.init = Init::Reinit {
+            request,
+            result,
+            params,
+        };
+        Some(line.into_bytes())
+    }
+
+    /// The proxy's `resources/subscribe` of `uri` for a restarted backend, under an id of
+    /// its own (whose answer it consumes).
+    pub(crate) fn subscribe(&mut self, uri: &str) -> Vec<u8> {
+        let n = self.next_proxy_id(ProxyRequest::Subscribe);
+        format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":\"{PROXY_ID_PREFIX}subscribe:{n}\",\"method\":\"resources/subscribe\",\"params\":{{\"uri\":{}}}}}\n",
+            serde_json::Value::from(uri)
+        )
+        .into_bytes()
     }
 
     /// What `msg` of `sid` becomes (subscriptions were decided by the hub).
@@ -277,7 +343,11 @@ impl Router {
 
     fn client_initialize(&mut self, sid: SessionId, msg: &Checked) -> Forward {
         match &mut self.init {
-            Init::Ready { result } => Forward::Answer(msg.result(result.get())),
+            Init::Ready { result, .. } => Forward::Answer(msg.result(result.get())),
+            // Client lines wait while a restarted backend is initialized; none come here.
+            Init::Restore { .. } | Init::Reinit { .. } => {
+                Forward::Answer(msg.error(-32603, "backend restarting"))
+            }
             Init::InFlight { waiting, .. } if waiting.len() < MAX_INITIALIZE_WAITERS => {
                 waiting.push((sid, msg.raw_id().to_owned()));
                 Forward::Waiting
@@ -290,6 +360,7 @@ impl Router {
                 self.init = Init::InFlight {
                     request,
                     waiting: vec![(sid, msg.raw_id().to_owned())],
+                    params: handshake_params(&msg.text),
                 };
                 let own_id = format!("\"{PROXY_ID_PREFIX}initialize:{request}\"");
                 let mut edits = Edits::default();
@@ -379,10 +450,12 @@ impl Router {
             ProxyRequest::Ping => Routed::Pong { ping: n },
             ProxyRequest::Initialize => match self.init {
                 Init::InFlight { request, .. } if request == n => self.initialize_answered(msg),
+                Init::Reinit { request, .. } if request == n => self.reinitialized(msg),
                 _ => dropped(DropReason::UnroutedResponse, None),
             },
-            // The answer to an unsubscribe after the last subscriber left.
-            ProxyRequest::Unsubscribe => Routed::Consumed,
+            // The answer to an unsubscribe after the last subscriber left, or to a
+            // subscription renewed for a restarted backend.
+            ProxyRequest::Unsubscribe | ProxyRequest::Subscribe => Routed::Consumed,
         }
     }
 
@@ -401,7 +474,10 @@ impl Router {
     /// The backend answered the first `initialize`: every waiting client is answered under
     /// its own id; on success the result is cached and the handshake completed once.
     fn initialize_answered(&mut self, msg: &Message<'_>) -> Routed {
-        let Init::InFlight { waiting, .. } = std::mem::replace(&mut self.init, Init::Idle) else {
+        let Init::InFlight {
+            waiting, params, ..
+        } = std::mem::replace(&mut self.init, Init::Idle)
+        else {
             unreachable!("checked by the caller");
         };
         let (member, value) = match (msg.result, msg.error) {
@@ -421,6 +497,7 @@ impl Router {
         if ready {
             self.init = Init::Ready {
                 result: value.to_owned(),
+                params,
             };
         }
         Routed::Initialized {
@@ -428,6 +505,57 @@ impl Router {
             initialized: ready.then(|| INITIALIZED_LINE.to_vec()),
         }
     }
+}
+
+impl Router {
+    /// A restarted backend answered the cached handshake: the sessions carry on only if it
+    /// negotiated the same protocol version.
+    fn reinitialized(&mut self, msg: &Message<'_>) -> Routed {
+        let Init::Reinit { result, params, .. } = std::mem::replace(&mut self.init, Init::Idle)
+        else {
+            unreachable!("checked by the caller");
+        };
+        let same = msg
+            .result
+            .is_some_and(|new| protocol_version(new) == protocol_version(&result));
+        if !same {
+            return Routed::Restored {
+                same,
+                initialized: None,
+            };
+        }
+        self.init = Init::Ready {
+            result: msg.result.expect("checked above").to_owned(),
+            params,
+        };
+        Routed::Restored {
+            same,
+            initialized: Some(INITIALIZED_LINE.to_vec()),
+        }
+    }
+}
+
+/// The `protocolVersion` of an `initialize` result.
+fn protocol_version(result: &RawValue) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(result.get()).ok()?;
+    value.get("protocolVersion")?.as_str().map(str::to_owned)
+}
+
+/// The params of the first client's `initialize` as the proxy replays them to a restarted
+/// backend: its capabilities `{}` and no `_meta` (its progress token named that client).
+/// Read once per backend handshake, apart from admission, which keeps no params.
+fn handshake_params(text: &str) -> String {
+    let mut params = serde_json::from_str::<serde_json::Value>(text)
+        .ok()
+        .and_then(|mut m| m.get_mut("params").map(serde_json::Value::take))
+        .unwrap_or_else(|| serde_json::json!({}));
+    if let Some(object) = params.as_object_mut() {
+        object.remove("_meta");
+        if object.contains_key("capabilities") {
+            object.insert("capabilities".to_owned(), serde_json::json!({}));
+        }
+    }
+    params.to_string()
 }
 
 /// `<kind>:<n>` of one of the proxy's own ids, `n` canonical.
@@ -439,6 +567,7 @@ fn parse_own_id(own: &str) -> Option<(ProxyRequest, u64)> {
     let kind = match kind {
         "ping" => ProxyRequest::Ping,
         "unsubscribe" => ProxyRequest::Unsubscribe,
+        "subscribe" => ProxyRequest::Subscribe,
         "initialize" => ProxyRequest::Initialize,
         _ => return None,
     };

@@ -61,7 +61,12 @@ fn backend_crash_closes_sessions_and_restarts(target: Target) {
             "--slow-restart".to_owned(),
             marker_path.display().to_string(),
         ])
-        .args(["--ping-timeout", "500ms"])
+        .args([
+            "--ping-timeout",
+            "500ms",
+            "--on-backend-exit",
+            "close-sessions",
+        ])
         .record()
         .start();
     let (_, h) = p.health();

@@ -764,8 +764,60 @@ fn client_hang_up_mid_request(target: Target) {
     assert_eq!(echoed_args(&m)["after"], "hang-up", "{m}");
 }
 
-fn backend_exit_answers_in_flight_and_ends_sessions(target: Target) {
+/// SPEC 12: with sessions kept (the default), a backend crash answers the request in flight
+/// with -32603 and nothing else changes for the client: the same Streamable and legacy
+/// sessions work against the restarted backend without initializing again, and the legacy
+/// stream hears that the lists may have changed.
+fn backend_exit_keeps_sessions(target: Target) {
     let p = proxy(target, &[]);
+    let a = start(&p, ALICE);
+    let mut legacy = open_session(&p, Some(BOB.1));
+    legacy.initialize();
+    let slow = stream(
+        a.post_with(
+            &[STREAM_ONLY],
+            &call_body(&json!(1), "delay", json!({"ms": 5000})),
+        ),
+        "a slow call",
+    );
+    p.wait_recorded("the slow call", |l| l.contains("\"ms\":5000"));
+    let _ = a.post(&call_body(&json!(2), "exit", json!({"code": 3})));
+    let (_, r) = Answer::Stream(slow).response();
+    assert_eq!(
+        (r["id"].clone(), r["error"]["code"].clone()),
+        (json!(1), json!(-32603)),
+        "{r}"
+    );
+    // The same session, no new initialize: answered by the restarted backend (the POST
+    // waits for it while it starts).
+    assert_eq!(
+        echoed_args(&a.call(json!(3), "echo", json!({"n": 3})))["n"],
+        3,
+        "the Streamable session after the restart"
+    );
+    let heard: Vec<Value> = (0..3)
+        .map(|_| legacy.expect_message("a list_changed after the restart"))
+        .collect();
+    for (m, what) in heard.iter().zip(["tools", "resources", "prompts"]) {
+        let method = format!("notifications/{what}/list_changed");
+        assert_eq!(m, &json!({"jsonrpc": "2.0", "method": method}));
+    }
+    let r = legacy.request(
+        json!(4),
+        "tools/call",
+        json!({"name": "echo", "arguments": {"n": 4}}),
+    );
+    assert_eq!(
+        echoed_args(&r)["n"],
+        4,
+        "the legacy session after the restart"
+    );
+    let (_, h) = p.health();
+    assert_eq!(h["sessions"], json!(2), "{h}");
+}
+
+fn backend_exit_answers_in_flight_and_ends_sessions(target: Target) {
+    let p = proxy(target, &["--on-backend-exit", "close-sessions"]);
     let a = start(&p, ALICE);
     let slow = stream(
         a.post_with(
@@ -1062,6 +1114,7 @@ fn hostile_ids_are_refused_at_once(target: Target) {
 }
 
 suite!(
+    backend_exit_keeps_sessions,
     hostile_ids_are_refused_at_once,
     post_refusals_follow_spec_order,
     answer_forms,

@@ -2,8 +2,10 @@
 //! stdin budget, health pings and the `/health` requests waiting on them, and the stop
 //! sequence of SPEC section 5. It decides; the hub turns its decisions into outputs.
 
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
+use super::sessions::SessionNumber;
 use crate::config::Restart;
 use crate::output::{BackendId, RequestId};
 use crate::supervise::{AfterExit, Exit, Signal, Supervisor};
@@ -11,8 +13,8 @@ use crate::supervise::{AfterExit, Exit, Signal, Supervisor};
 /// Whose line is queued for the backend, which decides how much room it may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LineFrom {
-    /// A client's message: within the stdin queue.
-    Client,
+    /// A client's message of this session: within its fair share of the stdin queue.
+    Client(SessionNumber),
     /// The proxy's own (pings, unsubscribes, answers to the backend's requests): within
     /// twice that; past it they are dropped and counted, they never delay a client.
     Proxy,
@@ -95,6 +97,11 @@ pub(crate) struct BackendProcess {
     ping_timeout: Duration,
     grace: Duration,
     stdin_queue: usize,
+    /// Whose each line queued for stdin is, in order (`None`: the proxy's own), so that
+    /// write reports give each session its room back.
+    owners: VecDeque<Option<SessionNumber>>,
+    /// Client lines queued per session (sessions with none are not listed).
+    queued_by: BTreeMap<SessionNumber, usize>,
 }
 
 impl BackendProcess {
@@ -110,6 +117,8 @@ impl BackendProcess {
             ping_timeout: settings.ping_timeout,
             grace: settings.grace,
             stdin_queue: settings.stdin_queue,
+            owners: VecDeque::new(),
+            queued_by: BTreeMap::new(),
         }
     }
 
@@ -201,6 +210,8 @@ impl BackendProcess {
         }
         self.state = State::Down { restart_at: None };
         self.pings = Pings::default();
+        self.owners.clear();
+        self.queued_by.clear();
         Some((pid, now.saturating_duration_since(started)))
     }
 
@@ -215,46 +226,90 @@ impl BackendProcess {
         after
     }
 
-    /// Whether a client line may be queued now.
-    pub(crate) fn client_room(&self) -> bool {
-        matches!(self.state, State::Up { queued, stdin_closed: false, .. } if queued < self.stdin_queue)
+    /// Whether `session` (`None`: one about to start) is within its fair share of the stdin
+    /// queue: the queue split equally among the sessions with lines queued, itself counted
+    /// (SPEC section 12). A session at its share is refused; one below it is admitted even
+    /// when others filled the queue, so one flood slows others by one share at most.
+    pub(crate) fn fits(&self, session: Option<SessionNumber>) -> bool {
+        let mine = session
+            .and_then(|s| self.queued_by.get(&s))
+            .copied()
+            .unwrap_or(0);
+        let sharing = self.queued_by.len() + usize::from(mine == 0);
+        mine < (self.stdin_queue / sharing).max(1)
     }
 
     /// Takes room for a line from `from`: the process to write it to, or `None` when it
-    /// does not fit (or no process takes lines).
+    /// does not fit (or no process takes lines). The proxy's own lines may fill twice the
+    /// queue; a cancellation always fits.
     pub(crate) fn take_room(&mut self, from: LineFrom) -> Option<BackendId> {
-        let limit = match from {
-            LineFrom::Client => self.stdin_queue,
-            LineFrom::Proxy => 2 * self.stdin_queue,
-            LineFrom::Cancellation => usize::MAX,
+        let fits = match from {
+            LineFrom::Client(session) => self.fits(Some(session)),
+            LineFrom::Proxy => self.owners.len() < 2 * self.stdin_queue,
+            LineFrom::Cancellation => true,
         };
-        match &mut self.state {
-            State::Up {
-                id,
-                queued,
-                stdin_closed: false,
-                ..
-            } if *queued < limit => {
-                *queued += 1;
-                Some(*id)
+        let State::Up {
+            id,
+            queued,
+            stdin_closed: false,
+            ..
+        } = &mut self.state
+        else {
+            return None;
+        };
+        if !fits {
+            return None;
+        }
+        *queued += 1;
+        let owner = match from {
+            LineFrom::Client(session) => {
+                *self.queued_by.entry(session).or_default() += 1;
+                Some(session)
             }
-            _ => None,
+            LineFrom::Proxy | LineFrom::Cancellation => None,
+        };
+        self.owners.push_back(owner);
+        Some(*id)
+    }
+
+    /// `lines` queued for process `id` were written: their sessions get their room back.
+    pub(crate) fn wrote(&mut self, id: BackendId, lines: usize) {
+        let State::Up {
+            id: running,
+            queued,
+            ..
+        } = &mut self.state
+        else {
+            return;
+        };
+        if *running != id {
+            return;
+        }
+        *queued = queued.saturating_sub(lines);
+        for owner in self.owners.drain(..lines.min(self.owners.len())) {
+            let Some(session) = owner else { continue };
+            if let Some(n) = self.queued_by.get_mut(&session) {
+                *n -= 1;
+                if *n == 0 {
+                    self.queued_by.remove(&session);
+                }
+            }
         }
     }
 
-    /// `lines` queued for process `id` were written; true if that made room.
-    pub(crate) fn wrote(&mut self, id: BackendId, lines: usize) -> bool {
-        match &mut self.state {
-            State::Up {
-                id: running,
-                queued,
-                ..
-            } if *running == id => {
-                *queued = queued.saturating_sub(lines);
-                true
+    /// A session ended: its lines still queued count for nobody.
+    pub(crate) fn forget(&mut self, session: SessionNumber) {
+        if self.queued_by.remove(&session).is_some() {
+            for owner in self.owners.iter_mut().filter(|o| **o == Some(session)) {
+                *owner = None;
             }
-            _ => false,
         }
+    }
+
+    /// Whether a backend will be running again without the proxy stopping: one is up,
+    /// starting, or due to restart.
+    pub(crate) fn coming(&self) -> bool {
+        self.is_running() && !matches!(self.state, State::Down { restart_at: None })
     }
 
     /// Closes stdin for the stop sequence: the process to tell, the first time.

@@ -13,6 +13,7 @@ use crate::output::{Frame, StreamId};
 use crate::routed_id::SessionId;
 use crate::router::Routed;
 use crate::sse;
+use crate::streamable::IdKey;
 
 /// What a delivered message is. Spans are byte ranges of the message holding the
 /// restored id or token as JSON text.
@@ -66,6 +67,7 @@ impl Hub {
                     self.queue_line(line, LineFrom::Proxy);
                 }
             }
+            Routed::Restored { same, initialized } => self.restored(now, same, initialized),
             Routed::Consumed => {}
             Routed::Dropped { reason, method } => self.drop_message(reason, method.as_deref()),
         }
@@ -104,7 +106,7 @@ impl Hub {
 
     /// A `list_changed`, to legacy streams and Streamable GET streams in creation order; a
     /// Streamable session without a GET stream is not told (never replayed).
-    fn list_changed(&mut self, now: Instant, method: &str, message: &[u8]) {
+    pub(super) fn list_changed(&mut self, now: Instant, method: &str, message: &[u8]) {
         if self.sessions.len() == 0 {
             return self.drop_message(DropReason::NoLiveSession, Some(method));
         }
@@ -114,7 +116,7 @@ impl Hub {
             .sessions
             .iter()
             .filter_map(|(_, s)| match &s.kind {
-                Kind::Legacy { stream } => Some(*stream),
+                Kind::Legacy { stream, .. } => Some(*stream),
                 Kind::Mcp(m) => m.get_stream,
             })
             .collect();
@@ -136,8 +138,18 @@ impl Hub {
             return;
         };
         self.metrics.delivered += 1;
-        let stream = match &self.sessions.get(number).map(|s| &s.kind) {
-            Some(Kind::Legacy { stream }) => *stream,
+        let stream = match self.sessions.get_mut(number).map(|s| &mut s.kind) {
+            Some(Kind::Legacy { stream, in_flight }) => {
+                if let Delivery::Response { id } = &what {
+                    let key = std::str::from_utf8(&message[id.clone()])
+                        .ok()
+                        .and_then(IdKey::of);
+                    if let Some(key) = key {
+                        in_flight.remove(&key);
+                    }
+                }
+                *stream
+            }
             _ => return self.mcp_deliver(now, number, message, what),
         };
         self.send(now, stream, Frame::Owned(sse::message_event(&message)));

@@ -7,9 +7,12 @@ use super::backend::{LineFrom, Phase, StopStep};
 use super::mcp::Ending;
 use super::sessions::{Kind, Session, SessionNumber};
 use super::{Hub, EXIT_DRAIN};
+use crate::config::OnBackendExit;
 use crate::http::Rejection;
+use crate::output::Frame;
 use crate::output::{BackendId, CloseReason, Event, Output};
 use crate::supervise::{AfterExit, Exit};
+use crate::{sse, streamable};
 
 impl Hub {
     /// The process of [`Output::SpawnBackend`] runs as `pid`.
@@ -18,7 +21,12 @@ impl Hub {
             return;
         }
         self.log(Event::BackendStarted { pid });
-        self.router.backend_started();
+        // A process after a crash with sessions kept is first initialized as the last one
+        // was; until then client lines wait.
+        match self.router.restore() {
+            Some(line) => self.queue_line(line, LineFrom::Proxy),
+            None => self.release_waiting(now),
+        }
         if let Phase::Stopping { .. } = self.backend.phase() {
             // SIGTERM arrived while it was being started: stop it like any other.
             self.close_stdin();
@@ -50,14 +58,81 @@ impl Hub {
             return;
         };
         self.log(Event::BackendExited { pid, exit });
-        self.router.backend_exited();
         if let Phase::Stopping { status, .. } = self.backend.phase() {
+            self.router.backend_exited(false);
             self.exit(status);
             return;
         }
-        self.end_all_sessions(now, CloseReason::BackendExited);
-        self.settle_waiting(now, Rejection::BackendDown);
-        self.after_exit(now, exit, ran_for);
+        if self.settings.on_backend_exit == OnBackendExit::CloseSessions {
+            self.router.backend_exited(false);
+            self.end_all_sessions(now, CloseReason::BackendExited);
+            self.settle_waiting(now, Rejection::BackendDown);
+            self.after_exit(now, exit, ran_for);
+            return;
+        }
+        match self.backend.after_exit(now, exit, ran_for) {
+            AfterExit::Restart { after } => {
+                // Sessions stay; what the old process was asked is answered here.
+                self.router.backend_exited(true);
+                self.fail_in_flight(now);
+                for request in self.backend.all_health() {
+                    self.respond_health(now, request, false);
+                }
+                self.log(Event::Restarting { after });
+            }
+            AfterExit::Shutdown { status } => {
+                self.router.backend_exited(false);
+                self.end_all_sessions(now, CloseReason::BackendExited);
+                self.settle_waiting(now, Rejection::BackendDown);
+                self.log(Event::ShuttingDown { status });
+                self.begin_stop(now, status);
+            }
+        }
+    }
+
+    /// Every request the exited backend was asked and had not answered gets -32603
+    /// `backend restarted`, under its own id, in session creation order.
+    fn fail_in_flight(&mut self, now: Instant) {
+        let numbers: Vec<SessionNumber> = self.sessions.iter().map(|(n, _)| n).collect();
+        for number in numbers {
+            self.fail_mcp_in_flight(now, number);
+            let Some(session) = self.sessions.get_mut(number) else {
+                continue;
+            };
+            let Kind::Legacy { stream, in_flight } = &mut session.kind else {
+                continue;
+            };
+            let (stream, ids) = (*stream, std::mem::take(in_flight));
+            for raw_id in ids.into_values() {
+                let message = streamable::error_message(&raw_id, -32603, "backend restarted");
+                self.metrics.delivered += 1;
+                self.send(now, stream, Frame::Owned(sse::message_event(&message)));
+            }
+        }
+    }
+
+    /// A restarted backend answered the cached handshake. With the same protocol version
+    /// the sessions carry on: the handshake completes, every watched uri is subscribed
+    /// again, every session hears that the lists may have changed, and waiting requests go
+    /// ahead. With another, sessions end and clients start again.
+    pub(super) fn restored(&mut self, now: Instant, same: bool, initialized: Option<Vec<u8>>) {
+        if !same {
+            self.end_all_sessions(now, CloseReason::BackendExited);
+            return self.release_waiting(now);
+        }
+        if let Some(line) = initialized {
+            self.queue_line(line, LineFrom::Proxy);
+        }
+        for uri in self.sessions.watched() {
+            let line = self.router.subscribe(&uri);
+            self.queue_line(line, LineFrom::Proxy);
+        }
+        for what in ["tools", "resources", "prompts"] {
+            let method = format!("notifications/{what}/list_changed");
+            let message = format!(r#"{{"jsonrpc":"2.0","method":"{method}"}}"#);
+            self.list_changed(now, &method, message.as_bytes());
+        }
+        self.release_waiting(now);
     }
 
     /// SIGINT or SIGTERM: stop accepting, end every stream, stop the backend (SPEC section 5)
@@ -209,8 +284,9 @@ impl Hub {
         session: Session,
         ending: Ending,
     ) {
+        self.backend.forget(number);
         match session.kind {
-            Kind::Legacy { stream } => self.end_stream(stream),
+            Kind::Legacy { stream, .. } => self.end_stream(stream),
             Kind::Mcp(m) => self.end_mcp(now, number, session.id, m, ending),
         }
     }

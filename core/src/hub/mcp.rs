@@ -78,6 +78,13 @@ pub(super) struct McpPost {
     accepts: Accepts,
 }
 
+impl McpPost {
+    /// The session it names (`None`: one it starts).
+    pub(super) fn session(&self) -> Option<SessionNumber> {
+        self.session
+    }
+}
+
 impl Hub {
     /// `POST /mcp`: SPEC section 7's checks in order, the message read once.
     pub(super) fn prepare_mcp(&self, req: Request) -> Result<McpPost, Rejection> {
@@ -98,9 +105,6 @@ impl Hub {
             Some(text) => {
                 let (number, sid) = self.mcp_session(text, &req.principal)?;
                 let msg = Checked::admit(body).map_err(Rejection::Invalid)?;
-                if !self.backend.is_up() {
-                    return Err(Rejection::BackendDown);
-                }
                 (Some(number), sid, msg)
             }
             None => {
@@ -109,7 +113,7 @@ impl Hub {
                     .ok()
                     .filter(|m| m.is_request("initialize"))
                     .ok_or(Rejection::MissingMcpSession)?;
-                self.check_new_session()?;
+                self.sessions.check_room()?;
                 let sid = SessionId::mint(self.settings.instance.as_ref(), req.entropy);
                 (None, sid, msg)
             }
@@ -469,6 +473,24 @@ impl Hub {
             Some(until) => self.sessions.idle_timers.set(number, until),
             None => {}
         }
+    }
+
+    /// The backend restarted: every request of session `number` in flight gets -32603
+    /// `backend restarted` (on its stream, which ends, or as its answer); the session and
+    /// its GET stream stay.
+    pub(super) fn fail_mcp_in_flight(&mut self, now: Instant, number: SessionNumber) {
+        let Some(m) = self.sessions.mcp_mut(number) else {
+            return;
+        };
+        let in_flight = std::mem::take(&mut m.in_flight);
+        m.tokens.clear();
+        let sid = self.sessions.get(number).expect("live").id;
+        for (key, entry) in in_flight {
+            self.sessions.request_timers.remove(&(number, key));
+            let message = streamable::error_message(&entry.raw_id, -32603, "backend restarted");
+            self.answer(now, sid, entry, message);
+        }
+        self.touch(number, now);
     }
 
     /// Answers every request of a Streamable session still in flight and ends its streams.

@@ -32,9 +32,7 @@ mod streams;
 use std::collections::VecDeque;
 use std::time::Instant;
 
-pub use settings::{
-    Payload, Request, Settings, TableSizes, BACKEND_BUSY_WAIT, EXIT_DRAIN, STDIN_QUEUE,
-};
+pub use settings::{Payload, Request, Settings, TableSizes, EXIT_DRAIN, STDIN_QUEUE};
 
 use backend::{BackendProcess, LineFrom, Phase};
 use post::WaitingPosts;
@@ -115,7 +113,7 @@ impl Hub {
             }
         }
         while let Some(post) = self.posts.take_due(now) {
-            self.refuse(post.request, Rejection::BackendBusy, post.cors.as_deref());
+            self.refuse(post.request, Rejection::BackendDown, post.cors.as_deref());
         }
         for request in self.backend.health_due(now) {
             self.respond_health(now, request, false);
@@ -219,18 +217,10 @@ impl Hub {
         }
     }
 
-    /// `lines` more lines queued for `backend`'s stdin were written: POSTs waiting for
-    /// room go ahead, in order.
-    pub fn handle_backend_wrote(&mut self, now: Instant, backend: BackendId, lines: usize) {
-        if !self.backend.wrote(backend, lines) {
-            return;
-        }
-        while self.backend.client_room() {
-            let Some(post) = self.posts.pop() else {
-                break;
-            };
-            self.dispatch_post(now, post);
-        }
+    /// `lines` more lines queued for `backend`'s stdin were written: their sessions get
+    /// their share of the queue back.
+    pub fn handle_backend_wrote(&mut self, _now: Instant, backend: BackendId, lines: usize) {
+        self.backend.wrote(backend, lines);
     }
 
     /// How many timer entries the hub holds (keep-alives, request timeouts, idle checks):
@@ -344,7 +334,7 @@ impl Hub {
     /// that does not fit is dropped and counted.
     fn queue_line(&mut self, line: Vec<u8>, from: LineFrom) {
         match from {
-            LineFrom::Client => self.metrics.rewrites += 1,
+            LineFrom::Client(_) => self.metrics.rewrites += 1,
             LineFrom::Proxy => self.metrics.replies += 1,
             LineFrom::Cancellation => {}
         }

@@ -1,6 +1,7 @@
 //! Legacy sessions (`GET /sse`, `POST /messages`) and what every admitted client message
-//! does, on either transport. A POST is checked in full once; when the backend's stdin has
-//! no room it waits its turn, in order, for a bounded time, already checked.
+//! does, on either transport. A POST is checked in full once. Its session must be within
+//! its fair share of the backend's stdin (else 503 at once); while a restarted backend is
+//! not ready, it waits its turn, in order and already checked, for `--restart-wait`.
 
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -10,7 +11,8 @@ use super::dispatch::Delivery;
 use super::mcp::McpPost;
 use super::sessions::{Kind, SessionNumber};
 use super::streams::Role;
-use super::{Hub, Payload, Request, BACKEND_BUSY_WAIT};
+use super::{Hub, Payload, Request};
+use crate::config::OnBackendExit;
 use crate::http::{self, Endpoint, Rejection};
 use crate::message;
 use crate::output::{Event, Frame, RequestId, StreamId};
@@ -30,7 +32,17 @@ pub(super) enum Prepared {
     Mcp(McpPost),
 }
 
-/// A POST with its answer's destination, waiting for room or about to be dispatched.
+impl Prepared {
+    /// The session it is for (`None`: one it starts).
+    fn session(&self) -> Option<SessionNumber> {
+        match self {
+            Prepared::Legacy { session, .. } => Some(*session),
+            Prepared::Mcp(post) => post.session(),
+        }
+    }
+}
+
+/// A POST with its answer's destination, waiting for the backend or about to be dispatched.
 #[derive(Debug)]
 pub(super) struct Post {
     pub(super) request: RequestId,
@@ -39,7 +51,7 @@ pub(super) struct Post {
     deadline: Instant,
 }
 
-/// POSTs waiting for room in the backend's stdin queue, in arrival order.
+/// POSTs waiting for a restarted backend to be ready, in arrival order.
 #[derive(Debug, Default)]
 pub(super) struct WaitingPosts {
     queue: VecDeque<Post>,
@@ -48,6 +60,10 @@ pub(super) struct WaitingPosts {
 impl WaitingPosts {
     pub(super) fn pop(&mut self) -> Option<Post> {
         self.queue.pop_front()
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.queue.len()
     }
 
     pub(super) fn take_all(&mut self) -> VecDeque<Post> {
@@ -79,7 +95,10 @@ impl Hub {
         self.check_new_session()?;
         let sid = SessionId::mint(self.settings.instance.as_ref(), req.entropy);
         let stream = StreamId(self.mint());
-        let kind = Kind::Legacy { stream };
+        let kind = Kind::Legacy {
+            stream,
+            in_flight: Default::default(),
+        };
         let number = self.sessions.open(sid, req.principal.clone(), kind)?;
         self.metrics.sessions_opened += 1;
         let mut head = http::sse_head();
@@ -108,8 +127,8 @@ impl Hub {
         self.sessions.check_room()
     }
 
-    /// A POST to `/messages` or `/mcp`, checked in full now; it goes ahead at once when
-    /// the backend's stdin has room and no POST waits before it.
+    /// A POST to `/messages` or `/mcp`, checked in full now. It goes ahead at once when the
+    /// backend is ready; while a restarted one is not, it waits (a bounded queue).
     pub(super) fn post(
         &mut self,
         now: Instant,
@@ -125,14 +144,37 @@ impl Hub {
             request,
             cors,
             prepared,
-            deadline: now + BACKEND_BUSY_WAIT,
+            deadline: now + self.settings.restart_wait,
         };
-        if self.posts.queue.is_empty() && self.backend.client_room() {
+        if self.is_ready() {
             self.dispatch_post(now, post);
-        } else {
+        } else if self.waits_for_restart() && self.posts.len() < self.settings.stdin_queue {
             self.posts.queue.push_back(post);
+        } else {
+            return Err(Rejection::BackendDown);
         }
         Ok(())
+    }
+
+    /// Whether client lines may go to the backend: it runs and owes no handshake.
+    pub(super) fn is_ready(&self) -> bool {
+        self.backend.is_up() && self.router.is_ready()
+    }
+
+    /// Whether a POST that finds the backend not ready waits for it: sessions are kept
+    /// across restarts and one is coming.
+    fn waits_for_restart(&self) -> bool {
+        self.settings.on_backend_exit == OnBackendExit::KeepSessions && self.backend.coming()
+    }
+
+    /// The backend is ready (again): the POSTs that waited go ahead, in order.
+    pub(super) fn release_waiting(&mut self, now: Instant) {
+        while self.is_ready() {
+            let Some(post) = self.posts.pop() else {
+                break;
+            };
+            self.dispatch_post(now, post);
+        }
     }
 
     /// SPEC section 1's checks of a legacy POST, in order.
@@ -148,14 +190,12 @@ impl Hub {
             return Err(Rejection::BodyTooLarge);
         };
         let msg = Checked::admit(body).map_err(Rejection::Invalid)?;
-        if !self.backend.is_up() {
-            return Err(Rejection::BackendDown);
-        }
         Ok(Prepared::Legacy { session, msg })
     }
 
-    /// Acts on a checked POST now that the backend has room. Its session may have ended
-    /// while it waited (404).
+    /// Acts on a checked POST now that the backend is ready, if its session is within its
+    /// share of the stdin queue (else 503 at once). Its session may have ended while it
+    /// waited (404).
     pub(super) fn dispatch_post(&mut self, now: Instant, post: Post) {
         let Post {
             request,
@@ -163,6 +203,9 @@ impl Hub {
             prepared,
             ..
         } = post;
+        if !self.backend.fits(prepared.session()) {
+            return self.refuse(request, Rejection::BackendBusy, cors.as_deref());
+        }
         let result = match prepared {
             Prepared::Legacy { session, msg } => {
                 self.legacy_post(now, request, &cors, session, &msg)
@@ -222,9 +265,27 @@ impl Hub {
             }
         }
         match self.router.forward(sid, msg) {
-            Forward::Line(line) => self.queue_line(line, LineFrom::Client),
+            Forward::Line(line) => {
+                self.queue_line(line, LineFrom::Client(number));
+                self.track_legacy(number, msg);
+            }
             Forward::Answer(answer) => self.answer_client(now, sid, msg, answer),
-            Forward::Waiting | Forward::Absorbed => {}
+            Forward::Waiting => self.track_legacy(number, msg),
+            Forward::Absorbed => {}
+        }
+    }
+
+    /// Remembers a legacy request the backend now answers, to answer it itself should the
+    /// backend restart first (at most `--max-inflight` per session; routing never needs it).
+    fn track_legacy(&mut self, number: SessionNumber, msg: &Checked) {
+        let max = self.settings.max_inflight;
+        let (Some(session), Some(id)) = (self.sessions.get_mut(number), &msg.id) else {
+            return;
+        };
+        if let Kind::Legacy { in_flight, .. } = &mut session.kind {
+            if in_flight.len() < max {
+                in_flight.insert(id.key.clone(), msg.raw_id().to_owned());
+            }
         }
     }
 

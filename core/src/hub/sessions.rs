@@ -23,8 +23,13 @@ pub(crate) struct SessionNumber(u64);
 /// The two transports side by side (SPEC section 7).
 #[derive(Debug)]
 pub(crate) enum Kind {
-    /// HTTP+SSE: the session is its one `/sse` stream.
-    Legacy { stream: StreamId },
+    /// HTTP+SSE: the session is its one `/sse` stream. Its requests in flight are kept
+    /// (at most `--max-inflight`) only to answer them if the backend restarts: routing never
+    /// depends on them.
+    Legacy {
+        stream: StreamId,
+        in_flight: BTreeMap<IdKey, String>,
+    },
     /// Streamable HTTP: a standalone GET stream, and requests in flight.
     Mcp(McpSession),
 }
@@ -143,6 +148,10 @@ impl Sessions {
         self.by_number.get(&number)
     }
 
+    pub(crate) fn get_mut(&mut self, number: SessionNumber) -> Option<&mut Session> {
+        self.by_number.get_mut(&number)
+    }
+
     /// The live session with this id.
     pub(crate) fn find(&self, sid: &SessionId) -> Option<SessionNumber> {
         self.by_sid.get(sid).copied()
@@ -214,6 +223,11 @@ impl Sessions {
         }
         self.subscribers.remove(uri);
         false
+    }
+
+    /// Every uri some session watches, in order.
+    pub(crate) fn watched(&self) -> Vec<String> {
+        self.subscribers.keys().cloned().collect()
     }
 
     /// The sessions watching `uri`, in id order.

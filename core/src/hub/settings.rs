@@ -3,17 +3,14 @@
 use std::time::Duration;
 
 use crate::auth::Principal;
-use crate::config::Restart;
+use crate::config::{OnBackendExit, Restart};
 use crate::http::{Endpoint, McpHeaders};
 use crate::routed_id::Instance;
 
-/// Client lines the hub lets wait in the backend's stdin queue by default; past it a POST
-/// waits for room (at most [`BACKEND_BUSY_WAIT`]). The proxy's own lines may use as much
-/// again.
+/// Client lines the hub lets wait in the backend's stdin queue by default, shared fairly
+/// among the sessions that have lines queued (SPEC section 12). The proxy's own lines may
+/// use as much again.
 pub const STDIN_QUEUE: usize = 1024;
-
-/// How long a POST waits for room in the backend's stdin queue before 503.
-pub const BACKEND_BUSY_WAIT: Duration = Duration::from_secs(2);
 
 /// At exit, how long answers already under way get to reach their clients.
 pub const EXIT_DRAIN: Duration = Duration::from_secs(1);
@@ -35,6 +32,10 @@ pub struct Settings {
     pub grace: Duration,
     /// When the backend is restarted.
     pub restart: Restart,
+    /// Whether sessions survive a backend restart.
+    pub on_backend_exit: OnBackendExit,
+    /// How long a request waits for a restarting backend before 503.
+    pub restart_wait: Duration,
     /// Client lines that may wait in the backend's stdin queue ([`STDIN_QUEUE`]).
     pub stdin_queue: usize,
     /// How long a Streamable request may wait for its answer (progress restarts the
@@ -61,6 +62,8 @@ impl Default for Settings {
             ping_timeout: Duration::from_secs(10),
             grace: Duration::from_secs(5),
             restart: Restart::OnFailure,
+            on_backend_exit: OnBackendExit::KeepSessions,
+            restart_wait: Duration::from_secs(10),
             stdin_queue: STDIN_QUEUE,
             request_timeout: Some(Duration::from_secs(300)),
             session_idle: Duration::from_secs(1800),

@@ -835,6 +835,8 @@ impl Model {
             request_timeout: Some(REQUEST_TIMEOUT),
             session_idle: SESSION_IDLE,
             max_inflight: MAX_INFLIGHT,
+            // The model's backend exits end every session (keep-sessions has its scenarios).
+            on_backend_exit: switchboard_core::config::OnBackendExit::CloseSessions,
             ..Settings::default()
         };
         let mut driver = Driver::new(settings);
