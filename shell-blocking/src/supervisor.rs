@@ -57,7 +57,7 @@ pub struct Supervisor {
     hub: Hub,
     /// Requests the hub has yet to answer: where each connection waits (a channel of one,
     /// so a send never waits).
-    waiting: HashMap<RequestId, Sender<Reply>>,
+    replies: HashMap<RequestId, Sender<Reply>>,
     streams: HashMap<StreamId, Queue>,
     backend: Option<Backend>,
     inputs_tx: Sender<Input>,
@@ -82,7 +82,7 @@ impl Supervisor {
             hub: Hub::new(config.settings(), Instant::now()),
             config,
             command,
-            waiting: HashMap::new(),
+            replies: HashMap::new(),
             streams: HashMap::new(),
             backend: None,
             inputs_tx: inputs_tx.clone(),
@@ -137,7 +137,7 @@ impl Supervisor {
         match input {
             Input::Request { request, reply } => {
                 let id = self.hub.handle_request(now, request);
-                self.waiting.insert(id, reply);
+                self.replies.insert(id, reply);
             }
             Input::Refused(rejection) => self.hub.handle_refused(rejection),
             Input::BackendLines { backend, batch } => {
@@ -158,19 +158,34 @@ impl Supervisor {
     /// Performs every output; `Some` once the hub says exit. `now` is the time of the
     /// input that produced them (what follows from them happened then too).
     fn drain(&mut self, now: Instant) -> Option<(i32, Duration)> {
+        let mut exit = None;
         while let Some(output) = self.hub.poll_output() {
-            if let Some(exit) = self.execute(now, output) {
-                return Some(exit);
+            exit = exit.or(self.execute(now, output));
+        }
+        if exit.is_some() {
+            self.answer_queued(now);
+        }
+        exit
+    }
+
+    /// The proxy is exiting: requests still queued for the loop are answered by the hub
+    /// like any other (it refuses them).
+    fn answer_queued(&mut self, now: Instant) {
+        while let Ok(input) = self.inputs.try_recv() {
+            if let Input::Request { .. } = input {
+                self.input(now, input);
+                while let Some(output) = self.hub.poll_output() {
+                    self.execute(now, output);
+                }
             }
         }
-        None
     }
 
     /// Performs one output: I/O only, every decision is the hub's.
     fn execute(&mut self, now: Instant, output: Output) -> Option<(i32, Duration)> {
         match output {
             Output::Respond { request, response } => {
-                if let Some(reply) = self.waiting.remove(&request) {
+                if let Some(reply) = self.replies.remove(&request) {
                     let _ = reply.send(Reply::Full(response));
                 }
             }
@@ -182,7 +197,7 @@ impl Supervisor {
             } => {
                 let (queue, body) = session::channel(stream, budget);
                 self.streams.insert(stream, queue);
-                if let Some(reply) = self.waiting.remove(&request) {
+                if let Some(reply) = self.replies.remove(&request) {
                     // The connection is gone: so is the stream.
                     if reply.send(Reply::Stream(head, body)).is_err() {
                         self.streams.remove(&stream);
@@ -243,21 +258,7 @@ impl Supervisor {
                     stop();
                 }
             }
-            Output::Exit { status, drain } => {
-                // Requests the hub said nothing more to, and those still queued for it: the
-                // proxy is exiting.
-                let mut waiting: Vec<_> = self.waiting.drain().collect();
-                waiting.sort_by_key(|(id, _)| *id);
-                let queued = self.inputs.try_iter().filter_map(|input| match input {
-                    Input::Request { reply, .. } => Some(reply),
-                    _ => None,
-                });
-                let unanswered: Vec<_> = waiting.into_iter().map(|(_, reply)| reply).collect();
-                for reply in unanswered.into_iter().chain(queued) {
-                    let _ = reply.send(Reply::Full(Rejection::BackendDown.response()));
-                }
-                return Some((status, drain));
-            }
+            Output::Exit { status, drain } => return Some((status, drain)),
             Output::Log(event) => {
                 let session = event.session().map(tracing::field::display);
                 match event.level() {

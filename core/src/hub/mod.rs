@@ -122,15 +122,14 @@ impl Hub {
     }
 
     /// An admitted HTTP request; its answer comes as [`Output::Respond`] or
-    /// [`Output::StartStream`] naming the returned id, now or later (never once the hub
-    /// has emitted [`Output::Exit`]).
+    /// [`Output::StartStream`] naming the returned id, now or later. Every request is
+    /// answered: once the hub has emitted [`Output::Exit`] each one is refused (503) at
+    /// once, so a shell feeds the requests it still had queued and answers them as usual.
     pub fn handle_request(&mut self, now: Instant, request: Request) -> RequestId {
         let id = RequestId(self.mint());
         match self.backend.phase() {
             Phase::Running => {}
-            // The shell is exiting: nothing more is said.
-            Phase::Exited => return id,
-            Phase::Stopping { .. } => {
+            Phase::Exited | Phase::Stopping { .. } => {
                 self.refuse(id, Rejection::BackendDown, None);
                 return id;
             }
