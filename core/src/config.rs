@@ -155,6 +155,16 @@ pub struct Config {
     #[cfg_attr(feature = "cli", arg(long, default_value = "8MiB", value_parser = parse_size, value_name = "SIZE"))]
     pub max_line: usize,
 
+    /// How long a dropped Streamable stream's events are kept for the client to resume it
+    /// with Last-Event-ID (0: no resumption).
+    #[cfg_attr(feature = "cli", arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION"))]
+    pub resume_window: Duration,
+
+    /// Bytes of recent Streamable events kept per session for resumption (the oldest go
+    /// first; the whole proxy keeps at most 64 MiB).
+    #[cfg_attr(feature = "cli", arg(long, default_value = "1MiB", value_parser = parse_size, value_name = "SIZE"))]
+    pub resume_buffer: usize,
+
     /// Bytes one session's stream may have queued; a client that falls further behind is
     /// disconnected (never thinned, never allowed to stall others).
     #[cfg_attr(feature = "cli", arg(long, default_value = "4MiB", value_parser = parse_size, value_name = "SIZE"))]
@@ -375,8 +385,9 @@ impl Config {
                 ),
             });
         }
-        let durations: [(&'static str, Duration, Duration, Duration); 8] = [
+        let durations: [(&'static str, Duration, Duration, Duration); 9] = [
             ("--restart-wait", self.restart_wait, 10 * MS, HOUR),
+            ("--resume-window", self.resume_window, Duration::ZERO, HOUR),
             ("--keepalive", self.keepalive, 100 * MS, HOUR),
             ("--header-timeout", self.header_timeout, 100 * MS, HOUR),
             ("--ping-interval", self.ping_interval, 100 * MS, 24 * HOUR),
@@ -398,7 +409,8 @@ impl Config {
                 });
             }
         }
-        let sizes: [(&'static str, usize); 3] = [
+        let sizes: [(&'static str, usize); 4] = [
+            ("--resume-buffer", self.resume_buffer),
             ("--max-body", self.max_body),
             ("--max-line", self.max_line),
             ("--session-buffer", self.session_buffer),
@@ -500,6 +512,8 @@ impl Config {
         crate::hub::Settings {
             max_sessions: self.max_sessions,
             session_buffer: self.session_buffer,
+            resume_window: (!self.resume_window.is_zero()).then_some(self.resume_window),
+            resume_buffer: self.resume_buffer,
             keepalive: self.keepalive,
             ping_interval: self.ping_interval,
             ping_timeout: self.ping_timeout,

@@ -81,6 +81,8 @@ pub struct RequestHead<'a> {
     pub mcp_session_id: Option<&'a str>,
     /// The `MCP-Protocol-Version` header.
     pub mcp_protocol_version: Option<&'a str>,
+    /// The `Last-Event-ID` header (a Streamable client resuming a stream).
+    pub last_event_id: Option<&'a str>,
 }
 
 impl<'a> RequestHead<'a> {
@@ -141,6 +143,8 @@ pub struct McpHeaders {
     pub accept: Option<String>,
     /// `MCP-Protocol-Version`.
     pub protocol_version: Option<String>,
+    /// `Last-Event-ID` (GET).
+    pub last_event_id: Option<String>,
 }
 
 /// A request the gate let through: what it asks for, who asks, and the session it names.
@@ -259,6 +263,7 @@ impl Gate {
                 content_type: head.content_type.map(str::to_owned),
                 accept: head.accept.map(str::to_owned),
                 protocol_version: head.mcp_protocol_version.map(str::to_owned),
+                last_event_id: head.last_event_id.map(str::to_owned),
             },
             _ => McpHeaders::default(),
         };
@@ -433,6 +438,8 @@ pub enum Rejection {
     TooManyInFlight,
     /// 409: a request reused the id of one still in flight in its session.
     IdInFlight,
+    /// 400: a `Last-Event-ID` that names no stream of this session.
+    UnknownEventId,
     /// 405: the path exists for another method.
     MethodNotAllowed {
         /// The method it takes.
@@ -513,6 +520,7 @@ impl Rejection {
             Rejection::NotAcceptable => 406,
             Rejection::TooManyInFlight => 429,
             Rejection::IdInFlight => 409,
+            Rejection::UnknownEventId => 400,
             Rejection::SessionNotFound | Rejection::NotFound => 404,
             Rejection::MethodNotAllowed { .. } => 405,
             Rejection::BodyTooLarge => 413,
@@ -542,6 +550,7 @@ impl Rejection {
             Rejection::InitializeWithSession => "initialize_with_session",
             Rejection::TooManyInFlight => "too_many_in_flight",
             Rejection::IdInFlight => "id_in_flight",
+            Rejection::UnknownEventId => "unknown_event_id",
         }
     }
 
@@ -580,6 +589,10 @@ impl Rejection {
             ),
             Rejection::TooManyInFlight => (-32600, "Too many requests in flight for this session"),
             Rejection::IdInFlight => (-32600, "Request id already in flight in this session"),
+            Rejection::UnknownEventId => (
+                -32600,
+                "Bad Request: Last-Event-ID names no stream of this session",
+            ),
         }
     }
 

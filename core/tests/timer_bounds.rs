@@ -20,6 +20,7 @@ fn mcp(d: &mut Driver, endpoint: Endpoint, session: Option<&str>, body: &str) ->
             content_type: Some("application/json".to_owned()),
             accept: Some(ACCEPT.to_owned()),
             protocol_version: None,
+            last_event_id: None,
         },
         ..Admitted::new(endpoint, Principal::new("alice"), "")
     };

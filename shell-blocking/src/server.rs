@@ -252,6 +252,7 @@ impl<'s> Connection<'s> {
             accept: head.text("accept"),
             mcp_session_id: head.text("mcp-session-id"),
             mcp_protocol_version: head.text("mcp-protocol-version"),
+            last_event_id: head.text("last-event-id"),
         };
         let no_body = head.method == "HEAD";
         let admitted = match self.server.gate.admit(&request_head, unix_now()) {
@@ -278,7 +279,7 @@ impl<'s> Connection<'s> {
         };
         let (reply, answer) = crossbeam_channel::bounded(1);
         let input = Input::Request {
-            request: admitted.into_request(payload, entropy),
+            request: Box::new(admitted.into_request(payload, entropy)),
             reply,
         };
         self.server.busy.fetch_add(1, Ordering::AcqRel);

@@ -25,6 +25,8 @@ mod dispatch;
 mod lifecycle;
 mod mcp;
 mod post;
+mod resume;
+mod resumption;
 mod sessions;
 mod settings;
 mod streams;
@@ -32,7 +34,9 @@ mod streams;
 use std::collections::VecDeque;
 use std::time::Instant;
 
-pub use settings::{Payload, Request, Settings, TableSizes, EXIT_DRAIN, STDIN_QUEUE};
+pub use settings::{
+    Payload, Request, Settings, TableSizes, EXIT_DRAIN, RESUME_GLOBAL, STDIN_QUEUE,
+};
 
 use backend::{BackendProcess, LineFrom, Phase};
 use post::WaitingPosts;
@@ -56,6 +60,8 @@ pub struct Hub {
     streams: Streams,
     posts: WaitingPosts,
     metrics: Metrics,
+    /// Bytes of Streamable events kept for resumption, over every session.
+    resume_bytes: usize,
     outputs: VecDeque<Output>,
     next_id: u64,
 }
@@ -70,6 +76,7 @@ impl Hub {
             streams: Streams::new(settings.keepalive),
             posts: WaitingPosts::default(),
             metrics: Metrics::default(),
+            resume_bytes: 0,
             settings,
             outputs: VecDeque::new(),
             next_id: 1,
@@ -110,6 +117,7 @@ impl Hub {
             match timer {
                 SessionTimer::Request(number, key) => self.request_timed_out(now, number, &key),
                 SessionTimer::Idle(number) => self.idle_check(now, number),
+                SessionTimer::Resume(number, key) => self.resume_expired(now, number, key),
             }
         }
         while let Some(post) = self.posts.take_due(now) {
@@ -177,19 +185,7 @@ impl Hub {
         };
         match state.role {
             Role::Legacy => self.end_session(now, state.session, reason),
-            Role::Get => {
-                if let Some(m) = self.sessions.mcp_mut(state.session) {
-                    if m.get_stream == Some(stream) {
-                        m.get_stream = None;
-                    }
-                }
-                self.touch(state.session, now);
-            }
-            Role::Request(key) => {
-                // A disconnect is not a cancellation: the late answer is dropped.
-                self.take_in_flight(state.session, &key);
-                self.touch(state.session, now);
-            }
+            Role::Mcp(key) => self.mcp_stream_closed(now, state.session, key),
         }
     }
 

@@ -12,6 +12,9 @@ use crate::routed_id::Instance;
 /// use as much again.
 pub const STDIN_QUEUE: usize = 1024;
 
+/// Bytes of Streamable events the whole proxy keeps for resumption, at most.
+pub const RESUME_GLOBAL: usize = 64 << 20;
+
 /// At exit, how long answers already under way get to reach their clients.
 pub const EXIT_DRAIN: Duration = Duration::from_secs(1);
 
@@ -22,6 +25,10 @@ pub struct Settings {
     pub max_sessions: usize,
     /// Byte budget of each stream's queue in the shell.
     pub session_buffer: usize,
+    /// How long a dropped Streamable stream's events are kept; `None`: no resumption.
+    pub resume_window: Option<Duration>,
+    /// Bytes of Streamable events kept per session for resumption.
+    pub resume_buffer: usize,
     /// Idle time after which a stream gets a keep-alive comment.
     pub keepalive: Duration,
     /// Interval of health pings.
@@ -57,6 +64,8 @@ impl Default for Settings {
         Settings {
             max_sessions: 10_000,
             session_buffer: 4 << 20,
+            resume_window: Some(Duration::from_secs(60)),
+            resume_buffer: 1 << 20,
             keepalive: Duration::from_secs(30),
             ping_interval: Duration::from_secs(30),
             ping_timeout: Duration::from_secs(10),
