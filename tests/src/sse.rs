@@ -646,6 +646,7 @@ impl Events {
         let mut seen = Vec::new();
         loop {
             match self.stream.next_frame(deadline) {
+                Frame::Event { data, .. } if data.is_empty() => continue, // priming
                 Frame::Event { data, .. } => {
                     seen.push(serde_json::from_str(&data).expect("JSON event"))
                 }
@@ -653,6 +654,21 @@ impl Events {
                 Frame::Closed => return Some(seen),
                 Frame::Timeout => return None,
             }
+        }
+    }
+
+    /// The id of the last event read (a priming event included).
+    pub fn last_event_id(&self) -> Option<&str> {
+        self.stream.last_id.as_deref()
+    }
+
+    /// Reads the priming event a 2025-11-25 stream opens with; its id.
+    pub fn priming_id(&mut self, timeout: Duration) -> String {
+        match self.stream.next_frame(Instant::now() + timeout) {
+            Frame::Event { data, id, .. } if data.is_empty() => {
+                id.expect("a priming event has an id")
+            }
+            other => panic!("expected a priming event, got {other:?}"),
         }
     }
 
