@@ -11,31 +11,7 @@ use clap::{Parser, ValueEnum};
 use crate::auth::{Auth, TokenTable};
 use crate::http::{Gate, OriginPolicy};
 use crate::routed_id::Instance;
-
-/// When the supervisor restarts the backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[cfg_attr(feature = "cli", derive(ValueEnum))]
-pub enum Restart {
-    /// Restart after a non-zero exit or a signal; a clean exit (0) shuts the proxy down.
-    #[default]
-    OnFailure,
-    /// Restart after every exit.
-    Always,
-    /// Never restart: the proxy exits with the backend's status.
-    Never,
-}
-
-/// What a backend exit that will be restarted does to live sessions (SPEC section 12).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[cfg_attr(feature = "cli", derive(ValueEnum))]
-pub enum OnBackendExit {
-    /// Sessions stay live: requests in flight get -32603, new ones wait for the new
-    /// process, which is initialized with the cached handshake and resubscribed.
-    #[default]
-    KeepSessions,
-    /// Every session is closed; clients start again.
-    CloseSessions,
-}
+pub use crate::settings::{OnBackendExit, Restart};
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -503,13 +479,13 @@ impl Config {
     }
 
     /// What the hub needs of these flags.
-    pub fn settings(&self) -> crate::hub::Settings {
+    pub fn settings(&self) -> crate::settings::Settings {
         let base = self
             .public_url
             .as_deref()
             .unwrap_or("")
             .trim_end_matches('/');
-        crate::hub::Settings {
+        crate::settings::Settings {
             max_sessions: self.max_sessions,
             session_buffer: self.session_buffer,
             resume_window: (!self.resume_window.is_zero()).then_some(self.resume_window),
@@ -519,7 +495,7 @@ impl Config {
             ping_timeout: self.ping_timeout,
             grace: self.grace,
             restart: self.restart,
-            stdin_queue: crate::hub::STDIN_QUEUE,
+            stdin_queue: crate::settings::STDIN_QUEUE,
             request_timeout: (!self.request_timeout.is_zero()).then_some(self.request_timeout),
             on_backend_exit: self.on_backend_exit,
             restart_wait: self.restart_wait,

@@ -4,7 +4,6 @@
 use std::borrow::Cow;
 
 use crate::auth::{Auth, AuthFailure, Principal};
-use crate::hub::{Payload, Request};
 use crate::message::Invalid;
 
 /// What a request asks for, from its method and path.
@@ -445,6 +444,35 @@ pub enum Rejection {
         /// The method it takes.
         allow: &'static str,
     },
+}
+
+/// An HTTP request the gate admitted ([`Gate::admit`]), with its body and fresh
+/// randomness for a session it may create: the hub's input.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// What it asks for.
+    pub endpoint: Endpoint,
+    /// Who asks.
+    pub principal: Principal,
+    /// The session `session_id` names, as sent (empty when none), for `/messages`.
+    pub session: String,
+    /// The Streamable HTTP headers, for `/mcp`.
+    pub mcp: McpHeaders,
+    /// The browser origin to answer with CORS headers, when present and allowed.
+    pub cors: Option<String>,
+    /// The body as far as the shell read it.
+    pub body: Payload,
+    /// 16 random bytes from the OS, for the id of a session this request may create.
+    pub entropy: [u8; 16],
+}
+
+/// A request body as the shell read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Payload {
+    /// The whole body (empty for none).
+    Bytes(Vec<u8>),
+    /// Longer than `--max-body`; the rest was not read.
+    TooLarge,
 }
 
 /// An answer ready for the wire: the shell copies status, headers and body as they are.

@@ -7,7 +7,7 @@ use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, JwkSet};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 
-use crate::auth::{AuthFailure, Principal};
+use crate::principal::{AuthFailure, Principal};
 
 /// One verification key and the algorithms it may be used with.
 struct Key {

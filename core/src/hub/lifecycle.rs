@@ -7,11 +7,11 @@ use super::backend::{LineFrom, Phase, StopStep};
 use super::mcp::Ending;
 use super::sessions::{Kind, SessionNumber};
 use super::{Hub, EXIT_DRAIN};
-use crate::config::OnBackendExit;
 use crate::http::Rejection;
 use crate::output::Frame;
 use crate::output::{BackendId, CloseReason, Event, Output};
 use crate::routed_id::SessionId;
+use crate::settings::OnBackendExit;
 use crate::supervise::{AfterExit, Exit};
 use crate::{sse, streamable};
 
@@ -201,7 +201,7 @@ impl Hub {
         }
     }
 
-    /// Every POST waiting for room is refused, every `/health` request answered.
+    /// Every POST waiting for the backend is refused, every `/health` request answered.
     fn settle_waiting(&mut self, now: Instant, rejection: Rejection) {
         for post in self.posts.take_all() {
             self.refuse(post.request, rejection, post.cors.as_deref());

@@ -3,14 +3,16 @@
 //!
 //! | part | owns |
 //! |---|---|
-//! | [`backend`] | the process: spawn, restart backoff, stdin budget, pings, `/health` waiters, the stop sequence |
-//! | [`sessions`] | the one table of live sessions (principal, kind, subscriptions, creation order) and the Streamable timers |
-//! | [`streams`] | open SSE streams and their keep-alives |
-//! | [`post`] | POSTs waiting for room in the backend's stdin |
+//! | `backend` | the process: spawn, restart backoff, stdin budget, pings, `/health` waiters, the stop sequence |
+//! | `sessions` | the one table of live sessions (principal, kind, subscriptions, creation order) and the Streamable timers (request, idle, resume window) |
+//! | `streams` | open SSE streams and their keep-alives |
+//! | `resume` | each Streamable session's event log: numbered events kept for resumption |
+//! | `post` | POSTs waiting for a restarted backend |
 //! | `router` | the message-level rules (SPEC sections 2 and 3), returning decisions |
 //!
-//! The hub's own files say what each input does: [`post`] and [`mcp`] the two transports'
-//! requests, [`dispatch`] a backend line, [`lifecycle`] the backend's and the proxy's life.
+//! The hub's own files say what each input does: `post` and `mcp` the two transports'
+//! requests, `resumption` their streams (numbered, kept, resumed), `dispatch` a backend
+//! line, `lifecycle` the backend's and the proxy's life.
 //!
 //! Every input takes `now`; after each one the shell drains [`Hub::poll_output`] and
 //! performs every [`Output`] in order, then sleeps until its next input or
@@ -28,15 +30,14 @@ mod post;
 mod resume;
 mod resumption;
 mod sessions;
-mod settings;
 mod streams;
 
 use std::collections::VecDeque;
 use std::time::Instant;
 
-pub use settings::{
-    Payload, Request, Settings, TableSizes, EXIT_DRAIN, RESUME_GLOBAL, STDIN_QUEUE,
-};
+pub use crate::http::{Payload, Request};
+pub use crate::settings::{Settings, EXIT_DRAIN, RESUME_GLOBAL, STDIN_QUEUE};
+pub use resume::MAX_FINISHED_KEPT;
 
 use backend::{BackendProcess, LineFrom, Phase};
 use post::WaitingPosts;
@@ -49,6 +50,24 @@ use crate::output::{BackendId, Event, Frame, Output, RequestId, StreamEnd, Strea
 use crate::routed_id::SessionId;
 use crate::router::Router;
 use crate::supervise::Health;
+
+/// What [`Hub::table_sizes`] counts (for tests).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TableSizes {
+    /// Streams open (legacy, GET and request streams).
+    pub streams: usize,
+    /// Streamable requests in flight.
+    pub in_flight: usize,
+    /// Progress tokens of requests in flight (one per request carrying one).
+    pub progress_tokens: usize,
+    /// Request timeout timers.
+    pub request_timers: usize,
+    /// Idle expiry timers.
+    pub idle_timers: usize,
+    /// Subscriptions, as (session, uri) pairs in the per-session and the per-uri sets.
+    pub subscriptions: (usize, usize),
+}
 
 /// The owner loop's state; see the [module docs](self) for the loop contract.
 #[derive(Debug)]
@@ -222,7 +241,10 @@ impl Hub {
     /// bounded by the streams, requests in flight and sessions that are live, never by how
     /// many requests came before (SPEC section 6, item 6).
     pub fn pending_timers(&self) -> usize {
-        self.streams.timers() + self.sessions.request_timers.len() + self.sessions.idle_timers.len()
+        self.streams.timers()
+            + self.sessions.request_timers.len()
+            + self.sessions.idle_timers.len()
+            + self.sessions.resume_timers.len()
     }
 
     /// Live sessions.

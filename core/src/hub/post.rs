@@ -12,12 +12,12 @@ use super::mcp::McpPost;
 use super::sessions::{Kind, SessionNumber};
 use super::streams::Role;
 use super::{Hub, Payload, Request};
-use crate::config::OnBackendExit;
 use crate::http::{self, Endpoint, Rejection};
 use crate::message;
 use crate::output::{Event, Frame, RequestId, StreamId};
 use crate::routed_id::SessionId;
 use crate::router::{Checked, Forward, RESPONSE_ID_AT};
+use crate::settings::OnBackendExit;
 use crate::sse;
 
 /// A POST checked in full, ready to act on.

@@ -65,6 +65,11 @@ pub(crate) struct EventLog {
 /// one of those is then a 400, not a -32001).
 const MAX_EXPIRED: usize = 1024;
 
+/// Answered streams a session keeps for a client that may have missed their end, at most
+/// (the oldest go first): what a session holds stays bounded by what is live, not by how
+/// many requests it made within the window.
+pub const MAX_FINISHED_KEPT: usize = 64;
+
 /// The byte budgets events are kept within.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Budget {
@@ -203,6 +208,19 @@ impl EventLog {
             self.expired.pop_first();
         }
         self.expired.insert(key, raw_id);
+    }
+
+    /// The oldest answered stream with no client, when more than [`MAX_FINISHED_KEPT`]
+    /// are kept.
+    pub(crate) fn finished_past_limit(&self) -> Option<StreamKey> {
+        let mut finished = self
+            .streams
+            .iter()
+            .filter(|(_, log)| log.finished && log.attached.is_none());
+        let oldest = finished.next().map(|(key, _)| *key);
+        (finished.count() + 1 > MAX_FINISHED_KEPT)
+            .then_some(oldest)
+            .flatten()
     }
 
     /// Every stream's number.

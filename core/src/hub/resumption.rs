@@ -96,6 +96,13 @@ impl Hub {
             self.end_stream(stream);
             self.keep_for_window(now, number, key);
         }
+        let oldest = self
+            .sessions
+            .mcp(number)
+            .and_then(|m| m.log.finished_past_limit());
+        if let Some(oldest) = oldest {
+            self.forget_stream(number, oldest, false);
+        }
     }
 
     /// Keeps stream `key` until the resume window from now passes (at once without

@@ -279,7 +279,8 @@ impl Sessions {
         .min()
     }
 
-    /// The next timer due at `now`: request timeouts first, then idle checks.
+    /// The next timer due at `now`: request timeouts first, then idle checks, then resume
+    /// windows.
     pub(crate) fn take_due(&mut self, now: Instant) -> Option<SessionTimer> {
         if let Some((_, (number, key))) = self.request_timers.pop_due(now) {
             return Some(SessionTimer::Request(number, key));

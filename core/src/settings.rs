@@ -1,11 +1,37 @@
-//! What the hub is told: its settings, and the admitted HTTP requests that are its inputs.
+//! What the hub is told at start: every setting it decides with, from the one CLI
+//! definition ([`Config::settings`](crate::config::Config::settings)) or a test.
 
 use std::time::Duration;
 
-use crate::auth::Principal;
-use crate::config::{OnBackendExit, Restart};
-use crate::http::{Endpoint, McpHeaders};
+#[cfg(feature = "cli")]
+use clap::ValueEnum;
+
 use crate::routed_id::Instance;
+
+/// When the supervisor restarts the backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "cli", derive(ValueEnum))]
+pub enum Restart {
+    /// Restart after a non-zero exit or a signal; a clean exit (0) shuts the proxy down.
+    #[default]
+    OnFailure,
+    /// Restart after every exit.
+    Always,
+    /// Never restart: the proxy exits with the backend's status.
+    Never,
+}
+
+/// What a backend exit that will be restarted does to live sessions (SPEC section 12).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "cli", derive(ValueEnum))]
+pub enum OnBackendExit {
+    /// Sessions stay live: requests in flight get -32603, new ones wait for the new
+    /// process, which is initialized with the cached handshake and resubscribed.
+    #[default]
+    KeepSessions,
+    /// Every session is closed; clients start again.
+    CloseSessions,
+}
 
 /// Client lines the hub lets wait in the backend's stdin queue by default, shared fairly
 /// among the sessions that have lines queued (SPEC section 12). The proxy's own lines may
@@ -18,7 +44,7 @@ pub const RESUME_GLOBAL: usize = 64 << 20;
 /// At exit, how long answers already under way get to reach their clients.
 pub const EXIT_DRAIN: Duration = Duration::from_secs(1);
 
-/// What the hub needs from the command line; see [`Config::settings`](crate::config::Config::settings).
+/// What the hub needs from the command line.
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// Most live sessions.
@@ -81,51 +107,4 @@ impl Default for Settings {
             instance: None,
         }
     }
-}
-
-/// An HTTP request the gate admitted ([`crate::http::Gate::admit`]), with its body and
-/// fresh randomness for a session it may create.
-#[derive(Debug, Clone)]
-pub struct Request {
-    /// What it asks for.
-    pub endpoint: Endpoint,
-    /// Who asks.
-    pub principal: Principal,
-    /// The session `session_id` names, as sent (empty when none), for `/messages`.
-    pub session: String,
-    /// The Streamable HTTP headers, for `/mcp`.
-    pub mcp: McpHeaders,
-    /// The browser origin to answer with CORS headers, when present and allowed.
-    pub cors: Option<String>,
-    /// The body as far as the shell read it.
-    pub body: Payload,
-    /// 16 random bytes from the OS, for the id of a session this request may create.
-    pub entropy: [u8; 16],
-}
-
-/// A request body as the shell read it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Payload {
-    /// The whole body (empty for none).
-    Bytes(Vec<u8>),
-    /// Longer than `--max-body`; the rest was not read.
-    TooLarge,
-}
-
-/// What [`Hub::table_sizes`](super::Hub::table_sizes) counts (for tests).
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TableSizes {
-    /// Streams open (legacy, GET and request streams).
-    pub streams: usize,
-    /// Streamable requests in flight.
-    pub in_flight: usize,
-    /// Progress tokens of requests in flight (one per request carrying one).
-    pub progress_tokens: usize,
-    /// Request timeout timers.
-    pub request_timers: usize,
-    /// Idle expiry timers.
-    pub idle_timers: usize,
-    /// Subscriptions, as (session, uri) pairs in the per-session and the per-uri sets.
-    pub subscriptions: (usize, usize),
 }
