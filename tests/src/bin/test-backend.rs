@@ -17,13 +17,18 @@
 //!   `notifications/progress` with the request's `_meta.progressToken` as given, then the
 //!   result), `flood {bytes}` (one garbage line of that many bytes, then the result),
 //!   `exit {code}` (exits at once, no answer), `stderr {text}` (writes the text to stderr),
-//!   `env {name}` (the variable's value as text), `responses` (the responses this process has received to its own requests).
-//! - `resources/subscribe`, `resources/unsubscribe`, `ping`: `{}`. Unknown methods: -32601.
+//!   `env {name}` (the variable's value as text), `responses` (the responses this process has received to its own requests),
+//!   `touch {uri}` (a `notifications/resources/updated` for `uri` when this process holds a
+//!   subscription to it, then the result: `{"uri", "notified": bool}` as text).
+//! - `resources/subscribe`, `resources/unsubscribe` (each process keeps its own set of
+//!   subscribed uris, so a restarted process knows only the subscriptions sent to it),
+//!   `ping`: `{}`. Unknown methods: -32601.
 //! - Responses (to requests it emitted, e.g. `sampling/createMessage`) are recorded.
 //! - `TEST_BACKEND_RECORD=path`: every received line is appended verbatim to `path`.
 //!
 //! It exits 0 when stdin closes.
 
+use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, Write};
 use std::sync::{Arc, Mutex};
@@ -88,6 +93,7 @@ fn tools() -> Value {
         tool("stderr", "Writes `text` to stderr.", json!({"text": {"type": "string"}})),
         tool("env", "Returns the value of the environment variable `name`.", json!({"name": {"type": "string"}})),
         tool("responses", "Lists the responses received to this server's own requests.", json!({})),
+        tool("touch", "Notifies `resources/updated` for `uri` if this process holds a subscription to it.", json!({"uri": {"type": "string"}})),
     ]})
 }
 
@@ -97,6 +103,8 @@ struct Backend {
     fail_first_initialize: bool,
     initializes: u64,
     responses: Vec<Value>,
+    /// The uris this process was asked to watch (`resources/subscribe`).
+    subscriptions: BTreeSet<String>,
 }
 
 impl Backend {
@@ -143,7 +151,16 @@ impl Backend {
                     )
                 }
             }
-            "ping" | "resources/subscribe" | "resources/unsubscribe" => result(id, json!({})),
+            "ping" => result(id, json!({})),
+            "resources/subscribe" | "resources/unsubscribe" => {
+                let uri = params.get("uri").and_then(Value::as_str).unwrap_or("");
+                if method == "resources/subscribe" {
+                    self.subscriptions.insert(uri.to_owned());
+                } else {
+                    self.subscriptions.remove(uri);
+                }
+                result(id, json!({}))
+            }
             "tools/list" => result(id, tools()),
             "tools/call" => match self.call(id, &params) {
                 Some(reply) => reply,
@@ -226,6 +243,22 @@ impl Backend {
                     json!({"content": [{"type": "text", "text": list.to_string()}], "isError": false}),
                 ))
             }
+            "touch" => {
+                let uri = args.get("uri").and_then(Value::as_str).unwrap_or("");
+                let notified = self.subscriptions.contains(uri);
+                if notified {
+                    self.out.send(&json!({
+                        "jsonrpc": "2.0",
+                        "method": "notifications/resources/updated",
+                        "params": {"uri": uri},
+                    }));
+                }
+                let text = json!({"uri": uri, "notified": notified}).to_string();
+                Some(result(
+                    id,
+                    json!({"content": [{"type": "text", "text": text}], "isError": false}),
+                ))
+            }
             _ => Some(error(id, -32602, &format!("Unknown tool: {name}"))),
         }
     }
@@ -268,6 +301,7 @@ fn main() {
         fail_first_initialize,
         initializes: 0,
         responses: Vec::new(),
+        subscriptions: BTreeSet::new(),
     };
     let stdin = io::stdin();
     let mut input = stdin.lock();
