@@ -67,6 +67,10 @@ pub struct TableSizes {
     pub idle_timers: usize,
     /// Subscriptions, as (session, uri) pairs in the per-session and the per-uri sets.
     pub subscriptions: (usize, usize),
+    /// Resume window timers of dropped or answered Streamable streams.
+    pub resume_timers: usize,
+    /// Bytes of Streamable events kept for resumption, over every session.
+    pub resume_bytes: usize,
 }
 
 /// The owner loop's state; see the [module docs](self) for the loop contract.
@@ -266,6 +270,8 @@ impl Hub {
             request_timers: self.sessions.request_timers.len(),
             idle_timers: self.sessions.idle_timers.len(),
             subscriptions: self.sessions.subscription_count(),
+            resume_timers: self.sessions.resume_timers.len(),
+            resume_bytes: self.resume_bytes,
             ..TableSizes::default()
         };
         for (_, session) in self.sessions.iter() {

@@ -921,6 +921,9 @@ impl Model {
             request_timers: pendings().filter(|p| p.deadline.is_some()).count(),
             idle_timers: sizes.idle_timers,
             subscriptions: (subs, subs),
+            // The model runs without resumption: nothing is kept.
+            resume_timers: 0,
+            resume_bytes: 0,
         };
         assert_eq!(sizes, expected, "the hub's tables after {op:?}");
         let mcp_sessions = self.live.values().filter(|s| s.mcp().is_some()).count();
