@@ -439,6 +439,9 @@ pub enum Rejection {
     IdInFlight,
     /// 400: a `Last-Event-ID` that names no stream of this session.
     UnknownEventId,
+    /// 503: the shell could not start what would serve the connection (a thread); its
+    /// request was not read, so the connection is closed.
+    Overloaded,
     /// 405: the path exists for another method.
     MethodNotAllowed {
         /// The method it takes.
@@ -552,7 +555,10 @@ impl Rejection {
             Rejection::SessionNotFound | Rejection::NotFound => 404,
             Rejection::MethodNotAllowed { .. } => 405,
             Rejection::BodyTooLarge => 413,
-            Rejection::BackendDown | Rejection::BackendBusy | Rejection::TooManySessions => 503,
+            Rejection::BackendDown
+            | Rejection::BackendBusy
+            | Rejection::TooManySessions
+            | Rejection::Overloaded => 503,
         }
     }
 
@@ -569,6 +575,7 @@ impl Rejection {
             Rejection::BackendDown => "backend_down",
             Rejection::BackendBusy => "backend_busy",
             Rejection::TooManySessions => "too_many_sessions",
+            Rejection::Overloaded => "overloaded",
             Rejection::NotFound => "not_found",
             Rejection::MethodNotAllowed { .. } => "method_not_allowed",
             Rejection::UnsupportedMediaType => "unsupported_media_type",
@@ -594,6 +601,7 @@ impl Rejection {
             Rejection::BackendDown => (-32002, "Backend unavailable, retry later"),
             Rejection::BackendBusy => (-32002, "Backend busy, retry later"),
             Rejection::TooManySessions => (-32002, "Too many sessions, retry later"),
+            Rejection::Overloaded => (-32002, "Server overloaded, retry later"),
             Rejection::NotFound => (-32601, "Not found"),
             Rejection::MethodNotAllowed { .. } => (-32601, "Method not allowed"),
             Rejection::UnsupportedMediaType => {
@@ -645,6 +653,11 @@ impl Rejection {
             | Rejection::TooManyInFlight => headers.push(("retry-after", Cow::Borrowed("1"))),
             // The rest of the body was not read: the connection cannot be reused.
             Rejection::BodyTooLarge => headers.push(("connection", Cow::Borrowed("close"))),
+            // Nothing was read: the connection cannot be reused either.
+            Rejection::Overloaded => headers.extend([
+                ("retry-after", Cow::Borrowed("1")),
+                ("connection", Cow::Borrowed("close")),
+            ]),
             _ => {}
         }
         let (code, message) = self.code_and_message();

@@ -39,6 +39,8 @@ pub enum Input {
     },
     /// A request the gate refused (already answered): counted.
     Refused(Rejection),
+    /// A connection no thread could be started for: the hub says what it is answered.
+    Unserved { reply: Sender<Reply> },
     /// Lines the backend wrote (`None`: one over `--max-line`).
     BackendLines {
         backend: BackendId,
@@ -140,6 +142,10 @@ impl Supervisor {
                 self.replies.insert(id, reply);
             }
             Input::Refused(rejection) => self.hub.handle_refused(rejection),
+            Input::Unserved { reply } => {
+                let id = self.hub.handle_unserved(now);
+                self.replies.insert(id, reply);
+            }
             Input::BackendLines { backend, batch } => {
                 self.hub.handle_backend_lines(now, backend, batch)
             }

@@ -191,6 +191,15 @@ impl Hub {
         id
     }
 
+    /// The shell could not start what would serve a new connection (a thread), so its
+    /// request was never read: the answer for it comes as [`Output::Respond`] (503 with
+    /// `Retry-After`, the connection closed), counted like every refusal.
+    pub fn handle_unserved(&mut self, _now: Instant) -> RequestId {
+        let id = RequestId(self.mint());
+        self.refuse(id, Rejection::Overloaded, None);
+        id
+    }
+
     /// Counts a request the gate refused before the hub saw it (the shell answered it).
     pub fn handle_refused(&mut self, rejection: Rejection) {
         self.metrics.rejected(&rejection);

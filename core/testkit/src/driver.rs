@@ -224,6 +224,14 @@ impl Driver {
         id
     }
 
+    /// The shell could not start what would serve a new connection.
+    pub fn unserved(&mut self) -> RequestId {
+        let id = self.hub.handle_unserved(self.now);
+        self.pending.insert(id);
+        self.drain();
+        id
+    }
+
     /// The client of `stream` hangs up.
     pub fn hang_up(&mut self, stream: StreamId) {
         if let Some(s) = self.streams.get_mut(&stream) {

@@ -28,6 +28,7 @@
 //! | `health` | `GET /health` |
 //! | `metrics [PREFIX]` | `GET /metrics`, showing the sample lines that start with PREFIX |
 //! | `sigterm` | SIGTERM for the proxy |
+//! | `unserved` | the shell could not start a thread for a new connection (its request unread) |
 //! | `mcp-init A alice {...}` | `POST /mcp` without a session as `alice` (an `initialize`): the new session is A |
 //! | `mcp-post A {...}` | `POST /mcp` with A's `Mcp-Session-Id`, accepting JSON and SSE; an answer stream is `A@LINE` |
 //! | `mcp-get A`, `mcp-delete A` | `GET /mcp` (the stream `A/get`), `DELETE /mcp` for A |
@@ -118,6 +119,8 @@ pub enum Command {
     Metrics(String),
     /// `sigterm`.
     Sigterm,
+    /// `unserved`: the shell could not start a thread for a new connection.
+    Unserved,
     /// `with FLAG VALUE`, before any other command: a setting of the hub.
     With(String, String),
     /// A request on `/mcp`.
@@ -425,6 +428,7 @@ fn parse_command(line: &str) -> Option<Command> {
         "health" => Command::Health,
         "metrics" => Command::Metrics(rest.to_owned()),
         "sigterm" => Command::Sigterm,
+        "unserved" => Command::Unserved,
         "with" => {
             let (flag, value) = rest.split_once(' ')?;
             Command::With(flag.to_owned(), value.to_owned())
@@ -943,6 +947,7 @@ impl Runner {
                 d.shutdown();
                 None
             }
+            Command::Unserved => Some(d.unserved()),
             Command::With(..) => unreachable!("handled before the hub starts"),
             Command::Mcp(command) => Some(self.mcp(command)),
         }
