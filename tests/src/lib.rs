@@ -25,6 +25,7 @@ use std::time::Duration;
 
 pub mod http;
 pub mod mcp;
+pub mod nginx;
 pub mod node;
 pub mod proxy;
 pub mod sse;
