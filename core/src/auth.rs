@@ -117,18 +117,32 @@ impl Auth {
         authorization: Option<&[u8]>,
         now: u64,
     ) -> Result<Principal, AuthFailure> {
+        self.identify(authorization, now)
+            .map(|(principal, _)| principal)
+    }
+
+    /// [`Auth::authenticate`], with the scopes the credential grants (a JWT's `scope` or
+    /// `scp`; none for static tokens and no auth).
+    pub fn identify(
+        &self,
+        authorization: Option<&[u8]>,
+        now: u64,
+    ) -> Result<(Principal, Vec<String>), AuthFailure> {
         let _ = now;
         if let Auth::None = self {
-            return Ok(Principal::anonymous());
+            return Ok((Principal::anonymous(), Vec::new()));
         }
         let token = authorization
             .and_then(bearer_token)
             .ok_or(AuthFailure::Missing)?;
         match self {
-            Auth::None => Ok(Principal::anonymous()),
-            Auth::Tokens(table) => table.principal_for(token).ok_or(AuthFailure::UnknownToken),
+            Auth::None => Ok((Principal::anonymous(), Vec::new())),
+            Auth::Tokens(table) => table
+                .principal_for(token)
+                .map(|p| (p, Vec::new()))
+                .ok_or(AuthFailure::UnknownToken),
             #[cfg(feature = "jwt")]
-            Auth::Jwt(verifier) => verifier.authenticate(token, now),
+            Auth::Jwt(verifier) => verifier.identify(token, now),
         }
     }
 }

@@ -100,6 +100,33 @@ pub struct Config {
     #[cfg_attr(feature = "cli", arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION"))]
     pub jwt_leeway: Duration,
 
+    /// A trusted OAuth authorization server (repeatable; with --jwt-jwks): clients discover
+    /// it from this proxy's protected resource metadata (RFC 9728) and sign users in there;
+    /// tokens must be issued by one of them.
+    #[cfg_attr(feature = "cli", arg(long = "oauth-issuer", value_name = "URL"))]
+    pub oauth_issuers: Vec<String>,
+
+    /// This proxy's canonical resource URI, which tokens' `aud` must name (default:
+    /// --public-url with --base-path, else http://<listen address><base-path>).
+    #[cfg_attr(feature = "cli", arg(long, value_name = "URL"))]
+    pub resource: Option<String>,
+
+    /// `resource_name` in the protected resource metadata.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, default_value = "Switchboard", value_name = "NAME")
+    )]
+    pub resource_name: String,
+
+    /// Scopes offered in the protected resource metadata, space-separated (repeatable).
+    #[cfg_attr(feature = "cli", arg(long = "oauth-scopes", value_name = "SCOPES"))]
+    pub oauth_scopes: Vec<String>,
+
+    /// A scope every request needs (repeatable): without it, 403 insufficient_scope with
+    /// the scopes to ask for.
+    #[cfg_attr(feature = "cli", arg(long = "required-scope", value_name = "SCOPE"))]
+    pub required_scopes: Vec<String>,
+
     /// Allow a non-loopback --listen address without authentication.
     #[cfg_attr(feature = "cli", arg(long))]
     pub allow_unauthenticated: bool,
@@ -498,6 +525,7 @@ impl Config {
             stdin_queue: crate::settings::STDIN_QUEUE,
             request_timeout: (!self.request_timeout.is_zero()).then_some(self.request_timeout),
             on_backend_exit: self.on_backend_exit,
+            oauth: self.resource_server().map(std::sync::Arc::new),
             restart_wait: self.restart_wait,
             session_idle: self.session_idle,
             max_inflight: self.max_inflight,
@@ -519,9 +547,16 @@ impl Config {
             Some(path) => Some(read("--jwt-secret-file", path)?),
             None => None,
         };
+        // With OAuth on, tokens are for this resource and from a trusted issuer, unless
+        // --jwt-audience says which audiences instead.
+        let audiences = match (&self.resource_server(), self.jwt_audiences.is_empty()) {
+            (Some(oauth), true) => oauth.audiences(),
+            _ => self.jwt_audiences.clone(),
+        };
         let policy = crate::jwt::ClaimsPolicy {
             issuer: self.jwt_issuer.clone(),
-            audiences: self.jwt_audiences.clone(),
+            issuers: self.oauth_issuers.clone(),
+            audiences,
             leeway: self.jwt_leeway.as_secs(),
         };
         let verifier = crate::jwt::JwtVerifier::new(
@@ -586,6 +621,42 @@ impl Config {
             },
             base_path: self.base_path().to_owned(),
             metrics_auth: self.metrics_auth,
+            oauth: self.resource_server().map(std::sync::Arc::new),
+        })
+    }
+
+    /// The OAuth resource server these flags describe, when `--oauth-issuer` is given.
+    pub fn resource_server(&self) -> Option<crate::oauth::ResourceServer> {
+        if self.oauth_issuers.is_empty() {
+            return None;
+        }
+        let public_url = self
+            .public_url
+            .as_deref()
+            .map(|u| u.trim_end_matches('/').to_owned());
+        let own = match &public_url {
+            Some(url) => format!("{url}{}", self.base_path()),
+            None => format!("http://{}{}", self.listen_addr(), self.base_path()),
+        };
+        let resource = self.resource.clone().unwrap_or_else(|| {
+            if own.ends_with('/') || own.matches('/').count() > 2 {
+                own
+            } else {
+                format!("{own}/")
+            }
+        });
+        Some(crate::oauth::ResourceServer {
+            resource,
+            issuers: self.oauth_issuers.clone(),
+            scopes: self
+                .oauth_scopes
+                .iter()
+                .flat_map(|s| s.split_ascii_whitespace().map(str::to_owned))
+                .collect(),
+            required: self.required_scopes.clone(),
+            name: self.resource_name.clone(),
+            public_url,
+            base_path: self.base_path().to_owned(),
         })
     }
 }

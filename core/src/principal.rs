@@ -66,6 +66,8 @@ pub enum AuthFailure {
     BadSignature,
     /// No key with the token's `kid`.
     UnknownKey,
+    /// `access_token` in the query string: tokens travel in the header only.
+    TokenInQuery,
 }
 
 impl AuthFailure {
@@ -81,6 +83,7 @@ impl AuthFailure {
             AuthFailure::WrongAudience => "wrong audience",
             AuthFailure::BadSignature => "bad signature",
             AuthFailure::UnknownKey => "unknown key id",
+            AuthFailure::TokenInQuery => "tokens go in the Authorization header, never the URL",
         }
     }
 }

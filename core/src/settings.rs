@@ -83,6 +83,8 @@ pub struct Settings {
     pub endpoint_prefix: String,
     /// The `--instance` name every minted session id starts with, if any.
     pub instance: Option<Instance>,
+    /// The OAuth resource server (`--oauth-issuer`): its metadata and scope rules.
+    pub oauth: Option<std::sync::Arc<crate::oauth::ResourceServer>>,
 }
 
 impl Default for Settings {
@@ -105,6 +107,7 @@ impl Default for Settings {
             max_inflight: 256,
             endpoint_prefix: String::new(),
             instance: None,
+            oauth: None,
         }
     }
 }

@@ -86,6 +86,11 @@ impl McpPost {
     pub(super) fn session(&self) -> Option<SessionNumber> {
         self.session
     }
+
+    /// The message it carries.
+    pub(super) fn message(&self) -> &Checked {
+        &self.msg
+    }
 }
 
 impl Hub {
@@ -263,6 +268,9 @@ impl Hub {
             return Err(Rejection::NotAcceptable);
         }
         let (number, sid) = self.named_mcp_session(req)?;
+        if self.insufficient_scope(request, (&req.grant, &req.cors), None) {
+            return Ok(());
+        }
         if let Some(last) = &req.mcp.last_event_id {
             return self.resume(now, request, req, (number, sid), last);
         }
@@ -287,6 +295,9 @@ impl Hub {
         req: &Request,
     ) -> Result<(), Rejection> {
         let (number, sid) = self.named_mcp_session(req)?;
+        if self.insufficient_scope(request, (&req.grant, &req.cors), None) {
+            return Ok(());
+        }
         self.end_session(now, number, CloseReason::Deleted);
         self.respond(request, decorate(streamable::deleted(), sid, &req.cors));
         Ok(())

@@ -179,6 +179,10 @@ impl Hub {
                 self.health(now, id);
                 Ok(())
             }
+            Endpoint::ResourceMetadata => {
+                self.resource_metadata(id);
+                Ok(())
+            }
             Endpoint::Metrics => {
                 let text = self.metrics_text().into_bytes();
                 self.respond(id, Response::text(200, "text/plain; version=0.0.4", text));
@@ -311,6 +315,20 @@ impl Hub {
 
     // -----------------------------------------------------------------------------------
     // What every part's decisions come down to
+
+    /// The protected resource metadata (RFC 9728), readable from any origin.
+    fn resource_metadata(&mut self, request: RequestId) {
+        let response = match &self.settings.oauth {
+            Some(oauth) => {
+                let mut response = Response::json(200, oauth.document().into_bytes());
+                let any = std::borrow::Cow::Borrowed("*");
+                response.headers.push(("access-control-allow-origin", any));
+                response
+            }
+            None => Rejection::NotFound.response(),
+        };
+        self.respond(request, response);
+    }
 
     fn health(&mut self, now: Instant, request: RequestId) {
         if !self.backend.is_up() {
