@@ -31,6 +31,11 @@
 //!    itself counted), so a session with nothing queued always gets through and no session
 //!    is admitted past its share.
 //!
+//! One case is counted (`lost:after-seen-response`), not failed: a request stream that
+//! expired is remembered by its request id only, so resuming it past the window answers
+//! -32001 whatever the `Last-Event-ID`, even the id of the response the client already got
+//! (SPEC section 12 says so; a client that resumes after its response is told it was lost).
+//!
 //! A failing sequence is shrunk ([`shrink`]) and shown as a scenario script ([`Outcome::script`])
 //! that `core/tests/scenarios/` can run as it is.
 
@@ -1725,8 +1730,9 @@ impl Run {
         let view = self.views.get_mut(&stream).expect("listed");
         view.answered = true;
         view.lost = true;
-        // A client that saw the response and resumes after it is told it was lost: it
-        // already has its answer (counted, not a failure).
+        // A client that saw the response and resumes after it, past the window, is told
+        // it was lost: an expired stream is remembered by its request id only, not by
+        // where it ended (SPEC section 12; counted, not a failure).
         if let Some((_, at)) = self.reqs[r].answer {
             if from >= at {
                 self.hit("lost:after-seen-response");
