@@ -33,7 +33,7 @@
 //! | `mcp-post A {...}` | `POST /mcp` with A's `Mcp-Session-Id`, accepting JSON and SSE; an answer stream is `A@LINE` |
 //! | `mcp-get A`, `mcp-delete A` | `GET /mcp` (the stream `A/get`), `DELETE /mcp` for A |
 //! | `mcp-raw METHOD [A] [key=value ...] [{...}]` | any `/mcp` request: `as=bob`, `session=none\|B\|text`, `accept=json\|sse\|both\|any\|none\|TYPE`, `type=json\|none\|TYPE`, `version=V`, `last-event-id=ID`, `origin=O`, `body=too-large` |
-//! | `hangup S`, `stall S` with a stream name | `A`, `A/get`, `A@12` |
+//! | `hangup S`, `stall S` with a stream name | `A`, `A/get`, `A@12`, `A/resume@12` |
 //! | `with FLAG VALUE` | before any other command: `restart never`, `keepalive 10s`, `ping-interval 5s`, `ping-timeout 2s`, `grace 1s`, `session-buffer 8192`, `max-sessions 2`, `stdin-queue 2`, `restart-wait 1s`, `on-backend-exit close-sessions`, `resume-window 0s` (no resumption), `resume-buffer 1KiB`, `instance a` (ids are minted as `a.<uuid>`, `<A>` still expands to the whole id and transcripts show it as `a.<A>`); `spawn-fails N` makes the first N starts fail |
 //!
 //! The transcript shows each command, then what followed, indented:
@@ -260,16 +260,17 @@ fn parse_mcp_raw(rest: &str) -> Option<Command> {
 const TOO_LARGE: &str = "\0too-large";
 
 /// A stream's name in a script: `A` (a legacy session's stream), `A/get` (a Streamable
-/// session's GET stream) or `A@12` (the answer stream of the request on line 12).
+/// session's GET stream), `A@12` (the answer stream of the request on line 12) or
+/// `A/resume@12` (the stream of the GET with `Last-Event-ID` on line 12).
 fn stream_name(text: &str) -> Option<String> {
     let label = text.split(['/', '@']).next()?;
     let rest = &text[label.len()..];
+    let line = |n: &str| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
     let ok = is_label(label)
         && (rest.is_empty()
             || rest == "/get"
-            || rest
-                .strip_prefix('@')
-                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())));
+            || rest.strip_prefix('@').is_some_and(line)
+            || rest.strip_prefix("/resume@").is_some_and(line));
     ok.then(|| text.to_owned())
 }
 
