@@ -39,6 +39,15 @@ pub(crate) struct StreamLog {
 /// An event to replay: its id and the event without its id line.
 pub(crate) type Replayed = (String, Arc<[u8]>);
 
+/// What a session remembers of a request stream whose events expired.
+#[derive(Debug, Clone)]
+struct Expired {
+    /// The request's id as the client wrote it.
+    raw_id: String,
+    /// The position of its answer, when the answer was written before the events went.
+    answered_at: Option<u64>,
+}
+
 /// Why a `Last-Event-ID` cannot be replayed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Unreplayable {
@@ -46,6 +55,9 @@ pub(crate) enum Unreplayable {
     Unknown,
     /// Its stream's request, whose events are gone: the raw id to answer -32001 under.
     Lost(Option<String>),
+    /// An expired stream resumed at or after its answer: the client has it; nothing more
+    /// comes (a second, contradictory answer would break "at most once").
+    Answered,
 }
 
 /// A session's event log.
@@ -58,7 +70,7 @@ pub(crate) struct EventLog {
     next_key: StreamKey,
     /// Request streams whose events expired, with the raw id of their request, until the
     /// session ends (at most [`MAX_EXPIRED`]).
-    expired: BTreeMap<StreamKey, String>,
+    expired: BTreeMap<StreamKey, Expired>,
 }
 
 /// Expired request streams a session remembers, at most (the oldest are forgotten; resuming
@@ -155,7 +167,10 @@ impl EventLog {
     ) -> Result<Vec<Replayed>, Unreplayable> {
         let Some(log) = self.streams.get(&key) else {
             return match self.expired.get(&key) {
-                Some(raw_id) => Err(Unreplayable::Lost(Some(raw_id.clone()))),
+                Some(e) if e.answered_at.is_some_and(|at| position >= at) => {
+                    Err(Unreplayable::Answered)
+                }
+                Some(e) => Err(Unreplayable::Lost(Some(e.raw_id.clone()))),
                 None => Err(Unreplayable::Unknown),
             };
         };
@@ -186,7 +201,11 @@ impl EventLog {
         expired_id: Option<String>,
         global: &mut usize,
     ) {
-        self.streams.remove(&key);
+        let answered_at = self
+            .streams
+            .remove(&key)
+            .filter(|log| log.finished)
+            .map(|log| log.next - 1);
         let mut freed = 0;
         self.kept.retain(|(k, _, event)| {
             let keep = *k != key;
@@ -198,16 +217,21 @@ impl EventLog {
         self.bytes -= freed;
         *global -= freed;
         if let Some(raw_id) = expired_id {
-            self.remember_expired(key, raw_id);
+            self.remember_expired(key, raw_id, answered_at);
         }
     }
 
-    /// Remembers stream `key` as expired, its request's raw id to answer a resumption with.
-    pub(crate) fn remember_expired(&mut self, key: StreamKey, raw_id: String) {
+    /// Remembers stream `key` as expired: its request's raw id to answer a resumption
+    /// with, and where its answer was, if it was written.
+    fn remember_expired(&mut self, key: StreamKey, raw_id: String, answered_at: Option<u64>) {
         if self.expired.len() >= MAX_EXPIRED {
             self.expired.pop_first();
         }
-        self.expired.insert(key, raw_id);
+        let expired = Expired {
+            raw_id,
+            answered_at,
+        };
+        self.expired.insert(key, expired);
     }
 
     /// The oldest answered stream with no client, when more than [`MAX_FINISHED_KEPT`]

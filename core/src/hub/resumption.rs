@@ -205,6 +205,10 @@ impl Hub {
         let m = self.sessions.mcp(number).expect("a live session");
         match m.log.replay(key, position) {
             Err(Unreplayable::Unknown) => Err(Rejection::UnknownEventId),
+            Err(Unreplayable::Answered) => {
+                self.closing_stream(now, request, (number, sid), &req.cors, None);
+                Ok(())
+            }
             Err(Unreplayable::Lost(raw_id)) => {
                 self.lost(now, request, (number, sid), &req.cors, key, raw_id);
                 Ok(())
@@ -265,22 +269,40 @@ impl Hub {
         raw_id: Option<String>,
     ) {
         let live = self.sessions.mcp(number).and_then(|m| m.log.get(key));
-        if let Some(Carries::Request(id, _)) = live.map(|log| log.carries.clone()) {
-            self.take_in_flight(number, &id);
-            self.drop_stream(number, key);
-            self.sessions
-                .mcp_mut(number)
-                .expect("a live session")
-                .log
-                .remember_expired(key, raw_id.clone().unwrap_or_default());
+        if let Some(log) = live.filter(|log| matches!(log.carries, Carries::Request(..))) {
+            let (carries, attached) = (log.carries.clone(), log.attached);
+            if let Carries::Request(id, _) = carries {
+                self.take_in_flight(number, &id);
+            }
+            // Remembered as expired, with where its answer was if it was written.
+            self.forget_stream(number, key, true);
+            if let Some(stream) = attached {
+                self.end_stream(stream);
+            }
         }
-        let stream = StreamId(self.mint());
-        let head = super::mcp::decorate(http::sse_head(), sid, cors);
-        self.start_stream(now, request, (stream, head), number, Role::Mcp(0));
         let raw_id = raw_id.unwrap_or_else(|| "null".to_owned());
         let message =
             streamable::error_message(&raw_id, -32001, "response lost: resume window exceeded");
-        self.send(now, stream, Frame::Owned(sse::message_event(&message)));
+        self.closing_stream(now, request, (number, sid), cors, Some(message));
+        self.touch(number, now);
+    }
+
+    /// Answers `request` with a stream that carries `message` (if any) and ends: a
+    /// resumption with nothing left to continue. It is no stream of the log (number 0).
+    fn closing_stream(
+        &mut self,
+        now: Instant,
+        request: RequestId,
+        (number, sid): (SessionNumber, SessionId),
+        cors: &Option<String>,
+        message: Option<Vec<u8>>,
+    ) {
+        let stream = StreamId(self.mint());
+        let head = super::mcp::decorate(http::sse_head(), sid, cors);
+        self.start_stream(now, request, (stream, head), number, Role::Mcp(0));
+        if let Some(message) = message {
+            self.send(now, stream, Frame::Owned(sse::message_event(&message)));
+        }
         self.end_stream(stream);
         self.touch(number, now);
     }

@@ -31,10 +31,9 @@
 //!    itself counted), so a session with nothing queued always gets through and no session
 //!    is admitted past its share.
 //!
-//! One case is counted (`lost:after-seen-response`), not failed: a request stream that
-//! expired is remembered by its request id only, so resuming it past the window answers
-//! -32001 whatever the `Last-Event-ID`, even the id of the response the client already got
-//! (SPEC section 12 says so; a client that resumes after its response is told it was lost).
+//! An expired request stream remembers where its answer was: resuming it at or after that
+//! event gets a stream that ends at once (the client has its answer; a -32001 then would
+//! be a second, contradictory one), before it a -32001.
 //!
 //! A failing sequence is shrunk ([`shrink`]) and shown as a scenario script ([`Outcome::script`])
 //! that `core/tests/scenarios/` can run as it is.
@@ -1366,8 +1365,18 @@ impl Run {
                     .find(|f| f.as_slice() != switchboard_core::sse::KEEPALIVE)
             })
             .is_some_and(|f| without_id(f).len() == f.len());
+        let ended_empty = self.d.stream(stream).is_some_and(|c| {
+            !c.is_open()
+                && c.frames
+                    .iter()
+                    .all(|f| f.as_slice() == switchboard_core::sse::KEEPALIVE)
+        });
         let sess = &mut self.sessions[session];
         match sess.keys.get_mut(&key) {
+            // An expired stream resumed at or after its answer: nothing more comes.
+            Some(k) if ended_empty && k.held == Held::Expired => {
+                self.hit("resume:after-answer");
+            }
             Some(k) if !lost => {
                 if k.held != Held::Kept {
                     self.fail(format!("stream {key} replayed, but it was gone"));
@@ -1730,12 +1739,13 @@ impl Run {
         let view = self.views.get_mut(&stream).expect("listed");
         view.answered = true;
         view.lost = true;
-        // A client that saw the response and resumes after it, past the window, is told
-        // it was lost: an expired stream is remembered by its request id only, not by
-        // where it ended (SPEC section 12; counted, not a failure).
+        // A client that saw the response and resumes after it must not be told it was
+        // lost: that would be a second answer.
         if let Some((_, at)) = self.reqs[r].answer {
             if from >= at {
-                self.hit("lost:after-seen-response");
+                return self.fail(format!(
+                    "{name}: request {id} was answered at {at} and resumed from {from}, but got -32001"
+                ));
             }
         }
         self.reqs[r].lost = true;
