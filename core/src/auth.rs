@@ -106,7 +106,7 @@ pub enum Auth {
     Tokens(TokenTable),
     /// JWT bearer tokens (`--jwt-*`).
     #[cfg(feature = "jwt")]
-    Jwt(std::sync::Arc<crate::jwt::JwtVerifier>),
+    Jwt(std::sync::Arc<crate::jwt::KeyStore>),
 }
 
 impl Auth {
@@ -142,7 +142,7 @@ impl Auth {
                 .map(|p| (p, Vec::new()))
                 .ok_or(AuthFailure::UnknownToken),
             #[cfg(feature = "jwt")]
-            Auth::Jwt(verifier) => verifier.identify(token, now),
+            Auth::Jwt(keys) => keys.current().identify(token, now),
         }
     }
 }

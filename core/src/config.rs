@@ -106,6 +106,11 @@ pub struct Config {
     #[cfg_attr(feature = "cli", arg(long = "oauth-issuer", value_name = "URL"))]
     pub oauth_issuers: Vec<String>,
 
+    /// JWT bearer auth with the key set at this URL (https, or http on loopback), fetched
+    /// and refreshed by the proxy (`Cache-Control: max-age`; an unknown kid refetches it).
+    #[cfg_attr(feature = "cli", arg(long = "jwt-jwks-url", value_name = "URL"))]
+    pub jwt_jwks_url: Option<String>,
+
     /// This proxy's canonical resource URI, which tokens' `aud` must name (default:
     /// --public-url with --base-path, else http://<listen address><base-path>).
     #[cfg_attr(feature = "cli", arg(long, value_name = "URL"))]
@@ -444,6 +449,15 @@ impl Config {
                 problem: format!("{} is out of range (1 to 1000000)", self.max_sessions),
             });
         }
+        let urls = self.oauth_issuers.iter().map(|u| ("--oauth-issuer", u));
+        for (flag, url) in urls.chain(self.jwt_jwks_url.iter().map(|u| ("--jwt-jwks-url", u))) {
+            if !crate::oauth::fetchable(url) {
+                return Err(ConfigError {
+                    flag,
+                    problem: format!("{url} must be https (or http to a loopback host)"),
+                });
+            }
+        }
         if let Some(name) = &self.instance {
             Instance::new(name).map_err(|problem| ConfigError {
                 flag: "--instance",
@@ -531,7 +545,18 @@ impl Config {
             max_inflight: self.max_inflight,
             endpoint_prefix: format!("{base}{}", self.base_path()),
             instance: self.instance(),
+            key_sources: self.key_sources(),
+            configured_keys: self.jwt_jwks.is_some() || self.jwt_secret_file.is_some(),
         }
+    }
+
+    /// Where key sets are fetched from: each `--oauth-issuer`'s metadata, `--jwt-jwks-url`.
+    pub fn key_sources(&self) -> Vec<crate::settings::KeySource> {
+        use crate::settings::KeySource;
+        let issuers = self.oauth_issuers.iter().cloned().map(KeySource::Issuer);
+        issuers
+            .chain(self.jwt_jwks_url.iter().cloned().map(KeySource::Jwks))
+            .collect()
     }
 
     #[cfg(feature = "jwt")]
@@ -559,12 +584,8 @@ impl Config {
             audiences,
             leeway: self.jwt_leeway.as_secs(),
         };
-        let verifier = crate::jwt::JwtVerifier::new(
-            jwks.as_deref(),
-            secret.as_deref().map(str::as_bytes),
-            policy,
-        )?;
-        Ok(Auth::Jwt(std::sync::Arc::new(verifier)))
+        let keys = crate::jwt::KeyStore::new(jwks, secret.map(String::into_bytes), policy)?;
+        Ok(Auth::Jwt(std::sync::Arc::new(keys)))
     }
 
     #[cfg(not(feature = "jwt"))]
@@ -593,7 +614,9 @@ impl Config {
         let mut read = |flag: &str, path: &std::path::Path| {
             read(path).map_err(|e| format!("cannot read {flag} {}: {e}", path.display()))
         };
-        let jwt = self.jwt_jwks.is_some() || self.jwt_secret_file.is_some();
+        let jwt = self.jwt_jwks.is_some()
+            || self.jwt_secret_file.is_some()
+            || !self.key_sources().is_empty();
         let auth = match (&self.auth_tokens, jwt) {
             (Some(_), true) => {
                 return Err("--auth-tokens and --jwt-* cannot be combined: choose one".into())

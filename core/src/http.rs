@@ -224,6 +224,15 @@ pub struct Refused {
 }
 
 impl Gate {
+    /// The key store JWT verification reads, for the loop to give it fetched key sets.
+    #[cfg(feature = "jwt")]
+    pub fn key_store(&self) -> Option<std::sync::Arc<crate::jwt::KeyStore>> {
+        match &self.auth {
+            Auth::Jwt(store) => Some(store.clone()),
+            _ => None,
+        }
+    }
+
     /// What the request asks for and who asks, or the refusal to send at once. `now` is
     /// seconds since the Unix epoch (token expiry).
     pub fn admit(&self, head: &RequestHead<'_>, now: u64) -> Result<Admitted, Refused> {
@@ -287,7 +296,10 @@ impl Gate {
         let (principal, scopes) = if authenticated {
             self.auth
                 .identify(head.authorization, now)
-                .map_err(Rejection::Unauthorized)?
+                .map_err(|failure| match failure {
+                    AuthFailure::KeysUnavailable => Rejection::KeysUnavailable,
+                    failure => Rejection::Unauthorized(failure),
+                })?
         } else {
             (Principal::anonymous(), Vec::new())
         };
@@ -506,6 +518,8 @@ pub enum Rejection {
     UnknownEventId,
     /// 403: the token lacks a scope the request needs (`--required-scope`).
     InsufficientScope,
+    /// 503: no signing keys could be fetched yet (the token is not at fault).
+    KeysUnavailable,
     /// 503: the shell could not start what would serve the connection (a thread); its
     /// request was not read, so the connection is closed.
     Overloaded,
@@ -628,7 +642,8 @@ impl Rejection {
             Rejection::BackendDown
             | Rejection::BackendBusy
             | Rejection::TooManySessions
-            | Rejection::Overloaded => 503,
+            | Rejection::Overloaded
+            | Rejection::KeysUnavailable => 503,
         }
     }
 
@@ -657,6 +672,7 @@ impl Rejection {
             Rejection::IdInFlight => "id_in_flight",
             Rejection::UnknownEventId => "unknown_event_id",
             Rejection::InsufficientScope => "insufficient_scope",
+            Rejection::KeysUnavailable => "keys_unavailable",
         }
     }
 
@@ -701,6 +717,7 @@ impl Rejection {
                 "Bad Request: Last-Event-ID names no stream of this session",
             ),
             Rejection::InsufficientScope => (-32001, "Forbidden: insufficient scope"),
+            Rejection::KeysUnavailable => (-32002, "Signing keys not available yet, retry later"),
         }
     }
 
@@ -722,7 +739,8 @@ impl Rejection {
             Rejection::BackendDown
             | Rejection::BackendBusy
             | Rejection::TooManySessions
-            | Rejection::TooManyInFlight => headers.push(("retry-after", Cow::Borrowed("1"))),
+            | Rejection::TooManyInFlight
+            | Rejection::KeysUnavailable => headers.push(("retry-after", Cow::Borrowed("1"))),
             // The rest of the body was not read: the connection cannot be reused.
             Rejection::BodyTooLarge => headers.push(("connection", Cow::Borrowed("close"))),
             // Nothing was read: the connection cannot be reused either.

@@ -33,6 +33,82 @@ pub struct ClaimsPolicy {
 pub struct JwtVerifier {
     keys: Vec<Key>,
     policy: ClaimsPolicy,
+    /// Keys are still to come from a URL (none fetched yet): tokens get 503, not 401.
+    pending: bool,
+}
+
+/// The verifier the gate uses now: the configured keys (a JWKS file, an HS256 secret)
+/// and the key sets the hub fetched, rebuilt when it has new ones
+/// ([`Output::UseKeys`](crate::Output::UseKeys)); a shell's request handlers share it.
+#[derive(Debug)]
+pub struct KeyStore {
+    configured: Option<String>,
+    secret: Option<Vec<u8>>,
+    policy: ClaimsPolicy,
+    current: std::sync::RwLock<std::sync::Arc<JwtVerifier>>,
+}
+
+impl KeyStore {
+    /// A store of the configured keys; with none, it is pending until fetched ones come.
+    pub fn new(
+        configured: Option<String>,
+        secret: Option<Vec<u8>>,
+        policy: ClaimsPolicy,
+    ) -> Result<KeyStore, String> {
+        if let Some(text) = &configured {
+            // Every key of a configured set must be usable: a mistake is told at start.
+            JwtVerifier::new(Some(text), None, policy.clone())?;
+        }
+        let sets: Vec<&str> = configured.as_deref().into_iter().collect();
+        let verifier = JwtVerifier::with_sets(&sets, secret.as_deref(), policy.clone())?;
+        Ok(KeyStore {
+            configured,
+            secret,
+            policy,
+            current: std::sync::RwLock::new(std::sync::Arc::new(verifier)),
+        })
+    }
+
+    /// The verifier now.
+    pub fn current(&self) -> std::sync::Arc<JwtVerifier> {
+        match self.current.read() {
+            Ok(guard) => guard.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Uses the configured keys and `fetched` from now on (each set was checked by the
+    /// hub; one that fails here keeps the verifier in use).
+    pub fn use_fetched(&self, fetched: &[String]) -> Result<(), String> {
+        let sets: Vec<&str> = self
+            .configured
+            .as_deref()
+            .into_iter()
+            .chain(fetched.iter().map(String::as_str))
+            .collect();
+        let verifier = JwtVerifier::with_sets(&sets, self.secret.as_deref(), self.policy.clone())?;
+        let verifier = std::sync::Arc::new(verifier);
+        match self.current.write() {
+            Ok(mut guard) => *guard = verifier,
+            Err(poisoned) => *poisoned.into_inner() = verifier,
+        }
+        Ok(())
+    }
+}
+
+/// How many usable keys a JWKS document holds, or why it is refused.
+pub fn check_jwks(text: &str) -> Result<usize, String> {
+    let set: JwkSet =
+        serde_json::from_str(text).map_err(|e| format!("not a JWKS document: {e}"))?;
+    let keys = set
+        .keys
+        .iter()
+        .filter(|jwk| Key::from_jwk(jwk).is_ok())
+        .count();
+    if keys == 0 {
+        return Err("no usable key (RSA, EC P-256, Ed25519)".into());
+    }
+    Ok(keys)
 }
 
 impl std::fmt::Debug for JwtVerifier {
@@ -161,7 +237,44 @@ impl JwtVerifier {
         if keys.is_empty() {
             return Err("no JWT verification keys".into());
         }
-        Ok(JwtVerifier { keys, policy })
+        Ok(JwtVerifier {
+            keys,
+            policy,
+            pending: false,
+        })
+    }
+
+    /// Keys from several JWKS documents (a file's and fetched ones) and an HS256 secret.
+    /// With none at all the verifier is pending: tokens get 503 until keys come.
+    pub fn with_sets(
+        sets: &[&str],
+        hs256_secret: Option<&[u8]>,
+        policy: ClaimsPolicy,
+    ) -> Result<Self, String> {
+        let mut keys = Vec::new();
+        for text in sets {
+            let set: JwkSet =
+                serde_json::from_str(text).map_err(|e| format!("not a JWKS document: {e}"))?;
+            // A fetched set may carry keys of kinds this proxy does not verify (an
+            // encryption key, say): those are left out. A configured set was checked whole.
+            keys.extend(set.keys.iter().filter_map(|jwk| Key::from_jwk(jwk).ok()));
+        }
+        if let Some(secret) = hs256_secret {
+            let mut with_secret = JwtVerifier::new(None, Some(secret), policy.clone())?;
+            with_secret.keys.append(&mut keys);
+            return Ok(with_secret);
+        }
+        let pending = keys.is_empty();
+        Ok(JwtVerifier {
+            keys,
+            policy,
+            pending,
+        })
+    }
+
+    /// How many keys it holds.
+    pub fn key_count(&self) -> usize {
+        self.keys.len()
     }
 
     /// The principal a token names, at `now` (seconds since the Unix epoch).
@@ -175,6 +288,9 @@ impl JwtVerifier {
         token: &[u8],
         now: u64,
     ) -> Result<(Principal, Vec<String>), AuthFailure> {
+        if self.pending {
+            return Err(AuthFailure::KeysUnavailable);
+        }
         let header = jsonwebtoken::decode_header(token).map_err(|_| AuthFailure::Malformed)?;
         // A token's `kid` must name a key, except when a single key has no id (a shared
         // secret), which then serves every token.

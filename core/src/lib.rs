@@ -90,5 +90,5 @@ pub use http::Rejection;
 pub use hub::Hub;
 pub use message::Invalid;
 pub use metrics::{DropReason, LogLevel};
-pub use output::{BackendId, Event, Frame, Output, RequestId, StreamEnd, StreamId};
+pub use output::{BackendId, Event, FetchId, Frame, Output, RequestId, StreamEnd, StreamId};
 pub use routed_id::SessionId;

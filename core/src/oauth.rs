@@ -115,6 +115,22 @@ impl ResourceServer {
     }
 }
 
+/// Whether a URL may be fetched: https, or http to a loopback host.
+pub fn fetchable(url: &str) -> bool {
+    if url.starts_with("https://") {
+        return true;
+    }
+    let Some(rest) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = match authority.rsplit_once(':') {
+        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+        _ => authority,
+    };
+    matches!(host, "localhost" | "[::1]") || host.starts_with("127.")
+}
+
 /// `scheme://authority` of a URL.
 fn origin_of(url: &str) -> &str {
     let after_scheme = url.find("://").map_or(0, |i| i + 3);
@@ -167,5 +183,9 @@ mod tests {
             ["https://mcp.example", "https://mcp.example/"]
         );
         assert_eq!(s.missing_scopes(&["mcp:read".into()]), ["mcp:tools"]);
+        assert!(fetchable("http://127.0.0.1:9000/jwks"));
+        assert!(fetchable("http://localhost/jwks"));
+        assert!(!fetchable("http://idp.example/jwks"));
+        assert!(fetchable("https://idp.example/jwks"));
     }
 }

@@ -51,6 +51,12 @@ id_type!(
     "S"
 );
 id_type!(
+    /// One fetch of a URL ([`Output::Fetch`]), reported with
+    /// [`Hub::handle_fetched`](crate::Hub::handle_fetched).
+    FetchId,
+    "F"
+);
+id_type!(
     /// One backend process, from [`Output::SpawnBackend`] to its exit. Lines, write
     /// reports and exits tagged with an older id are ignored.
     BackendId,
@@ -190,6 +196,22 @@ pub enum Output {
         /// What to send.
         signal: Signal,
     },
+    /// `GET url` (an authorization server's metadata or a key set) over https, or http to a
+    /// loopback host, within a few seconds, following no redirects; report the status, the
+    /// `Cache-Control` header and the body (at most 1 MiB) or why it failed with
+    /// [`Hub::handle_fetched`](crate::Hub::handle_fetched). Off the loop: it may be slow.
+    Fetch {
+        /// The id to report it under.
+        fetch: FetchId,
+        /// What to fetch.
+        url: String,
+    },
+    /// Verify bearer JWTs with these fetched key sets (JWKS documents, each checked) and
+    /// the configured ones from now on: `KeyStore::use_fetched` on the gate's key store.
+    UseKeys {
+        /// Every fetched key set known now.
+        sets: Arc<[String]>,
+    },
     /// Stop accepting connections; answers already under way still go out.
     StopAccepting,
     /// Exit the process with `status` once answers under way had at most `drain` to go out.
@@ -294,6 +316,27 @@ pub enum Event {
     },
     /// The backend answers pings again.
     Responsive,
+    /// A key set (or an authorization server's metadata) was fetched and is in use.
+    KeysFetched {
+        /// From where.
+        url: String,
+        /// Keys it holds (metadata: 0).
+        keys: usize,
+    },
+    /// An authorization server's metadata named its key set.
+    KeySetDiscovered {
+        /// Where the metadata was.
+        metadata: String,
+        /// The key set it names.
+        jwks: String,
+    },
+    /// A fetch failed or its document was refused; the last good keys stay in use.
+    KeysFailed {
+        /// From where.
+        url: String,
+        /// Why.
+        why: String,
+    },
 }
 
 /// Log levels the hub asks for.
@@ -318,7 +361,8 @@ impl Event {
             | Event::BackendExited { .. }
             | Event::SpawnFailed { .. }
             | Event::GaveUpWaiting
-            | Event::Unresponsive { .. } => Level::Warn,
+            | Event::Unresponsive { .. }
+            | Event::KeysFailed { .. } => Level::Warn,
             Event::Dropped {
                 level: LogLevel::Warn,
                 ..
@@ -385,6 +429,11 @@ impl fmt::Display for Event {
                 silent.as_millis()
             ),
             Event::Responsive => write!(f, "backend answers pings again"),
+            Event::KeysFetched { url, keys } => write!(f, "fetched {url} ({keys} keys)"),
+            Event::KeySetDiscovered { metadata, jwks } => {
+                write!(f, "the metadata at {metadata} names the key set {jwks}")
+            }
+            Event::KeysFailed { url, why } => write!(f, "cannot use {url}: {why}"),
         }
     }
 }

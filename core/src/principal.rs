@@ -68,6 +68,8 @@ pub enum AuthFailure {
     UnknownKey,
     /// `access_token` in the query string: tokens travel in the header only.
     TokenInQuery,
+    /// No key set could be fetched yet: the token is not at fault (503, not 401).
+    KeysUnavailable,
 }
 
 impl AuthFailure {
@@ -84,6 +86,7 @@ impl AuthFailure {
             AuthFailure::BadSignature => "bad signature",
             AuthFailure::UnknownKey => "unknown key id",
             AuthFailure::TokenInQuery => "tokens go in the Authorization header, never the URL",
+            AuthFailure::KeysUnavailable => "signing keys are not available yet",
         }
     }
 }

@@ -85,6 +85,19 @@ pub struct Settings {
     pub instance: Option<Instance>,
     /// The OAuth resource server (`--oauth-issuer`): its metadata and scope rules.
     pub oauth: Option<std::sync::Arc<crate::oauth::ResourceServer>>,
+    /// Where key sets are fetched from (`--oauth-issuer`, `--jwt-jwks-url`).
+    pub key_sources: Vec<KeySource>,
+    /// Keys are configured too (a JWKS file, a secret): auth works before any fetch.
+    pub configured_keys: bool,
+}
+
+/// Where a key set comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySource {
+    /// An authorization server: its metadata names the key set (`jwks_uri`).
+    Issuer(String),
+    /// A key set's URL.
+    Jwks(String),
 }
 
 impl Default for Settings {
@@ -108,6 +121,8 @@ impl Default for Settings {
             endpoint_prefix: String::new(),
             instance: None,
             oauth: None,
+            key_sources: Vec::new(),
+            configured_keys: false,
         }
     }
 }

@@ -118,18 +118,22 @@ pub struct Health {
     pub sessions: usize,
     /// The `--instance` name, shown when given.
     pub instance: Option<crate::routed_id::Instance>,
+    /// Key sets come from URLs and none was fetched yet: requests get 503.
+    pub keys_unavailable: bool,
 }
 
 impl Health {
     /// Status code and JSON body: 200 only when the backend runs and answered the ping.
     pub fn response(&self) -> (u16, Vec<u8>) {
-        let healthy = self.running && self.answered;
+        let healthy = self.running && self.answered && !self.keys_unavailable;
         let status = if healthy {
             "ok"
-        } else if self.running {
+        } else if !self.running {
+            "down"
+        } else if !self.answered {
             "unresponsive"
         } else {
-            "down"
+            "unavailable"
         };
         let mut body = serde_json::json!({
             "status": status,
@@ -143,6 +147,9 @@ impl Health {
         });
         if let Some(instance) = &self.instance {
             body["instance"] = instance.as_str().into();
+        }
+        if self.keys_unavailable {
+            body["auth"] = "keys unavailable".into();
         }
         (
             if healthy { 200 } else { 503 },

@@ -2,6 +2,7 @@
 //! crossbeam-channel, for hosts where an async runtime is unwelcome.
 
 mod backend;
+mod fetch;
 mod server;
 mod session;
 mod supervisor;
@@ -75,7 +76,7 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
     let config = Arc::new(config);
     // The loop stops the server, which needs the loop's inputs: it gets the server later.
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<Arc<server::Listening>>(1);
-    let (supervisor, inputs, closed, shutdown) = Supervisor::new(
+    let (mut supervisor, inputs, closed, shutdown) = Supervisor::new(
         config.clone(),
         command,
         Box::new(move || {
@@ -85,6 +86,7 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
         }),
     );
 
+    supervisor.use_key_store(gate.key_store());
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,

@@ -6,14 +6,16 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver, Sender};
 use switchboard_core::config::Config;
-use switchboard_core::hub::{self, Hub};
+use switchboard_core::hub::{self, Fetched, Hub};
+use switchboard_core::jwt::KeyStore;
 use switchboard_core::output::Level;
 use switchboard_core::supervise::Exit;
-use switchboard_core::{BackendId, Output, Rejection, RequestId, StreamEnd, StreamId};
+use switchboard_core::{BackendId, FetchId, Output, Rejection, RequestId, StreamEnd, StreamId};
 use tracing::{debug, info, warn};
 
 use crate::backend::{self, Backend};
@@ -36,6 +38,11 @@ pub enum Input {
     Request {
         request: Box<hub::Request>,
         reply: Sender<Reply>,
+    },
+    /// What an [`Output::Fetch`] brought.
+    Fetched {
+        fetch: FetchId,
+        result: Result<Fetched, String>,
     },
     /// A request the gate refused (already answered): counted.
     Refused(Rejection),
@@ -67,9 +74,16 @@ pub struct Supervisor {
     closed: Receiver<StreamId>,
     shutdown: Receiver<()>,
     stop_accepting: Option<Box<dyn FnOnce() + Send>>,
+    /// The gate's key store, given the key sets the hub fetched.
+    key_store: Option<Arc<KeyStore>>,
 }
 
 impl Supervisor {
+    /// Gives fetched key sets to the gate's `store` (JWT auth).
+    pub fn use_key_store(&mut self, store: Option<Arc<KeyStore>>) {
+        self.key_store = store;
+    }
+
     /// The loop, and what the other threads need to reach it: its inputs, the channel on
     /// which streams report their end, and the shutdown request.
     pub fn new(
@@ -88,6 +102,7 @@ impl Supervisor {
             streams: HashMap::new(),
             backend: None,
             inputs_tx: inputs_tx.clone(),
+            key_store: None,
             inputs,
             closed,
             shutdown,
@@ -141,7 +156,8 @@ impl Supervisor {
                 let id = self.hub.handle_request(now, *request);
                 self.replies.insert(id, reply);
             }
-            Input::Refused(rejection) => self.hub.handle_refused(rejection),
+            Input::Refused(rejection) => self.hub.handle_refused(now, rejection),
+            Input::Fetched { fetch, result } => self.hub.handle_fetched(now, fetch, result),
             Input::Unserved { reply } => {
                 let id = self.hub.handle_unserved(now);
                 self.replies.insert(id, reply);
@@ -257,6 +273,25 @@ impl Supervisor {
             Output::SignalBackend { backend, signal } => {
                 if let Some(process) = self.process(backend) {
                     let _ = process.signals.send(signal);
+                }
+            }
+            Output::Fetch { fetch, url } => {
+                let inputs = self.inputs_tx.clone();
+                // Off the loop: a slow identity provider never stalls routing.
+                let started = thread::Builder::new().name("fetch".into()).spawn(move || {
+                    let result = crate::fetch::fetch(&url);
+                    let _ = inputs.send(Input::Fetched { fetch, result });
+                });
+                if let Err(e) = started {
+                    let result = Err(format!("cannot start a fetch thread: {e}"));
+                    self.hub.handle_fetched(now, fetch, result);
+                }
+            }
+            Output::UseKeys { sets } => {
+                if let Some(store) = &self.key_store {
+                    if let Err(e) = store.use_fetched(&sets) {
+                        warn!("cannot use the fetched key sets: {e}");
+                    }
                 }
             }
             Output::StopAccepting => {

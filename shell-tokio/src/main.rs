@@ -2,6 +2,7 @@
 //! tokio + hyper.
 
 mod backend;
+mod fetch;
 mod server;
 mod session;
 mod supervisor;
@@ -62,7 +63,8 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
             config.listening_line(listener.local_addr()?, &command)
         );
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
-        let (supervisor, inputs) = Supervisor::new(config.clone(), command, stop_tx);
+        let (mut supervisor, inputs) = Supervisor::new(config.clone(), command, stop_tx);
+        supervisor.use_key_store(gate.key_store());
         let server = Arc::new(Server {
             gate,
             max_body: config.max_body,

@@ -8,10 +8,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use switchboard_core::config::Config;
-use switchboard_core::hub::{self, Hub};
+use switchboard_core::hub::{self, Fetched, Hub};
+use switchboard_core::jwt::KeyStore;
 use switchboard_core::output::Level;
 use switchboard_core::supervise::Exit;
-use switchboard_core::{BackendId, Output, Rejection, RequestId, StreamEnd, StreamId};
+use switchboard_core::{BackendId, FetchId, Output, Rejection, RequestId, StreamEnd, StreamId};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 
@@ -32,6 +33,11 @@ pub enum Input {
     Request {
         request: Box<hub::Request>,
         reply: oneshot::Sender<Reply>,
+    },
+    /// What an [`Output::Fetch`] brought.
+    Fetched {
+        fetch: FetchId,
+        result: Result<Fetched, String>,
     },
     /// A request the gate refused (already answered): counted.
     Refused(Rejection),
@@ -59,9 +65,16 @@ pub struct Supervisor {
     closed_tx: mpsc::UnboundedSender<StreamId>,
     closed: mpsc::UnboundedReceiver<StreamId>,
     stop_accepting: Option<oneshot::Sender<()>>,
+    /// The gate's key store, given the key sets the hub fetched.
+    key_store: Option<Arc<KeyStore>>,
 }
 
 impl Supervisor {
+    /// Gives fetched key sets to the gate's `store` (JWT auth).
+    pub fn use_key_store(&mut self, store: Option<Arc<KeyStore>>) {
+        self.key_store = store;
+    }
+
     /// The loop, and the sender request handlers reach it by.
     pub fn new(
         config: Arc<Config>,
@@ -78,6 +91,7 @@ impl Supervisor {
             streams: HashMap::new(),
             backend: None,
             inputs_tx: inputs_tx.clone(),
+            key_store: None,
             inputs,
             closed_tx,
             closed,
@@ -139,7 +153,8 @@ impl Supervisor {
                 let id = self.hub.handle_request(now, *request);
                 self.replies.insert(id, reply);
             }
-            Input::Refused(rejection) => self.hub.handle_refused(rejection),
+            Input::Refused(rejection) => self.hub.handle_refused(now, rejection),
+            Input::Fetched { fetch, result } => self.hub.handle_fetched(now, fetch, result),
             Input::BackendLines { backend, batch } => {
                 self.hub.handle_backend_lines(now, backend, batch)
             }
@@ -248,6 +263,21 @@ impl Supervisor {
             Output::SignalBackend { backend, signal } => {
                 if let Some(process) = self.process(backend) {
                     let _ = process.signals.send(signal);
+                }
+            }
+            Output::Fetch { fetch, url } => {
+                let inputs = self.inputs_tx.clone();
+                // Off the loop: a slow identity provider never stalls routing.
+                tokio::task::spawn_blocking(move || {
+                    let result = crate::fetch::fetch(&url);
+                    let _ = inputs.blocking_send(Input::Fetched { fetch, result });
+                });
+            }
+            Output::UseKeys { sets } => {
+                if let Some(store) = &self.key_store {
+                    if let Err(e) = store.use_fetched(&sets) {
+                        warn!("cannot use the fetched key sets: {e}");
+                    }
                 }
             }
             Output::StopAccepting => {

@@ -24,6 +24,7 @@
 mod backend;
 mod deadlines;
 mod dispatch;
+mod keys;
 mod lifecycle;
 mod mcp;
 mod post;
@@ -37,6 +38,7 @@ use std::time::Instant;
 
 pub use crate::http::{Payload, Request};
 pub use crate::settings::{Settings, EXIT_DRAIN, RESUME_GLOBAL, STDIN_QUEUE};
+pub use keys::Fetched;
 pub use resume::MAX_FINISHED_KEPT;
 
 use backend::{BackendProcess, LineFrom, Phase};
@@ -46,7 +48,7 @@ use streams::{Role, Streams};
 
 use crate::http::{self, Endpoint, Rejection, Response};
 use crate::metrics::{self, DropReason, Metrics, ShellGauges};
-use crate::output::{BackendId, Event, Frame, Output, RequestId, StreamEnd, StreamId};
+use crate::output::{BackendId, Event, FetchId, Frame, Output, RequestId, StreamEnd, StreamId};
 use crate::routed_id::SessionId;
 use crate::router::Router;
 use crate::supervise::Health;
@@ -85,6 +87,7 @@ pub struct Hub {
     metrics: Metrics,
     /// Bytes of Streamable events kept for resumption, over every session.
     resume_bytes: usize,
+    keys: keys::KeySets,
     outputs: VecDeque<Output>,
     next_id: u64,
 }
@@ -100,11 +103,13 @@ impl Hub {
             posts: WaitingPosts::default(),
             metrics: Metrics::default(),
             resume_bytes: 0,
+            keys: keys::KeySets::new(&settings.key_sources, now),
             settings,
             outputs: VecDeque::new(),
             next_id: 1,
         };
         hub.spawn_backend(now);
+        hub.key_timeouts(now);
         hub
     }
 
@@ -124,6 +129,7 @@ impl Hub {
             self.sessions.poll_timeout(),
             self.posts.poll_timeout(),
             self.streams.poll_timeout(),
+            self.keys.poll_timeout(),
         ]
         .into_iter()
         .flatten()
@@ -150,6 +156,45 @@ impl Hub {
             self.respond_health(now, request, false);
         }
         self.streams.handle_timeout(now, &mut self.outputs);
+        self.key_timeouts(now);
+    }
+
+    /// What an [`Output::Fetch`] brought (its status, `Cache-Control` and body), or why it
+    /// failed.
+    pub fn handle_fetched(
+        &mut self,
+        now: Instant,
+        fetch: FetchId,
+        result: Result<Fetched, String>,
+    ) {
+        match self.keys.fetched(now, fetch, result) {
+            keys::Learned::Keys { url, keys } => {
+                self.log(Event::KeysFetched { url, keys });
+                let sets = self.keys.sets().into();
+                self.outputs.push_back(Output::UseKeys { sets });
+            }
+            keys::Learned::Discovered { metadata, jwks } => {
+                self.log(Event::KeySetDiscovered { metadata, jwks });
+                self.key_timeouts(now);
+            }
+            keys::Learned::Failed { url, why } => self.log(Event::KeysFailed { url, why }),
+            keys::Learned::Nothing => self.key_timeouts(now),
+        }
+    }
+
+    /// Fetches every key set (or metadata) due at `now`.
+    fn key_timeouts(&mut self, now: Instant) {
+        loop {
+            let next = &mut self.next_id;
+            let due = self.keys.start_due(now, || {
+                *next += 1;
+                FetchId(*next - 1)
+            });
+            let Some((fetch, url)) = due else {
+                break;
+            };
+            self.outputs.push_back(Output::Fetch { fetch, url });
+        }
     }
 
     /// An admitted HTTP request; its answer comes as [`Output::Respond`] or
@@ -204,9 +249,15 @@ impl Hub {
         id
     }
 
-    /// Counts a request the gate refused before the hub saw it (the shell answered it).
-    pub fn handle_refused(&mut self, rejection: Rejection) {
+    /// Counts a request the gate refused before the hub saw it (the shell answered it). A
+    /// token naming a key no key set has refetches them (at most once per 30 s per URL).
+    pub fn handle_refused(&mut self, now: Instant, rejection: Rejection) {
         self.metrics.rejected(&rejection);
+        if rejection == Rejection::Unauthorized(crate::principal::AuthFailure::UnknownKey)
+            && self.keys.unknown_kid(now)
+        {
+            self.key_timeouts(now);
+        }
     }
 
     /// A stream ended on the shell's side (the client left, or its queue was full): a
@@ -348,6 +399,9 @@ impl Hub {
             answered,
             sessions: self.sessions.len(),
             instance: self.settings.instance,
+            keys_unavailable: self.keys.configured()
+                && !self.settings.configured_keys
+                && !self.keys.available(),
         };
         let (status, body) = report.response();
         self.respond(request, Response::json(status, body));

@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::value::RawValue;
 use switchboard_core::http::{Admitted, Endpoint};
-use switchboard_core::hub::{Payload, Request, Settings};
+use switchboard_core::hub::{Fetched, Payload, Request, Settings};
 use switchboard_core::supervise::{Exit, Signal};
+use switchboard_core::FetchId;
 use switchboard_core::{BackendId, Hub, Output, Principal, RequestId, StreamEnd, StreamId};
 
 /// Timer firings one [`Driver::advance`] may run before it calls the hub livelocked.
@@ -100,6 +101,10 @@ pub struct Driver {
     answers: BTreeMap<RequestId, Answer>,
     /// Every line written to the backend's stdin, in order, with the backend it went to.
     backend_input: Vec<(BackendId, Vec<u8>)>,
+    /// Fetches asked for and not answered yet.
+    fetches: Vec<(FetchId, String)>,
+    /// The fetched key sets the hub said to use last.
+    key_sets: Vec<String>,
     records: Vec<Record>,
     accepting: bool,
     exit_status: Option<i32>,
@@ -138,6 +143,8 @@ impl Driver {
             pending: BTreeSet::new(),
             answers: BTreeMap::new(),
             backend_input: Vec::new(),
+            fetches: Vec::new(),
+            key_sets: Vec::new(),
             records: Vec::new(),
             accepting: true,
             exit_status: None,
@@ -230,6 +237,33 @@ impl Driver {
         self.pending.insert(id);
         self.drain();
         id
+    }
+
+    /// Answers the oldest fetch of `url` under way (false if there is none).
+    pub fn answer_fetch(&mut self, url: &str, result: Result<Fetched, String>) -> bool {
+        let Some(at) = self.fetches.iter().position(|(_, u)| u == url) else {
+            return false;
+        };
+        let (fetch, _) = self.fetches.remove(at);
+        self.hub.handle_fetched(self.now, fetch, result);
+        self.drain();
+        true
+    }
+
+    /// The fetches under way, oldest first.
+    pub fn fetches(&self) -> impl Iterator<Item = &str> {
+        self.fetches.iter().map(|(_, url)| url.as_str())
+    }
+
+    /// The fetched key sets in use.
+    pub fn key_sets(&self) -> &[String] {
+        &self.key_sets
+    }
+
+    /// The gate refused a request (e.g. a token naming an unknown key).
+    pub fn refused(&mut self, rejection: switchboard_core::Rejection) {
+        self.hub.handle_refused(self.now, rejection);
+        self.drain();
     }
 
     /// The client of `stream` hangs up.
@@ -352,6 +386,14 @@ impl Driver {
 
     fn perform(&mut self, output: Output) {
         match output {
+            Output::Fetch { fetch, url } => {
+                assert!(
+                    switchboard_core::oauth::fetchable(&url),
+                    "a fetch of {url}, which is neither https nor loopback"
+                );
+                self.fetches.push((fetch, url));
+            }
+            Output::UseKeys { sets } => self.key_sets = sets.to_vec(),
             Output::Respond { request, response } => {
                 assert!(
                     (100..600).contains(&response.status),

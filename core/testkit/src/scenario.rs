@@ -29,12 +29,14 @@
 //! | `metrics [PREFIX]` | `GET /metrics`, showing the sample lines that start with PREFIX |
 //! | `sigterm` | SIGTERM for the proxy |
 //! | `unserved` | the shell could not start a thread for a new connection (its request unread) |
+//! | `fetched URL STATUS [max-age=N] BODY`, `fetch-fails URL WHY` | the fetch of URL under way answers, or fails |
+//! | `unknown-kid` | the gate refused a token naming a key no key set has |
 //! | `mcp-init A alice {...}` | `POST /mcp` without a session as `alice` (an `initialize`): the new session is A |
 //! | `mcp-post A {...}` | `POST /mcp` with A's `Mcp-Session-Id`, accepting JSON and SSE; an answer stream is `A@LINE` |
 //! | `mcp-get A`, `mcp-delete A` | `GET /mcp` (the stream `A/get`), `DELETE /mcp` for A |
 //! | `mcp-raw METHOD [A] [key=value ...] [{...}]` | any `/mcp` request: `as=bob`, `session=none\|B\|text`, `accept=json\|sse\|both\|any\|none\|TYPE`, `type=json\|none\|TYPE`, `version=V`, `last-event-id=ID`, `origin=O`, `body=too-large` |
 //! | `hangup S`, `stall S` with a stream name | `A`, `A/get`, `A@12`, `A/resume@12` |
-//! | `with FLAG VALUE` | before any other command: `restart never`, `keepalive 10s`, `ping-interval 5s`, `ping-timeout 2s`, `grace 1s`, `session-buffer 8192`, `max-sessions 2`, `stdin-queue 2`, `restart-wait 1s`, `on-backend-exit close-sessions`, `resume-window 0s` (no resumption), `resume-buffer 1KiB`, `instance a` (ids are minted as `a.<uuid>`, `<A>` still expands to the whole id and transcripts show it as `a.<A>`); `spawn-fails N` makes the first N starts fail |
+//! | `with FLAG VALUE` | before any other command: `restart never`, `keepalive 10s`, `ping-interval 5s`, `ping-timeout 2s`, `grace 1s`, `session-buffer 8192`, `max-sessions 2`, `stdin-queue 2`, `restart-wait 1s`, `on-backend-exit close-sessions`, `resume-window 0s` (no resumption), `resume-buffer 1KiB`, `oauth-issuer URL`, `jwks-url URL` (key sources), `instance a` (ids are minted as `a.<uuid>`, `<A>` still expands to the whole id and transcripts show it as `a.<A>`); `spawn-fails N` makes the first N starts fail |
 //!
 //! The transcript shows each command, then what followed, indented:
 //!
@@ -121,6 +123,17 @@ pub enum Command {
     Sigterm,
     /// `unserved`: the shell could not start a thread for a new connection.
     Unserved,
+    /// `fetched URL STATUS [max-age=N] BODY`: the fetch of URL under way answers.
+    Fetched {
+        url: String,
+        status: u16,
+        cache_control: Option<String>,
+        body: String,
+    },
+    /// `fetch-fails URL WHY`: the fetch of URL under way fails.
+    FetchFails { url: String, why: String },
+    /// `unknown-kid`: the gate refused a token naming a key no key set has.
+    UnknownKid,
     /// `with FLAG VALUE`, before any other command: a setting of the hub.
     With(String, String),
     /// A request on `/mcp`.
@@ -430,6 +443,31 @@ fn parse_command(line: &str) -> Option<Command> {
         "metrics" => Command::Metrics(rest.to_owned()),
         "sigterm" => Command::Sigterm,
         "unserved" => Command::Unserved,
+        "unknown-kid" => Command::UnknownKid,
+        "fetch-fails" => {
+            let (url, why) = rest.split_once(' ')?;
+            Command::FetchFails {
+                url: url.to_owned(),
+                why: why.to_owned(),
+            }
+        }
+        "fetched" => {
+            let (url, rest) = rest.split_once(' ')?;
+            let (status, rest) = rest.split_once(' ').unwrap_or((rest, ""));
+            let (cache_control, body) = match rest.strip_prefix("max-age=") {
+                Some(r) => {
+                    let (age, body) = r.split_once(' ').unwrap_or((r, ""));
+                    (Some(format!("max-age={age}")), body)
+                }
+                None => (None, rest),
+            };
+            Command::Fetched {
+                url: url.to_owned(),
+                status: status.parse().ok()?,
+                cache_control,
+                body: body.to_owned(),
+            }
+        }
         "with" => {
             let (flag, value) = rest.split_once(' ')?;
             Command::With(flag.to_owned(), value.to_owned())
@@ -639,6 +677,16 @@ fn apply_setting(settings: &mut Settings, flag: &str, value: &str) -> Option<()>
             settings.request_timeout = Some(duration(value).ok()?).filter(|d| !d.is_zero())
         }
         "stdin-queue" => settings.stdin_queue = value.parse().ok()?,
+        "oauth-issuer" => settings
+            .key_sources
+            .push(switchboard_core::settings::KeySource::Issuer(
+                value.to_owned(),
+            )),
+        "jwks-url" => settings
+            .key_sources
+            .push(switchboard_core::settings::KeySource::Jwks(
+                value.to_owned(),
+            )),
         "restart-wait" => settings.restart_wait = duration(value).ok()?,
         "resume-window" => {
             settings.resume_window = Some(duration(value).ok()?).filter(|d| !d.is_zero())
@@ -949,6 +997,35 @@ impl Runner {
                 None
             }
             Command::Unserved => Some(d.unserved()),
+            Command::Fetched {
+                url,
+                status,
+                cache_control,
+                body,
+            } => {
+                let fetched = switchboard_core::hub::Fetched {
+                    status: *status,
+                    cache_control: cache_control.clone(),
+                    body: body.clone().into_bytes(),
+                };
+                assert!(
+                    d.answer_fetch(url, Ok(fetched)),
+                    "no fetch of {url} under way"
+                );
+                None
+            }
+            Command::FetchFails { url, why } => {
+                assert!(
+                    d.answer_fetch(url, Err(why.clone())),
+                    "no fetch of {url} under way"
+                );
+                None
+            }
+            Command::UnknownKid => {
+                let failure = switchboard_core::principal::AuthFailure::UnknownKey;
+                d.refused(switchboard_core::Rejection::Unauthorized(failure));
+                None
+            }
             Command::With(..) => unreachable!("handled before the hub starts"),
             Command::Mcp(command) => Some(self.mcp(command)),
         }
@@ -1000,6 +1077,8 @@ impl Runner {
 
     fn render_output(&mut self, output: &Output) -> Option<String> {
         Some(match output {
+            Output::Fetch { url, .. } => format!("-> fetch {url}"),
+            Output::UseKeys { sets } => format!("-> use {} fetched key set(s)", sets.len()),
             Output::Respond { request, response } => {
                 let mut text = self.answer_prefix(*request);
                 write!(text, "{}", response.status).unwrap();
