@@ -75,6 +75,8 @@ const TEST_CLIENT_ID = 'switchboard-tests';
 const TEST_CLIENT_SECRET = 'switchboard-tests-secret';
 // Scopes that belong to OpenID Connect itself, never to a resource server.
 const OIDC_SCOPES = new Set(['openid', 'offline_access', 'profile', 'email', 'address', 'phone']);
+// The scopes the provider lists (`scopes_supported`); resource scopes are free text (below).
+const SUPPORTED_SCOPES = ['openid', 'offline_access'];
 
 function parseArgs(argv) {
   const opts = {
@@ -167,7 +169,7 @@ function makeProvider(issuer) {
     jwks: { keys },
     cookies: { keys: [cookieKey] },
     pkce: { required: () => true },
-    scopes: ['openid', 'offline_access'],
+    scopes: [...SUPPORTED_SCOPES],
     features: {
       devInteractions: { enabled: false },
       registration: { enabled: true, initialAccessToken: false },
@@ -249,6 +251,31 @@ async function approve(provider, req, res) {
   await provider.interactionFinished(req, res, result, { mergeWithLastSubmission: true });
 }
 
+// oidc-provider refuses a registration whose `scope` names a scope it does not list, but
+// resource scopes are free text here (any the proxy under test offers), and MCP clients register
+// with the scopes they are about to ask for: drop the unlisted ones from the registration (the
+// client still asks for them at /auth, and gets them). oidc-provider takes a body read
+// beforehand from `req.body` (it warns once on stderr that it did).
+async function dropUnlistedScopes(req) {
+  if (!/^application\/json\b/.test(req.headers['content-type'] ?? '')) return;
+  const chunks = [];
+  for await (const chunk of req) chunks.push(chunk);
+  const text = Buffer.concat(chunks).toString('utf8');
+  let body;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    req.body = text;
+    return;
+  }
+  if (body && typeof body.scope === 'string') {
+    const kept = body.scope.split(' ').filter((s) => SUPPORTED_SCOPES.includes(s));
+    if (kept.length) body.scope = kept.join(' ');
+    else delete body.scope;
+  }
+  req.body = body;
+}
+
 function sendJson(res, status, body, headers = {}) {
   const text = JSON.stringify(body);
   res.writeHead(status, {
@@ -306,7 +333,10 @@ const server = createServer(async (req, res) => {
       stats.discovery_fetches += 1;
     }
     if (path.startsWith('/.well-known/openid-configuration')) stats.discovery_fetches += 1;
-    if (path === '/reg' && req.method === 'POST') stats.registrations += 1;
+    if (path === '/reg' && req.method === 'POST') {
+      stats.registrations += 1;
+      await dropUnlistedScopes(req);
+    }
     if (path === '/auth') stats.authorizations += 1;
     if (path === '/token' && req.method === 'POST') stats.token_requests += 1;
     const interaction = /^\/interaction\/[^/]+$/.exec(path);
