@@ -2,7 +2,9 @@
 //! `switchboard_tests::oidc`) does what those suites rely on, checked over loopback HTTP with
 //! no proxy involved: discovery documents, a key set with kids, JWT access tokens whose `aud`
 //! is the requested resource and whose signature the key set verifies, key rotation, the
-//! key-set fetch counter, a fixed port, the outage switch and `--no-rfc8414`.
+//! key-set fetch counter, a fixed port, the outage switch and `--no-rfc8414`; and the path the
+//! SDK clients take: open registration of a public client, PKCE required, an authorization
+//! that approves at once (a browser's redirects and cookies), the code redeemed for a JWT.
 //!
 //! Needs Node and the pinned packages of `tests/node` (`tests/run.sh` installs them); without
 //! them the tests skip loudly, or fail when `CI=true`.
@@ -10,7 +12,7 @@
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::{json, Value};
 use switchboard_tests::oidc::{
-    free_port, jwt_parts, oidc_provider, Mint, OidcOptions, OidcProvider,
+    form_encode, free_port, jwt_parts, oidc_provider, Mint, OidcOptions, OidcProvider,
 };
 use switchboard_tests::Body;
 
@@ -189,4 +191,211 @@ fn fixed_port_max_age_and_openid_discovery_only() {
         .expect("it started once already");
     assert_eq!(op.issuer(), format!("http://127.0.0.1:{port}"));
     assert_ne!(op.kid(), kid, "a restarted provider has a new key");
+}
+
+/// Where the provider sends the user agent back; never fetched.
+const REDIRECT_URI: &str = "http://127.0.0.1:9/callback";
+/// A PKCE pair (S256): the challenge is the unpadded base64url SHA-256 of the verifier.
+const VERIFIER: &str = "switchboard-tests-pkce-verifier-0123456789-abcdefghijklmnop";
+const CHALLENGE: &str = "HOmh53eJoyknvOAtdxGux71TmDsERauaN6fa0ewkxaw";
+
+/// Percent-decoding of one form value (`+` is a space).
+fn form_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).expect("ascii");
+                out.push(u8::from_str_radix(hex, 16).expect("a percent escape"));
+                i += 2;
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).expect("UTF-8")
+}
+
+/// The query parameters of `url`.
+fn query(url: &str) -> Vec<(String, String)> {
+    url.split_once('?')
+        .map(|(_, q)| q)
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (form_decode(k), form_decode(v))
+        })
+        .collect()
+}
+
+fn param<'a>(params: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    params
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+fn form(fields: &[(&str, &str)]) -> Body {
+    let text = fields
+        .iter()
+        .map(|(k, v)| format!("{k}={}", form_encode(v)))
+        .collect::<Vec<_>>()
+        .join("&");
+    Body::Bytes(text.into_bytes())
+}
+
+/// Follows `url` at the provider like a browser (cookies kept) until it redirects to
+/// REDIRECT_URI; returns that redirect's query and the paths visited.
+fn authorize(op: &OidcProvider, url: &str) -> (Vec<(String, String)>, Vec<String>) {
+    let mut cookies: Vec<(String, String)> = Vec::new();
+    let mut visited = Vec::new();
+    let mut next = url.to_owned();
+    for _ in 0..10 {
+        if next.starts_with(REDIRECT_URI) {
+            return (query(&next), visited);
+        }
+        let target = next.strip_prefix(op.issuer()).unwrap_or(&next).to_owned();
+        visited.push(target.split('?').next().unwrap_or("").to_owned());
+        let cookie = cookies
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let mut headers = vec![];
+        if !cookie.is_empty() {
+            headers.push(("Cookie", cookie.as_str()));
+        }
+        let r = op.request("GET", &target, &headers, Body::None);
+        for (name, value) in &r.headers {
+            if name.eq_ignore_ascii_case("set-cookie") {
+                let pair = value.split(';').next().unwrap_or("");
+                if let Some((k, v)) = pair.split_once('=') {
+                    cookies.retain(|(n, _)| n != k.trim());
+                    cookies.push((k.trim().to_owned(), v.trim().to_owned()));
+                }
+            }
+        }
+        let location = r.header("location").unwrap_or_else(|| {
+            panic!(
+                "GET {target}: {} without a redirect: {}",
+                r.status,
+                r.text()
+            )
+        });
+        assert!([302, 303].contains(&r.status), "GET {target}: {}", r.status);
+        next = if location.starts_with('/') {
+            format!("{}{location}", op.issuer())
+        } else {
+            location.to_owned()
+        };
+    }
+    panic!("too many redirects: {visited:?}");
+}
+
+#[test]
+fn registration_pkce_and_an_authorization_that_approves_at_once() {
+    let Some(op) = oidc_provider("the OpenID provider of the OAuth suites") else {
+        return;
+    };
+    // Open dynamic registration of a public client, with a scope the provider does not list.
+    let r = op.request(
+        "POST",
+        "/reg",
+        &[("Content-Type", "application/json")],
+        Body::json(
+            &json!({
+                "redirect_uris": [REDIRECT_URI],
+                "token_endpoint_auth_method": "none",
+                "grant_types": ["authorization_code", "refresh_token"],
+                "response_types": ["code"],
+                "scope": "mcp:tools offline_access",
+            })
+            .to_string(),
+        ),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let client = r.json();
+    let client_id = client["client_id"].as_str().expect("client_id").to_owned();
+    assert_eq!(client["token_endpoint_auth_method"], "none");
+    assert!(client.get("client_secret").is_none(), "{client}");
+
+    let auth = |extra: &[(&str, &str)]| {
+        let mut fields = vec![
+            ("response_type", "code"),
+            ("client_id", client_id.as_str()),
+            ("redirect_uri", REDIRECT_URI),
+            ("state", "st-1"),
+            ("scope", "mcp:tools offline_access"),
+            ("prompt", "consent"),
+            ("resource", RESOURCE),
+        ];
+        fields.extend_from_slice(extra);
+        let q = fields
+            .iter()
+            .map(|(k, v)| format!("{k}={}", form_encode(v)))
+            .collect::<Vec<_>>()
+            .join("&");
+        format!("{}/auth?{q}", op.issuer())
+    };
+
+    // Without PKCE: refused, back at the client.
+    let (params, _) = authorize(&op, &auth(&[]));
+    assert_eq!(
+        param(&params, "error"),
+        Some("invalid_request"),
+        "{params:?}"
+    );
+
+    // With PKCE: approved at once (no page), a code for the client, with state and iss.
+    let (params, visited) = authorize(
+        &op,
+        &auth(&[
+            ("code_challenge", CHALLENGE),
+            ("code_challenge_method", "S256"),
+        ]),
+    );
+    assert_eq!(param(&params, "error"), None, "{params:?}");
+    assert_eq!(param(&params, "state"), Some("st-1"));
+    assert_eq!(param(&params, "iss"), Some(op.issuer()));
+    let code = param(&params, "code").expect("a code").to_owned();
+    assert_eq!(
+        visited.len(),
+        3,
+        "/auth, /interaction/UID, /auth/UID: {visited:?}"
+    );
+
+    // The code, redeemed with its verifier: a JWT for the resource, for alice.
+    let r = op.request(
+        "POST",
+        "/token",
+        &[("Content-Type", "application/x-www-form-urlencoded")],
+        form(&[
+            ("grant_type", "authorization_code"),
+            ("code", &code),
+            ("redirect_uri", REDIRECT_URI),
+            ("client_id", &client_id),
+            ("code_verifier", VERIFIER),
+            ("resource", RESOURCE),
+        ]),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let tokens = r.json();
+    assert_eq!(tokens["token_type"], "Bearer");
+    assert!(
+        tokens["refresh_token"].is_string(),
+        "offline_access: {tokens}"
+    );
+    let access = tokens["access_token"].as_str().expect("access_token");
+    let claims = verify(&op, access, RESOURCE);
+    assert_eq!(claims["sub"], "alice");
+    assert_eq!(claims["scope"], "mcp:tools");
+    assert_eq!(claims["client_id"], client_id.as_str());
+    let stats = op.stats();
+    assert_eq!(stats["registrations"], 1);
+    assert_eq!(stats["authorizations"], 2);
 }
