@@ -1,7 +1,8 @@
 // A real OpenID provider for the OAuth end-to-end suites: npm `oidc-provider` (an
 // OpenID-certified implementation, pinned in package-lock.json) on plain http on loopback,
 // configured the way an organisation's identity provider serves MCP clients, plus a few
-// test-only endpoints. Nothing here is fit for anything but tests.
+// test-only endpoints. Nothing here is fit for anything but tests. (oidc-provider 9 warns on
+// stderr that Node 20 is not a supported runtime; it works on it.)
 //
 //   node oidc-provider.mjs [--port N] [--jwks-max-age S] [--no-rfc8414] [--account SUB]
 //                          [--access-token-ttl S]
@@ -22,7 +23,10 @@
 //                        --jwks-max-age S it carries `Cache-Control: public, max-age=S`,
 //                        otherwise no Cache-Control at all.
 //   POST /reg            dynamic client registration (RFC 7591), open: no initial access token.
-//                        Public clients (`token_endpoint_auth_method: "none"`) are fine.
+//                        Public clients (`token_endpoint_auth_method: "none"`) are fine. Scopes
+//                        of the registration other than `openid` and `offline_access` are dropped
+//                        from it (oidc-provider would refuse them; resource scopes are free text
+//                        here and are granted at /auth all the same).
 //   GET  /auth           authorization endpoint: response_type=code, PKCE (S256) REQUIRED for
 //                        every client, `resource` (RFC 8707) required to get a JWT. It redirects
 //                        to /interaction/UID, which approves at once (no login page, no consent
