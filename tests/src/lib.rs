@@ -28,6 +28,7 @@ pub mod http;
 pub mod mcp;
 pub mod nginx;
 pub mod node;
+pub mod oidc;
 pub mod proxy;
 pub mod sse;
 

@@ -28,6 +28,11 @@ pub struct Node {
 /// `what` must skip: no `node` on `PATH` or nothing installed. Under `CI=true` it panics
 /// instead, so CI never passes without running them.
 pub fn node(what: &str) -> Option<Node> {
+    node_with(what, &[])
+}
+
+/// [`node`], also requiring each of `extra` (package names) under `node_modules`.
+pub fn node_with(what: &str, extra: &[&str]) -> Option<Node> {
     let dir = std::env::var_os("SWITCHBOARD_NODE_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace_root().join("tests/node"));
@@ -41,6 +46,7 @@ pub fn node(what: &str) -> Option<Node> {
         Ok(s) if !s.success() => Some(format!("`node --version` failed: {s}")),
         Ok(_) => PACKAGES
             .iter()
+            .chain(extra)
             .find(|p| {
                 !dir.join("node_modules")
                     .join(p)
