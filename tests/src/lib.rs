@@ -30,6 +30,7 @@ pub mod nginx;
 pub mod node;
 pub mod oidc;
 pub mod proxy;
+pub mod python;
 pub mod sse;
 
 pub use forwarder::{Forwarder, Recorded};
