@@ -34,9 +34,9 @@
 //! | `mcp-init A alice {...}` | `POST /mcp` without a session as `alice` (an `initialize`): the new session is A |
 //! | `mcp-post A {...}` | `POST /mcp` with A's `Mcp-Session-Id`, accepting JSON and SSE; an answer stream is `A@LINE` |
 //! | `mcp-get A`, `mcp-delete A` | `GET /mcp` (the stream `A/get`), `DELETE /mcp` for A |
-//! | `mcp-raw METHOD [A] [key=value ...] [{...}]` | any `/mcp` request: `as=bob`, `session=none\|B\|text`, `accept=json\|sse\|both\|any\|none\|TYPE`, `type=json\|none\|TYPE`, `version=V`, `last-event-id=ID`, `origin=O`, `body=too-large` |
+//! | `mcp-raw METHOD [A] [key=value ...] [{...}]` | any `/mcp` request: `as=bob`, `session=none\|B\|text`, `accept=json\|sse\|both\|any\|none\|TYPE`, `type=json\|none\|TYPE`, `version=V`, `last-event-id=ID`, `origin=O`, `scopes=a,b` (the token's), `body=too-large` |
 //! | `hangup S`, `stall S` with a stream name | `A`, `A/get`, `A@12`, `A/resume@12` |
-//! | `with FLAG VALUE` | before any other command: `restart never`, `keepalive 10s`, `ping-interval 5s`, `ping-timeout 2s`, `grace 1s`, `session-buffer 8192`, `max-sessions 2`, `stdin-queue 2`, `restart-wait 1s`, `on-backend-exit close-sessions`, `resume-window 0s` (no resumption), `resume-buffer 1KiB`, `oauth-issuer URL`, `jwks-url URL` (key sources), `instance a` (ids are minted as `a.<uuid>`, `<A>` still expands to the whole id and transcripts show it as `a.<A>`); `spawn-fails N` makes the first N starts fail |
+//! | `with FLAG VALUE` | before any other command: `restart never`, `keepalive 10s`, `ping-interval 5s`, `ping-timeout 2s`, `grace 1s`, `session-buffer 8192`, `max-sessions 2`, `stdin-queue 2`, `restart-wait 1s`, `on-backend-exit close-sessions`, `resume-window 0s` (no resumption), `resume-buffer 1KiB`, `oauth-issuer URL`, `jwks-url URL` (key sources), `required-scope S` (an OAuth resource server at `http://127.0.0.1:8000/`), `instance a` (ids are minted as `a.<uuid>`, `<A>` still expands to the whole id and transcripts show it as `a.<A>`); `spawn-fails N` makes the first N starts fail |
 //!
 //! The transcript shows each command, then what followed, indented:
 //!
@@ -157,6 +157,9 @@ pub struct McpCommand {
     pub body: Option<String>,
 }
 
+/// Where a scripted request's OAuth challenge points.
+const METADATA_URL: &str = "http://127.0.0.1:8000/.well-known/oauth-protected-resource/mcp";
+
 /// The headers of a scripted `/mcp` request; `session` (a label, or `"text"` in quotes)
 /// overrides the labelled session's id.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -173,6 +176,8 @@ pub struct McpHeaderOptions {
     pub last_event_id: Option<String>,
     /// `Origin`, for CORS.
     pub origin: Option<String>,
+    /// The scopes the caller's token grants (`scopes=a,b`).
+    pub scopes: Option<Vec<String>>,
 }
 
 impl McpHeaderOptions {
@@ -185,6 +190,7 @@ impl McpHeaderOptions {
             version: None,
             last_event_id: None,
             origin: None,
+            scopes: None,
         }
     }
 }
@@ -255,6 +261,13 @@ fn parse_mcp_raw(rest: &str) -> Option<Command> {
             "version" => command.headers.version = Some(value.to_owned()),
             "last-event-id" => command.headers.last_event_id = Some(value.to_owned()),
             "origin" => command.headers.origin = Some(value.to_owned()),
+            "scopes" => {
+                let scopes = value
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned);
+                command.headers.scopes = Some(scopes.collect());
+            }
             "body" if value == "too-large" => command.body = Some(TOO_LARGE.to_owned()),
             _ => return None,
         }
@@ -688,6 +701,22 @@ fn apply_setting(settings: &mut Settings, flag: &str, value: &str) -> Option<()>
                 value.to_owned(),
             )),
         "restart-wait" => settings.restart_wait = duration(value).ok()?,
+        "required-scope" => {
+            let oauth = settings.oauth.get_or_insert_with(|| {
+                std::sync::Arc::new(switchboard_core::oauth::ResourceServer {
+                    resource: "http://127.0.0.1:8000/".into(),
+                    issuers: vec!["http://127.0.0.1:9000".into()],
+                    scopes: Vec::new(),
+                    required: Vec::new(),
+                    name: "Switchboard".into(),
+                    public_url: None,
+                    base_path: String::new(),
+                })
+            });
+            std::sync::Arc::make_mut(oauth)
+                .required
+                .push(value.to_owned());
+        }
         "resume-window" => {
             settings.resume_window = Some(duration(value).ok()?).filter(|d| !d.is_zero())
         }
@@ -839,6 +868,10 @@ impl Runner {
                 last_event_id: command.headers.last_event_id.clone(),
             },
             cors: command.headers.origin.clone(),
+            grant: switchboard_core::http::Grant {
+                scopes: command.headers.scopes.clone().unwrap_or_default(),
+                metadata_url: Some(METADATA_URL.to_owned()),
+            },
             ..Admitted::new(endpoint, principal, "")
         };
         let request = self.driver.send(admitted.into_request(body, || entropy));
