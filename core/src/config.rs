@@ -132,6 +132,21 @@ pub struct Config {
     #[cfg_attr(feature = "cli", arg(long = "required-scope", value_name = "SCOPE"))]
     pub required_scopes: Vec<String>,
 
+    /// Requests one principal may make, as N/s, N/min or N/h (a bucket of N refilled
+    /// continuously); past it 429 with Retry-After.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "N/PERIOD", value_parser = parse_rate))]
+    pub rate_limit: Option<crate::settings::Rate>,
+
+    /// Calls one principal may make of a tool, TOOL=N/PERIOD (repeatable; TOOL may end in
+    /// `*`); past it 429 with Retry-After.
+    #[cfg_attr(feature = "cli", arg(long = "tool-rate-limit", value_name = "TOOL=N/PERIOD", value_parser = parse_tool_rate))]
+    pub tool_rate_limits: Vec<(String, crate::settings::Rate)>,
+
+    /// Live sessions one principal may hold, both transports together (default 1000 with an
+    /// auth mode on, else none; 0: no cap); past it 429 for new sessions.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "N"))]
+    pub max_sessions_per_principal: Option<usize>,
+
     /// Allow a non-loopback --listen address without authentication.
     #[cfg_attr(feature = "cli", arg(long))]
     pub allow_unauthenticated: bool,
@@ -547,6 +562,19 @@ impl Config {
             instance: self.instance(),
             key_sources: self.key_sources(),
             configured_keys: self.jwt_jwks.is_some() || self.jwt_secret_file.is_some(),
+            rate_limit: self.rate_limit,
+            tool_rate_limits: self.tool_rate_limits.clone(),
+            max_sessions_per_principal: self.max_sessions_per_principal.unwrap_or(
+                if self.auth_tokens.is_some()
+                    || self.jwt_jwks.is_some()
+                    || self.jwt_secret_file.is_some()
+                    || !self.key_sources().is_empty()
+                {
+                    1000
+                } else {
+                    0
+                },
+            ),
         }
     }
 
@@ -682,6 +710,22 @@ impl Config {
             base_path: self.base_path().to_owned(),
         })
     }
+}
+
+/// `60/min` and the like (a flag's value).
+pub fn parse_rate(text: &str) -> Result<crate::settings::Rate, String> {
+    text.parse()
+}
+
+/// `TOOL=N/PERIOD` (a flag's value).
+pub fn parse_tool_rate(text: &str) -> Result<(String, crate::settings::Rate), String> {
+    let (tool, rate) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?} is not TOOL=N/PERIOD"))?;
+    if tool.is_empty() {
+        return Err(format!("{text:?} names no tool"));
+    }
+    Ok((tool.to_owned(), rate.parse()?))
 }
 
 /// `1500ms` as `1.5s`, for messages.

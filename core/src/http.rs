@@ -520,6 +520,10 @@ pub enum Rejection {
     InsufficientScope,
     /// 503: no signing keys could be fetched yet (the token is not at fault).
     KeysUnavailable,
+    /// 429: past `--rate-limit` or `--tool-rate-limit` (the hub adds `Retry-After`).
+    RateLimited,
+    /// 429: the principal holds `--max-sessions-per-principal` sessions.
+    PrincipalSessions,
     /// 503: the shell could not start what would serve the connection (a thread); its
     /// request was not read, so the connection is closed.
     Overloaded,
@@ -636,6 +640,7 @@ impl Rejection {
             Rejection::IdInFlight => 409,
             Rejection::UnknownEventId => 400,
             Rejection::InsufficientScope => 403,
+            Rejection::RateLimited | Rejection::PrincipalSessions => 429,
             Rejection::SessionNotFound | Rejection::NotFound => 404,
             Rejection::MethodNotAllowed { .. } => 405,
             Rejection::BodyTooLarge => 413,
@@ -673,6 +678,8 @@ impl Rejection {
             Rejection::UnknownEventId => "unknown_event_id",
             Rejection::InsufficientScope => "insufficient_scope",
             Rejection::KeysUnavailable => "keys_unavailable",
+            Rejection::RateLimited => "rate_limited",
+            Rejection::PrincipalSessions => "principal_sessions",
         }
     }
 
@@ -718,6 +725,10 @@ impl Rejection {
             ),
             Rejection::InsufficientScope => (-32001, "Forbidden: insufficient scope"),
             Rejection::KeysUnavailable => (-32002, "Signing keys not available yet, retry later"),
+            Rejection::RateLimited => (-32029, "rate limit exceeded"),
+            Rejection::PrincipalSessions => {
+                (-32029, "Too many sessions for this principal, retry later")
+            }
         }
     }
 
@@ -740,7 +751,8 @@ impl Rejection {
             | Rejection::BackendBusy
             | Rejection::TooManySessions
             | Rejection::TooManyInFlight
-            | Rejection::KeysUnavailable => headers.push(("retry-after", Cow::Borrowed("1"))),
+            | Rejection::KeysUnavailable
+            | Rejection::PrincipalSessions => headers.push(("retry-after", Cow::Borrowed("1"))),
             // The rest of the body was not read: the connection cannot be reused.
             Rejection::BodyTooLarge => headers.push(("connection", Cow::Borrowed("close"))),
             // Nothing was read: the connection cannot be reused either.

@@ -322,6 +322,8 @@ pub(crate) struct Params<'a> {
     pub(crate) capabilities: Option<&'a RawValue>,
     /// `params.uri` (subscriptions and `notifications/resources/updated`).
     pub(crate) uri: Option<&'a RawValue>,
+    /// `params.name` (the tool of a `tools/call`).
+    pub(crate) name: Option<&'a RawValue>,
     /// `params._meta` names a protocol version (`io.modelcontextprotocol/protocolVersion`):
     /// a client of the 2026 revision that sends no session.
     pub(crate) meta_protocol_version: bool,
@@ -514,6 +516,7 @@ impl<'de> Visitor<'de> for ParamsSeed {
                 "requestId" => out.request_id = Some(raw_value(&mut map, self.deep)?),
                 "capabilities" => out.capabilities = Some(raw_value(&mut map, self.deep)?),
                 "uri" => out.uri = Some(raw_value(&mut map, self.deep)?),
+                "name" => out.name = Some(raw_value(&mut map, self.deep)?),
                 _ => skip_value(&mut map, self.deep)?,
             }
             if !seen.insert(key) {

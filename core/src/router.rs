@@ -88,6 +88,8 @@ pub(crate) struct Checked {
     capabilities: Option<Range<usize>>,
     /// The string value of `params.uri`.
     pub(crate) uri: Option<String>,
+    /// The tool of a `tools/call` (`params.name`).
+    pub(crate) tool: Option<String>,
 }
 
 impl Checked {
@@ -109,6 +111,10 @@ impl Checked {
                 .params
                 .uri
                 .and_then(message::string_value)
+                .map(|s| s.into_owned()),
+            tool: (method == "tools/call")
+                .then(|| msg.params.name.and_then(message::string_value))
+                .flatten()
                 .map(|s| s.into_owned()),
             method,
             text: String::new(),

@@ -89,6 +89,42 @@ pub struct Settings {
     pub key_sources: Vec<KeySource>,
     /// Keys are configured too (a JWKS file, a secret): auth works before any fetch.
     pub configured_keys: bool,
+    /// Requests per principal (`--rate-limit`).
+    pub rate_limit: Option<Rate>,
+    /// Calls per principal of each tool matching a pattern (`--tool-rate-limit`; a pattern
+    /// may end in `*`).
+    pub tool_rate_limits: Vec<(String, Rate)>,
+    /// Live sessions one principal may hold, both transports together; 0 for no cap.
+    pub max_sessions_per_principal: usize,
+}
+
+/// A rate: `tokens` per `period`, refilled continuously (`N/s`, `N/min`, `N/h`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    /// Requests a full bucket allows at once.
+    pub tokens: u32,
+    /// The time it takes to refill.
+    pub period: Duration,
+}
+
+impl std::str::FromStr for Rate {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Rate, String> {
+        let bad = || format!("{text:?} is not a rate like 60/min (N/s, N/min or N/h)");
+        let (n, unit) = text.trim().split_once('/').ok_or_else(bad)?;
+        let tokens: u32 = n.trim().parse().map_err(|_| bad())?;
+        let period = match unit.trim() {
+            "s" | "sec" => Duration::from_secs(1),
+            "min" | "m" => Duration::from_secs(60),
+            "h" | "hour" => Duration::from_secs(3600),
+            _ => return Err(bad()),
+        };
+        if tokens == 0 {
+            return Err(format!("{text:?}: a rate must allow at least one request"));
+        }
+        Ok(Rate { tokens, period })
+    }
 }
 
 /// Where a key set comes from.
@@ -123,6 +159,9 @@ impl Default for Settings {
             oauth: None,
             key_sources: Vec::new(),
             configured_keys: false,
+            rate_limit: None,
+            tool_rate_limits: Vec::new(),
+            max_sessions_per_principal: 0,
         }
     }
 }

@@ -243,7 +243,7 @@ impl Hub {
         sid: SessionId,
         principal: Principal,
     ) -> Result<SessionNumber, Rejection> {
-        self.check_new_session()?;
+        self.check_new_session(&principal)?;
         let kind = Kind::Mcp(McpSession {
             last_active: Some(now),
             ..McpSession::default()

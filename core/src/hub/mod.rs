@@ -26,6 +26,7 @@ mod deadlines;
 mod dispatch;
 mod keys;
 mod lifecycle;
+mod limits;
 mod mcp;
 mod post;
 mod resume;
@@ -88,6 +89,7 @@ pub struct Hub {
     /// Bytes of Streamable events kept for resumption, over every session.
     resume_bytes: usize,
     keys: keys::KeySets,
+    buckets: limits::Buckets,
     outputs: VecDeque<Output>,
     next_id: u64,
 }
@@ -104,6 +106,7 @@ impl Hub {
             metrics: Metrics::default(),
             resume_bytes: 0,
             keys: keys::KeySets::new(&settings.key_sources, now),
+            buckets: limits::Buckets::default(),
             settings,
             outputs: VecDeque::new(),
             next_id: 1,

@@ -15,6 +15,7 @@ use super::{Hub, Payload, Request};
 use crate::http::{self, Endpoint, Grant, Rejection};
 use crate::message;
 use crate::output::{Event, Frame, RequestId, StreamId};
+use crate::principal::Principal;
 use crate::routed_id::SessionId;
 use crate::router::{Checked, Forward, RESPONSE_ID_AT};
 use crate::settings::OnBackendExit;
@@ -33,12 +34,17 @@ pub(super) enum Prepared {
 }
 
 impl Prepared {
-    /// The id of the request it carries, as the client wrote it.
-    fn request_id(&self) -> Option<&str> {
-        let msg = match self {
+    /// The message it carries.
+    fn message(&self) -> &Checked {
+        match self {
             Prepared::Legacy { msg, .. } => msg,
             Prepared::Mcp(post) => post.message(),
-        };
+        }
+    }
+
+    /// The id of the request it carries, as the client wrote it.
+    fn request_id(&self) -> Option<&str> {
+        let msg = self.message();
         msg.id.is_some().then(|| msg.raw_id())
     }
 
@@ -104,7 +110,7 @@ impl Hub {
         if self.insufficient_scope(request, (&req.grant, &req.cors), None) {
             return Ok(());
         }
-        self.check_new_session()?;
+        self.check_new_session(&req.principal)?;
         let sid = SessionId::mint(self.settings.instance.as_ref(), req.entropy);
         let stream = StreamId(self.mint());
         let kind = Kind::Legacy {
@@ -165,13 +171,69 @@ impl Hub {
         true
     }
 
-    /// Whether a session may open now: 503 while the backend is down or past
-    /// `--max-sessions`.
-    pub(super) fn check_new_session(&self) -> Result<(), Rejection> {
+    /// Whether `principal` may open a session now: 503 while the backend is down or past
+    /// `--max-sessions`, 429 past `--max-sessions-per-principal` (others are still served).
+    pub(super) fn check_new_session(&self, principal: &Principal) -> Result<(), Rejection> {
         if !self.backend.is_up() {
             return Err(Rejection::BackendDown);
         }
-        self.sessions.check_room()
+        self.sessions.check_room()?;
+        let cap = self.settings.max_sessions_per_principal;
+        if cap > 0 && self.sessions.of(principal) >= cap {
+            return Err(Rejection::PrincipalSessions);
+        }
+        Ok(())
+    }
+
+    /// SPEC section 10's rate limits for a request of `principal`: its bucket over every
+    /// request, and the bucket of the tool it calls. Past either, 429 with `Retry-After` and a
+    /// JSON-RPC error under its id; true if `request` was refused so.
+    fn rate_limited(
+        &mut self,
+        now: Instant,
+        request: RequestId,
+        (principal, cors): (&Principal, &Option<String>),
+        msg: &Checked,
+    ) -> bool {
+        if msg.kind != message::Kind::Request {
+            return false;
+        }
+        let tool_rate = msg.tool.as_deref().and_then(|tool| {
+            let rule = self.settings.tool_rate_limits.iter().find(|(pattern, _)| {
+                match pattern.strip_suffix('*') {
+                    Some(prefix) => tool.starts_with(prefix),
+                    None => tool == pattern,
+                }
+            });
+            rule.map(|(_, rate)| (tool.to_owned(), *rate))
+        });
+        // A request refused by one limit does not count against the other.
+        let mut wait = None;
+        if let Some(rate) = self.settings.rate_limit {
+            wait = self.buckets.take(now, principal, None, rate).err();
+        }
+        if let (None, Some((tool, rate))) = (wait, &tool_rate) {
+            wait = self.buckets.take(now, principal, Some(tool), *rate).err();
+            if wait.is_some() && self.settings.rate_limit.is_some() {
+                self.buckets.refund(principal, None);
+            }
+        }
+        let Some(wait) = wait else {
+            return false;
+        };
+        self.metrics.rejected(&Rejection::RateLimited);
+        let mut response = Rejection::RateLimited.response();
+        let seconds = super::limits::retry_after(wait).to_string();
+        response
+            .headers
+            .push(("retry-after", std::borrow::Cow::Owned(seconds)));
+        let body = crate::streamable::error_message(msg.raw_id(), -32029, "rate limit exceeded");
+        response.body = std::borrow::Cow::Owned(body);
+        if let Some(origin) = cors {
+            http::add_cors(&mut response, origin);
+        }
+        self.respond(request, response);
+        true
     }
 
     /// A POST to `/messages` or `/mcp`, checked in full now. It goes ahead at once when the
@@ -182,12 +244,15 @@ impl Hub {
         request: RequestId,
         req: Request,
     ) -> Result<(), Rejection> {
-        let (cors, grant) = (req.cors.clone(), req.grant.clone());
+        let (cors, grant, principal) = (req.cors.clone(), req.grant.clone(), req.principal.clone());
         let prepared = match req.endpoint {
             Endpoint::McpPost => Prepared::Mcp(self.prepare_mcp(req)?),
             _ => self.prepare_legacy(req)?,
         };
         if self.insufficient_scope(request, (&grant, &cors), prepared.request_id()) {
+            return Ok(());
+        }
+        if self.rate_limited(now, request, (&principal, &cors), prepared.message()) {
             return Ok(());
         }
         let post = Post {

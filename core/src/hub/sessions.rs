@@ -62,6 +62,8 @@ pub(crate) struct Sessions {
     by_sid: BTreeMap<SessionId, SessionNumber>,
     /// Who watches each uri (kept in step with each session's own set, here only).
     subscribers: BTreeMap<String, BTreeSet<SessionId>>,
+    /// Live sessions per principal (principals with none are not listed).
+    per_principal: BTreeMap<Principal, usize>,
     next: u64,
     max: usize,
     /// Request timeouts of Streamable requests in flight.
@@ -78,6 +80,7 @@ impl Sessions {
             by_number: BTreeMap::new(),
             by_sid: BTreeMap::new(),
             subscribers: BTreeMap::new(),
+            per_principal: BTreeMap::new(),
             next: 1,
             max,
             request_timers: Deadlines::default(),
@@ -112,6 +115,7 @@ impl Sessions {
         }
         let number = SessionNumber(self.next);
         self.next += 1;
+        *self.per_principal.entry(principal.clone()).or_default() += 1;
         let session = Session {
             id,
             principal,
@@ -127,6 +131,12 @@ impl Sessions {
     pub(crate) fn close(&mut self, number: SessionNumber) -> Option<(Session, Vec<String>)> {
         let mut session = self.by_number.remove(&number)?;
         self.by_sid.remove(&session.id);
+        if let Some(n) = self.per_principal.get_mut(&session.principal) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_principal.remove(&session.principal);
+            }
+        }
         self.idle_timers.remove(&number);
         let mut released = Vec::new();
         for uri in std::mem::take(&mut session.subscriptions) {
@@ -145,10 +155,16 @@ impl Sessions {
     pub(crate) fn close_all(&mut self) -> Vec<(SessionNumber, Session)> {
         self.by_sid.clear();
         self.subscribers.clear();
+        self.per_principal.clear();
         self.request_timers.clear();
         self.idle_timers.clear();
         self.resume_timers.clear();
         std::mem::take(&mut self.by_number).into_iter().collect()
+    }
+
+    /// Live sessions of `principal`.
+    pub(crate) fn of(&self, principal: &Principal) -> usize {
+        self.per_principal.get(principal).copied().unwrap_or(0)
     }
 
     pub(crate) fn get(&self, number: SessionNumber) -> Option<&Session> {

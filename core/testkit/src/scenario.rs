@@ -36,7 +36,7 @@
 //! | `mcp-get A`, `mcp-delete A` | `GET /mcp` (the stream `A/get`), `DELETE /mcp` for A |
 //! | `mcp-raw METHOD [A] [key=value ...] [{...}]` | any `/mcp` request: `as=bob`, `session=none\|B\|text`, `accept=json\|sse\|both\|any\|none\|TYPE`, `type=json\|none\|TYPE`, `version=V`, `last-event-id=ID`, `origin=O`, `scopes=a,b` (the token's), `body=too-large` |
 //! | `hangup S`, `stall S` with a stream name | `A`, `A/get`, `A@12`, `A/resume@12` |
-//! | `with FLAG VALUE` | before any other command: `restart never`, `keepalive 10s`, `ping-interval 5s`, `ping-timeout 2s`, `grace 1s`, `session-buffer 8192`, `max-sessions 2`, `stdin-queue 2`, `restart-wait 1s`, `on-backend-exit close-sessions`, `resume-window 0s` (no resumption), `resume-buffer 1KiB`, `oauth-issuer URL`, `jwks-url URL` (key sources), `required-scope S` (an OAuth resource server at `http://127.0.0.1:8000/`), `instance a` (ids are minted as `a.<uuid>`, `<A>` still expands to the whole id and transcripts show it as `a.<A>`); `spawn-fails N` makes the first N starts fail |
+//! | `with FLAG VALUE` | before any other command: `restart never`, `keepalive 10s`, `ping-interval 5s`, `ping-timeout 2s`, `grace 1s`, `session-buffer 8192`, `max-sessions 2`, `stdin-queue 2`, `restart-wait 1s`, `on-backend-exit close-sessions`, `resume-window 0s` (no resumption), `resume-buffer 1KiB`, `oauth-issuer URL`, `jwks-url URL` (key sources), `required-scope S` (an OAuth resource server at `http://127.0.0.1:8000/`), `rate-limit 2/min`, `tool-rate-limit T=1/min`, `max-sessions-per-principal 2`, `instance a` (ids are minted as `a.<uuid>`, `<A>` still expands to the whole id and transcripts show it as `a.<A>`); `spawn-fails N` makes the first N starts fail |
 //!
 //! The transcript shows each command, then what followed, indented:
 //!
@@ -701,6 +701,14 @@ fn apply_setting(settings: &mut Settings, flag: &str, value: &str) -> Option<()>
                 value.to_owned(),
             )),
         "restart-wait" => settings.restart_wait = duration(value).ok()?,
+        "rate-limit" => settings.rate_limit = Some(value.parse().ok()?),
+        "tool-rate-limit" => {
+            let (tool, rate) = value.split_once('=')?;
+            settings
+                .tool_rate_limits
+                .push((tool.to_owned(), rate.parse().ok()?));
+        }
+        "max-sessions-per-principal" => settings.max_sessions_per_principal = value.parse().ok()?,
         "required-scope" => {
             let oauth = settings.oauth.get_or_insert_with(|| {
                 std::sync::Arc::new(switchboard_core::oauth::ResourceServer {
