@@ -408,6 +408,34 @@ impl Config {
                 ),
             });
         }
+        self.validate_durations()?;
+        self.validate_sizes()?;
+        self.validate_counts()?;
+        let urls = self.oauth_issuers.iter().map(|u| ("--oauth-issuer", u));
+        for (flag, url) in urls.chain(self.jwt_jwks_url.iter().map(|u| ("--jwt-jwks-url", u))) {
+            if !crate::oauth::fetchable(url) {
+                return Err(ConfigError {
+                    flag,
+                    problem: format!("{url} must be https (or http to a loopback host)"),
+                });
+            }
+        }
+        if let Some(name) = &self.instance {
+            Instance::new(name).map_err(|problem| ConfigError {
+                flag: "--instance",
+                problem,
+            })?;
+        }
+        if !self.base_path.is_empty() && !self.base_path.starts_with('/') {
+            return Err(ConfigError {
+                flag: "--base-path",
+                problem: format!("{:?} must start with /", self.base_path),
+            });
+        }
+        Ok(())
+    }
+
+    fn validate_durations(&self) -> Result<(), ConfigError> {
         let durations: [(&'static str, Duration, Duration, Duration); 9] = [
             ("--restart-wait", self.restart_wait, 10 * MS, HOUR),
             ("--resume-window", self.resume_window, Duration::ZERO, HOUR),
@@ -432,6 +460,10 @@ impl Config {
                 });
             }
         }
+        Ok(())
+    }
+
+    fn validate_sizes(&self) -> Result<(), ConfigError> {
         let sizes: [(&'static str, usize); 4] = [
             ("--resume-buffer", self.resume_buffer),
             ("--max-body", self.max_body),
@@ -446,6 +478,10 @@ impl Config {
                 });
             }
         }
+        Ok(())
+    }
+
+    fn validate_counts(&self) -> Result<(), ConfigError> {
         if !(1..=65_536).contains(&self.max_inflight) {
             return Err(ConfigError {
                 flag: "--max-inflight",
@@ -462,27 +498,6 @@ impl Config {
             return Err(ConfigError {
                 flag: "--max-sessions",
                 problem: format!("{} is out of range (1 to 1000000)", self.max_sessions),
-            });
-        }
-        let urls = self.oauth_issuers.iter().map(|u| ("--oauth-issuer", u));
-        for (flag, url) in urls.chain(self.jwt_jwks_url.iter().map(|u| ("--jwt-jwks-url", u))) {
-            if !crate::oauth::fetchable(url) {
-                return Err(ConfigError {
-                    flag,
-                    problem: format!("{url} must be https (or http to a loopback host)"),
-                });
-            }
-        }
-        if let Some(name) = &self.instance {
-            Instance::new(name).map_err(|problem| ConfigError {
-                flag: "--instance",
-                problem,
-            })?;
-        }
-        if !self.base_path.is_empty() && !self.base_path.starts_with('/') {
-            return Err(ConfigError {
-                flag: "--base-path",
-                problem: format!("{:?} must start with /", self.base_path),
             });
         }
         Ok(())

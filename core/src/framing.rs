@@ -229,21 +229,7 @@ pub fn check_head<'a>(
         }
     }
     let body = if has_te {
-        if minor != 1 {
-            return Err(FramingError::InvalidTransferEncoding);
-        }
-        let is_chunked = |c: &&[u8]| c.eq_ignore_ascii_case(b"chunked");
-        match codings.split_last() {
-            Some((last, before)) if is_chunked(last) => {
-                if before.iter().any(is_chunked) {
-                    return Err(FramingError::InvalidTransferEncoding);
-                }
-                if !before.is_empty() {
-                    return Err(FramingError::UnsupportedTransferCoding);
-                }
-            }
-            _ => return Err(FramingError::InvalidTransferEncoding),
-        }
+        check_codings(minor, &codings)?;
         if length.is_some() {
             keep_alive = false;
         }
@@ -256,6 +242,27 @@ pub fn check_head<'a>(
         keep_alive,
         expect_continue,
     })
+}
+
+/// A `Transfer-Encoding` the proxy reads: HTTP/1.1, `chunked` once and last, nothing
+/// before it.
+fn check_codings(minor: u8, codings: &[&[u8]]) -> Result<(), FramingError> {
+    if minor != 1 {
+        return Err(FramingError::InvalidTransferEncoding);
+    }
+    let is_chunked = |c: &&[u8]| c.eq_ignore_ascii_case(b"chunked");
+    match codings.split_last() {
+        Some((last, before)) if is_chunked(last) => {
+            if before.iter().any(is_chunked) {
+                Err(FramingError::InvalidTransferEncoding)
+            } else if !before.is_empty() {
+                Err(FramingError::UnsupportedTransferCoding)
+            } else {
+                Ok(())
+            }
+        }
+        _ => Err(FramingError::InvalidTransferEncoding),
+    }
 }
 
 /// A `Content-Length` value: one or more ASCII digits and nothing else, within `u64`.

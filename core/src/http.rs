@@ -152,6 +152,18 @@ pub struct McpHeaders {
     pub last_event_id: Option<String>,
 }
 
+impl McpHeaders {
+    fn of(head: &RequestHead<'_>) -> Self {
+        Self {
+            session: head.mcp_session_id.map(str::to_owned),
+            content_type: head.content_type.map(str::to_owned),
+            accept: head.accept.map(str::to_owned),
+            protocol_version: head.mcp_protocol_version.map(str::to_owned),
+            last_event_id: head.last_event_id.map(str::to_owned),
+        }
+    }
+}
+
 /// What a credential grants, for the hub's scope checks (SPEC section 9).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Grant {
@@ -261,26 +273,9 @@ impl Gate {
         })
     }
 
-    fn admit_inner(&self, head: &RequestHead<'_>, now: u64) -> Result<Admitted, Rejection> {
-        let (path, query) = head.path_and_query();
-        if let Some(oauth) = &self.oauth {
-            if oauth.is_metadata_path(path) {
-                return match head.method {
-                    "GET" | "HEAD" => Ok(Admitted::new(
-                        Endpoint::ResourceMetadata,
-                        Principal::anonymous(),
-                        "",
-                    )),
-                    _ => Err(Rejection::MethodNotAllowed { allow: "GET" }),
-                };
-            }
-        }
-        let path = path
-            .strip_prefix(self.base_path.trim_end_matches('/'))
-            .filter(|rest| rest.starts_with('/'))
-            .ok_or(Rejection::NotFound)?;
-        let endpoint = Endpoint::route(head.method, path)?;
-        let (authenticated, checked) = match endpoint {
+    /// Whether an endpoint needs credentials, and whether its Origin and Host are checked.
+    fn guards(&self, endpoint: Endpoint) -> (bool, bool) {
+        match endpoint {
             Endpoint::Health | Endpoint::ResourceMetadata => (false, false),
             Endpoint::Metrics => (self.metrics_auth, self.metrics_auth),
             Endpoint::Preflight => (false, true),
@@ -289,29 +284,66 @@ impl Gate {
             | Endpoint::McpPost
             | Endpoint::McpGet
             | Endpoint::McpDelete => (true, true),
-        };
+        }
+    }
+
+    /// Where the challenge of a 403 `insufficient_scope` on this endpoint points.
+    fn metadata_url(&self, endpoint: Endpoint, host: Option<&str>) -> Option<String> {
+        let streamable = matches!(
+            endpoint,
+            Endpoint::McpPost | Endpoint::McpGet | Endpoint::McpDelete
+        );
+        self.oauth
+            .as_ref()
+            .map(|oauth| oauth.metadata_url(host, streamable))
+    }
+
+    fn identify(
+        &self,
+        authorization: Option<&[u8]>,
+        now: u64,
+    ) -> Result<(Principal, Vec<String>), Rejection> {
+        self.auth
+            .identify(authorization, now)
+            .map_err(|failure| match failure {
+                AuthFailure::KeysUnavailable => Rejection::KeysUnavailable,
+                failure => Rejection::Unauthorized(failure),
+            })
+    }
+
+    fn admit_inner(&self, head: &RequestHead<'_>, now: u64) -> Result<Admitted, Rejection> {
+        let (path, query) = head.path_and_query();
+        if self
+            .oauth
+            .as_ref()
+            .is_some_and(|oauth| oauth.is_metadata_path(path))
+        {
+            return match head.method {
+                "GET" | "HEAD" => Ok(Admitted::new(
+                    Endpoint::ResourceMetadata,
+                    Principal::anonymous(),
+                    "",
+                )),
+                _ => Err(Rejection::MethodNotAllowed { allow: "GET" }),
+            };
+        }
+        let path = path
+            .strip_prefix(self.base_path.trim_end_matches('/'))
+            .filter(|rest| rest.starts_with('/'))
+            .ok_or(Rejection::NotFound)?;
+        let endpoint = Endpoint::route(head.method, path)?;
+        let (authenticated, checked) = self.guards(endpoint);
         if authenticated && query.is_some_and(has_access_token) {
             return Err(Rejection::Unauthorized(AuthFailure::TokenInQuery));
         }
         let (principal, scopes) = if authenticated {
-            self.auth
-                .identify(head.authorization, now)
-                .map_err(|failure| match failure {
-                    AuthFailure::KeysUnavailable => Rejection::KeysUnavailable,
-                    failure => Rejection::Unauthorized(failure),
-                })?
+            self.identify(head.authorization, now)?
         } else {
             (Principal::anonymous(), Vec::new())
         };
         let grant = Grant {
             scopes,
-            metadata_url: self.oauth.as_ref().map(|oauth| {
-                let streamable = matches!(
-                    endpoint,
-                    Endpoint::McpPost | Endpoint::McpGet | Endpoint::McpDelete
-                );
-                oauth.metadata_url(head.host, streamable)
-            }),
+            metadata_url: self.metadata_url(endpoint, head.host),
         };
         if checked {
             let [host, also] = head.hosts();
@@ -325,13 +357,7 @@ impl Gate {
             _ => String::new(),
         };
         let mcp = match endpoint {
-            Endpoint::McpPost | Endpoint::McpGet | Endpoint::McpDelete => McpHeaders {
-                session: head.mcp_session_id.map(str::to_owned),
-                content_type: head.content_type.map(str::to_owned),
-                accept: head.accept.map(str::to_owned),
-                protocol_version: head.mcp_protocol_version.map(str::to_owned),
-                last_event_id: head.last_event_id.map(str::to_owned),
-            },
+            Endpoint::McpPost | Endpoint::McpGet | Endpoint::McpDelete => McpHeaders::of(head),
             _ => McpHeaders::default(),
         };
         Ok(Admitted {
@@ -339,11 +365,7 @@ impl Gate {
             principal,
             session,
             mcp,
-            cors: if checked {
-                head.origin.map(str::to_owned)
-            } else {
-                None
-            },
+            cors: head.origin.filter(|_| checked).map(str::to_owned),
             grant,
         })
     }
