@@ -23,12 +23,15 @@
 #
 # Prints a table (medians; ratios against the floor, and against direct for the delayed
 # backend) and which targets switchboard meets. Raw results: target/bench/last.jsonl,
-# the printed report: target/bench/last.txt.
+# the printed report: target/bench/last.txt. Unless an isolation violation was reported,
+# the report also replaces what lies between the lines `<!-- bench:begin -->` and
+# `<!-- bench:end -->` of tests/BENCHMARKS.md (nothing else there is touched).
 #
 # Environment: BENCH_ROUNDS (9), BENCH_IDLE (10000), BENCH_BUDGET (seconds after the
 # build, default 540: runs that would start later are skipped and reported missing),
 # BENCH_TRANSPORTS ("sse mcp": which paths the HTTP targets are driven over),
-# BENCH_IDLE_BLOCKING=1 to also hold the idle sessions against switchboard-blocking.
+# BENCH_IDLE_BLOCKING=1 to also hold the idle sessions against switchboard-blocking,
+# BENCH_DOC (the page the report goes into, default tests/BENCHMARKS.md; empty: none).
 # Every process started here is stopped on exit (trap EXIT).
 set -euo pipefail
 
@@ -36,6 +39,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 rounds="${BENCH_ROUNDS:-9}"
+doc="${BENCH_DOC-tests/BENCHMARKS.md}"
 idle_sessions="${BENCH_IDLE:-10000}"
 budget="${BENCH_BUDGET:-540}"
 run_timeout=60 # seconds, per loadgen run (its own --timeout; `timeout` backs it up)
@@ -159,7 +163,8 @@ forget() { # pid
     started_pids=("${kept[@]}")
 }
 
-echo "bench: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) at the start"
+load_start="$(cut -d' ' -f1-3 /proc/loadavg)"
+echo "bench: $(nproc) CPUs, load average $load_start at the start"
 
 declare -A url pid url5 pid5
 echo_backend="$bin/echo-backend"
@@ -288,7 +293,8 @@ if [[ "${BENCH_IDLE_BLOCKING:-0}" == 1 ]]; then
         --grace 1s --max-sessions 20000 -- "$echo_backend"
 fi
 
-echo "bench: done in $((SECONDS - bench_start)) s; load average $(cut -d' ' -f1-3 /proc/loadavg) at the end"
+load_end="$(cut -d' ' -f1-3 /proc/loadavg)"
+echo "bench: done in $((SECONDS - bench_start)) s; load average $load_end at the end"
 echo
 mkdir -p "$target_dir/bench"
 cp "$results" "$target_dir/bench/last.jsonl"
@@ -296,4 +302,41 @@ cp "$results" "$target_dir/bench/last.jsonl"
 if grep -q '"violations":[1-9]' "$results"; then
     echo "bench: ISOLATION VIOLATIONS were reported (see target/bench/last.jsonl)" >&2
     exit 1
+fi
+
+# write_doc DOC REPORT: replaces the lines between `<!-- bench:begin -->` and
+# `<!-- bench:end -->` of DOC (each alone on its line, once, in that order) with a line
+# saying which run this was and the REPORT; DOC keeps every other line. Without both
+# markers DOC is left alone.
+write_doc() {
+    local doc="$1" report="$2" begin='<!-- bench:begin -->' end='<!-- bench:end -->'
+    local b e
+    b="$(grep -nxF -- "$begin" "$doc" 2>/dev/null | cut -d: -f1 || true)"
+    e="$(grep -nxF -- "$end" "$doc" 2>/dev/null | cut -d: -f1 || true)"
+    if [[ ! "$b" =~ ^[0-9]+$ || ! "$e" =~ ^[0-9]+$ ]] || ((b >= e)); then
+        echo "bench: $doc has no single '$begin' line before a single '$end' line: the report is not written there" >&2
+        return 0
+    fi
+    local commit dirty=""
+    commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    if ! git diff --quiet HEAD -- . ":(exclude)$doc" 2>/dev/null; then
+        dirty=" with local changes"
+    fi
+    {
+        head -n "$b" "$doc"
+        echo
+        echo "The last run: \`tests/bench.sh\`, $rounds round$( ((rounds == 1)) || echo s)," \
+            "on $(nproc) CPUs, load average" \
+            "$load_start at the start and $load_end at the end; $(date -u +%Y-%m-%d)," \
+            "commit $commit$dirty."
+        echo
+        cat "$report"
+        echo
+        tail -n "+$e" "$doc"
+    } >"$doc.new"
+    mv "$doc.new" "$doc"
+    echo "bench: the report is in $doc"
+}
+if [[ -n "$doc" ]]; then
+    write_doc "$doc" "$target_dir/bench/last.txt"
 fi

@@ -1,5 +1,6 @@
-//! Messages per second through the router: a ~200-byte `tools/call` in with
-//! `client_message`, its ~300-byte result back with `backend_line`, on one thread.
+//! Messages per second through the hub: a ~200-byte `tools/call` POSTed to a legacy
+//! session, its ~300-byte result back as a backend line, on one thread (the router's
+//! rewrite and routing with everything the hub does around them).
 //!
 //! `cargo bench -p switchboard-core` prints the best of several rounds.
 
@@ -10,7 +11,9 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use switchboard_core::{Action, Body, Principal, Router, SessionId};
+use switchboard_core::http::{Admitted, Endpoint};
+use switchboard_core::hub::{Payload, Settings};
+use switchboard_core::{Frame, Hub, Output, Principal};
 
 const ROUND_TRIPS: u64 = 500_000;
 const ROUNDS: usize = 5;
@@ -28,15 +31,37 @@ fn main() {
         1
     };
     let principal = Principal::new("alice");
-    let mut router = Router::new(10_000);
-    router.backend_started();
-    let sessions: Vec<SessionId> = (0..16u8)
-        .map(|i| SessionId::from_random([i.wrapping_mul(37).wrapping_add(1); 16]))
+    let now = Instant::now();
+    let mut hub = Hub::new(Settings::default(), now);
+    let Some(Output::SpawnBackend { backend }) = hub.poll_output() else {
+        unreachable!("a new hub starts its backend")
+    };
+    hub.handle_backend_spawned(now, backend, 1);
+    while hub.poll_output().is_some() {}
+    let sid_text: Vec<String> = (0..16u8)
+        .map(|i| {
+            let open = Admitted::new(Endpoint::Stream, principal.clone(), "");
+            let entropy = [i.wrapping_mul(37).wrapping_add(1); 16];
+            hub.handle_request(
+                now,
+                open.into_request(Payload::Bytes(Vec::new()), || entropy),
+            );
+            let mut sid = String::new();
+            while let Some(output) = hub.poll_output() {
+                if let Output::ToStream { frame, .. } = output {
+                    let text = String::from_utf8_lossy(frame.as_ref()).into_owned();
+                    sid = text
+                        .split("session_id=")
+                        .nth(1)
+                        .unwrap_or_default()
+                        .trim()
+                        .to_owned();
+                }
+            }
+            sid
+        })
         .collect();
-    for sid in &sessions {
-        router.open_session(*sid, principal.clone()).unwrap();
-    }
-    let sid_text: Vec<String> = sessions.iter().map(|s| s.as_str().to_owned()).collect();
+    let sessions = sid_text.clone();
 
     let request = |id: u64| {
         format!(
@@ -59,12 +84,18 @@ fn main() {
         for i in 0..round_trips {
             let s = (i % sessions.len() as u64) as usize;
             let body = &bodies[(i % 1000) as usize];
-            router
-                .client_message(&sid_text[s], &principal, Body::Complete(body.as_bytes()))
-                .unwrap();
-            let Some(Action::Rewrite { line: rewritten }) = router.poll_action() else {
-                panic!("expected a rewrite");
-            };
+            let post = Admitted::new(Endpoint::Messages, principal.clone(), &sid_text[s]);
+            hub.handle_request(
+                now,
+                post.into_request(Payload::Bytes(body.as_bytes().to_vec()), || [0; 16]),
+            );
+            let mut rewritten = Vec::new();
+            while let Some(output) = hub.poll_output() {
+                if let Output::ToBackend { line, .. } = output {
+                    rewritten = line;
+                }
+            }
+            hub.handle_backend_wrote(now, backend, 1);
             // The backend echoes the routed id: cut it out of the rewritten line.
             let id_start = memchr_find(&rewritten, b"\"id\":") + 5;
             let id_end = id_start + 1 + memchr_find(&rewritten[id_start + 1..], b"\"") + 1;
@@ -72,9 +103,12 @@ fn main() {
             line.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
             line.extend_from_slice(&rewritten[id_start..id_end]);
             line.extend_from_slice(result_tail.as_bytes());
-            router.backend_line(&line);
-            match router.poll_action() {
-                Some(Action::Deliver { message, .. }) => {
+            hub.handle_backend_lines(now, backend, [Some(&line)]);
+            match hub.poll_output() {
+                Some(Output::ToStream {
+                    frame: Frame::Owned(message),
+                    ..
+                }) => {
                     black_box(message);
                 }
                 other => panic!("expected a delivery, got {other:?}"),
@@ -85,7 +119,7 @@ fn main() {
     let messages = 2 * round_trips;
     let per_second = messages as f64 / best.as_secs_f64();
     println!(
-        "router: {messages} messages ({round_trips} round trips) in {best:?} (best of {rounds}): {:.0} messages/s, {:.0} ns/message",
+        "hub: {messages} messages ({round_trips} round trips) in {best:?} (best of {rounds}): {:.0} messages/s, {:.0} ns/message",
         per_second,
         best.as_nanos() as f64 / messages as f64
     );

@@ -25,6 +25,18 @@ pub enum Restart {
     Never,
 }
 
+/// What a backend exit that will be restarted does to live sessions (SPEC section 12).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "cli", derive(ValueEnum))]
+pub enum OnBackendExit {
+    /// Sessions stay live: requests in flight get -32603, new ones wait for the new
+    /// process, which is initialized with the cached handshake and resubscribed.
+    #[default]
+    KeepSessions,
+    /// Every session is closed; clients start again.
+    CloseSessions,
+}
+
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "cli", derive(ValueEnum))]
@@ -129,7 +141,9 @@ pub struct Config {
     #[cfg_attr(feature = "cli", arg(long = "allow-host", value_name = "HOST"))]
     pub allow_hosts: Vec<String>,
 
-    /// Most live sessions; more get 503.
+    /// Most live sessions, both transports together; more get 503. The blocking binary
+    /// caps it at what the host's threads and descriptors allow (a thread and three
+    /// descriptors per session) and logs that budget at start.
     #[cfg_attr(feature = "cli", arg(long, default_value_t = 10_000, value_name = "N"))]
     pub max_sessions: usize,
 
@@ -161,6 +175,16 @@ pub struct Config {
     #[cfg_attr(feature = "cli", arg(long, default_value_t = 256, value_name = "N"))]
     pub max_inflight: usize,
 
+    /// How long a request head may take to arrive (on a new connection, or an idle one
+    /// after its last answer); the connection is then closed.
+    #[cfg_attr(feature = "cli", arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION"))]
+    pub header_timeout: Duration,
+
+    /// Requests one connection may pipeline behind unread answers; the next is refused
+    /// with 503 and the connection closed.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 32, value_name = "N"))]
+    pub max_pipelined: usize,
+
     /// Interval of `: keep-alive` comments on idle streams.
     #[cfg_attr(feature = "cli", arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION"))]
     pub keepalive: Duration,
@@ -172,6 +196,15 @@ pub struct Config {
     /// When to restart the backend after it exits.
     #[cfg_attr(feature = "cli", arg(long, value_enum, default_value_t = Restart::OnFailure))]
     pub restart: Restart,
+
+    /// What a backend crash does to live sessions: keep-sessions (they survive the restart)
+    /// or close-sessions (clients start again).
+    #[cfg_attr(feature = "cli", arg(long, value_enum, default_value_t = OnBackendExit::KeepSessions))]
+    pub on_backend_exit: OnBackendExit,
+
+    /// How long a request waits for a restarting backend before 503.
+    #[cfg_attr(feature = "cli", arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION"))]
+    pub restart_wait: Duration,
 
     /// Interval of health pings to the backend.
     #[cfg_attr(feature = "cli", arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION"))]
@@ -342,8 +375,10 @@ impl Config {
                 ),
             });
         }
-        let durations: [(&'static str, Duration, Duration, Duration); 6] = [
+        let durations: [(&'static str, Duration, Duration, Duration); 8] = [
+            ("--restart-wait", self.restart_wait, 10 * MS, HOUR),
             ("--keepalive", self.keepalive, 100 * MS, HOUR),
+            ("--header-timeout", self.header_timeout, 100 * MS, HOUR),
             ("--ping-interval", self.ping_interval, 100 * MS, 24 * HOUR),
             ("--ping-timeout", self.ping_timeout, 10 * MS, HOUR),
             ("--grace", self.grace, 10 * MS, HOUR),
@@ -380,6 +415,12 @@ impl Config {
             return Err(ConfigError {
                 flag: "--max-inflight",
                 problem: format!("{} is out of range (1 to 65536)", self.max_inflight),
+            });
+        }
+        if !(1..=65_536).contains(&self.max_pipelined) {
+            return Err(ConfigError {
+                flag: "--max-pipelined",
+                problem: format!("{} is out of range (1 to 65536)", self.max_pipelined),
             });
         }
         if !(1..=1_000_000).contains(&self.max_sessions) {
@@ -440,6 +481,15 @@ impl Config {
             .and_then(|name| Instance::new(name).ok())
     }
 
+    /// The HTTP/1.1 framing bounds both shells hold connections to.
+    pub fn framing(&self) -> crate::framing::Limits {
+        crate::framing::Limits {
+            header_timeout: self.header_timeout,
+            max_pipelined: self.max_pipelined,
+            ..crate::framing::Limits::default()
+        }
+    }
+
     /// What the hub needs of these flags.
     pub fn settings(&self) -> crate::hub::Settings {
         let base = self
@@ -457,6 +507,8 @@ impl Config {
             restart: self.restart,
             stdin_queue: crate::hub::STDIN_QUEUE,
             request_timeout: (!self.request_timeout.is_zero()).then_some(self.request_timeout),
+            on_backend_exit: self.on_backend_exit,
+            restart_wait: self.restart_wait,
             session_idle: self.session_idle,
             max_inflight: self.max_inflight,
             endpoint_prefix: format!("{base}{}", self.base_path()),

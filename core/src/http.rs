@@ -97,16 +97,21 @@ impl<'a> RequestHead<'a> {
         }
     }
 
-    /// The host the client named: the `Host` header, else the target's authority (a
-    /// request in absolute form may carry it there alone).
-    fn host(&self) -> Option<&'a str> {
-        self.host.or(self.authority).or_else(|| {
+    /// The hosts the request names, each checked: an absolute-form target's authority
+    /// (which RFC 9112 §3.2.2 makes the one that counts) and the `Host` header; either
+    /// alone when the other is absent.
+    fn hosts(&self) -> [Option<&'a str>; 2] {
+        let authority = self.authority.or_else(|| {
             let rest = self
                 .target
                 .strip_prefix("http://")
                 .or_else(|| self.target.strip_prefix("https://"))?;
             Some(rest.split(['/', '?']).next().unwrap_or(rest))
-        })
+        });
+        match (authority, self.host) {
+            (Some(authority), Some(host)) => [Some(authority), Some(host)],
+            (named, None) | (None, named) => [named, None],
+        }
     }
 }
 
@@ -238,7 +243,11 @@ impl Gate {
             Principal::anonymous()
         };
         if checked {
-            self.origins.check(head.origin, head.host())?;
+            let [host, also] = head.hosts();
+            self.origins.check(head.origin, host)?;
+            if also.is_some() {
+                self.origins.check(None, also)?;
+            }
         }
         let session = match endpoint {
             Endpoint::Messages => session_param(query).to_owned(),
@@ -673,9 +682,17 @@ mod tests {
             admit(head("/sse", Some("evil.example"), None)),
             Err(Rejection::HostNotAllowed)
         );
-        // The Host header wins over the authority.
+        // Both the target's authority and the Host header are checked.
         assert_eq!(
             admit(head("http://localhost/sse", None, Some("evil.example"))),
+            Err(Rejection::HostNotAllowed)
+        );
+        assert_eq!(
+            admit(head("http://evil.example/sse", None, Some("127.0.0.1"))),
+            Err(Rejection::HostNotAllowed)
+        );
+        assert_eq!(
+            admit(head("/sse", Some("evil.example"), Some("127.0.0.1"))),
             Err(Rejection::HostNotAllowed)
         );
         assert_eq!(

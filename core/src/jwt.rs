@@ -74,6 +74,43 @@ fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D:
     })
 }
 
+impl Key {
+    /// One key of a JWKS document with the algorithms it may verify.
+    fn from_jwk(jwk: &jsonwebtoken::jwk::Jwk) -> Result<Key, String> {
+        let kid = jwk.common.key_id.clone();
+        let algorithms = match &jwk.algorithm {
+            AlgorithmParameters::RSA(_) => {
+                vec![Algorithm::RS256, Algorithm::RS384, Algorithm::RS512]
+            }
+            AlgorithmParameters::EllipticCurve(ec) if ec.curve == EllipticCurve::P256 => {
+                vec![Algorithm::ES256]
+            }
+            AlgorithmParameters::OctetKeyPair(okp) if okp.curve == EllipticCurve::Ed25519 => {
+                vec![Algorithm::EdDSA]
+            }
+            _ => {
+                return Err(format!(
+                    "key {kid:?}: only RSA, EC P-256 and Ed25519 keys are supported"
+                ))
+            }
+        };
+        // A key that names its algorithm is used with that one only.
+        let algorithms = match &jwk.common.key_algorithm {
+            None => algorithms,
+            Some(named) => match named.to_string().parse::<Algorithm>() {
+                Ok(alg) if algorithms.contains(&alg) => vec![alg],
+                _ => return Err(format!("key {kid:?}: `alg` {named} does not fit the key")),
+            },
+        };
+        let key = DecodingKey::from_jwk(jwk).map_err(|e| format!("key {kid:?}: {e}"))?;
+        Ok(Key {
+            kid,
+            key,
+            algorithms,
+        })
+    }
+}
+
 impl JwtVerifier {
     /// Keys from a JWKS document (RSA, EC P-256, Ed25519) and/or an HS256 secret.
     pub fn new(
@@ -86,41 +123,7 @@ impl JwtVerifier {
             let set: JwkSet =
                 serde_json::from_str(text).map_err(|e| format!("not a JWKS document: {e}"))?;
             for jwk in &set.keys {
-                let kid = jwk.common.key_id.clone();
-                let algorithms = match &jwk.algorithm {
-                    AlgorithmParameters::RSA(_) => {
-                        vec![Algorithm::RS256, Algorithm::RS384, Algorithm::RS512]
-                    }
-                    AlgorithmParameters::EllipticCurve(ec) if ec.curve == EllipticCurve::P256 => {
-                        vec![Algorithm::ES256]
-                    }
-                    AlgorithmParameters::OctetKeyPair(okp)
-                        if okp.curve == EllipticCurve::Ed25519 =>
-                    {
-                        vec![Algorithm::EdDSA]
-                    }
-                    _ => {
-                        return Err(format!(
-                            "key {kid:?}: only RSA, EC P-256 and Ed25519 keys are supported"
-                        ))
-                    }
-                };
-                // A key that names its algorithm is used with that one only.
-                let algorithms = match &jwk.common.key_algorithm {
-                    None => algorithms,
-                    Some(named) => match named.to_string().parse::<Algorithm>() {
-                        Ok(alg) if algorithms.contains(&alg) => vec![alg],
-                        _ => {
-                            return Err(format!("key {kid:?}: `alg` {named} does not fit the key"))
-                        }
-                    },
-                };
-                let key = DecodingKey::from_jwk(jwk).map_err(|e| format!("key {kid:?}: {e}"))?;
-                keys.push(Key {
-                    kid,
-                    key,
-                    algorithms,
-                });
+                keys.push(Key::from_jwk(jwk)?);
             }
         }
         if let Some(secret) = hs256_secret {

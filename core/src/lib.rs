@@ -59,31 +59,32 @@
 //! | any other request | [`Action::Reply`] error -32601; never reaches a client |
 //! | not JSON, not an object, a batch, too long | [`Action::Drop`] |
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
 
-pub mod action;
+// The modules in dependency order: each uses only those above it.
 pub mod auth;
 pub mod budget;
 pub mod config;
 pub mod demo;
+pub mod framing;
 pub mod http;
 pub mod hub;
 #[cfg(feature = "jwt")]
 pub mod jwt;
 pub mod lines;
-pub mod message;
-pub mod metrics;
+pub(crate) mod message;
+pub(crate) mod metrics;
 pub mod output;
 pub mod routed_id;
-pub mod router;
+pub(crate) mod router;
 pub mod sse;
-pub mod streamable;
+pub(crate) mod streamable;
 pub mod supervise;
 
-pub use action::{Action, Delivery, DropReason, LogLevel};
 pub use auth::{Auth, Principal};
 pub use http::Rejection;
 pub use hub::Hub;
+pub use message::Invalid;
+pub use metrics::{DropReason, LogLevel};
 pub use output::{BackendId, Event, Frame, Output, RequestId, StreamEnd, StreamId};
 pub use routed_id::SessionId;
-pub use router::{Accepted, Body, Router};

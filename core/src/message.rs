@@ -13,7 +13,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 use serde_json::value::RawValue;
 
 /// Longest id (as raw JSON text, quotes included) a client may send.
-pub const MAX_ID_LEN: usize = 256;
+pub(crate) const MAX_ID_LEN: usize = 256;
 
 /// Why a client body was refused: each maps to HTTP 400 with a JSON-RPC error body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -42,6 +42,11 @@ pub enum Invalid {
     IdTooLong,
     /// A response (clients may not answer the proxy).
     ClientResponse,
+    /// An id, progress token or cancelled request id with a lone surrogate escape
+    /// (`"\ud800"`): not Unicode text, so no backend can echo it back exactly.
+    LoneSurrogate,
+    /// Nested deeper than the parser follows.
+    TooDeep,
 }
 
 impl Invalid {
@@ -70,6 +75,10 @@ impl Invalid {
             Invalid::InvalidId => "Invalid Request: id must be a string or an integer",
             Invalid::IdTooLong => "Invalid Request: id is longer than 256 bytes",
             Invalid::ClientResponse => "Invalid Request: responses from clients are not accepted",
+            Invalid::LoneSurrogate => {
+                "Invalid Request: an id, progressToken or requestId must be Unicode text (no lone surrogate escapes)"
+            }
+            Invalid::TooDeep => "Invalid Request: nested deeper than 128 levels",
         }
     }
 
@@ -88,6 +97,8 @@ impl Invalid {
             Invalid::InvalidId => "invalid_id",
             Invalid::IdTooLong => "id_too_long",
             Invalid::ClientResponse => "client_response",
+            Invalid::LoneSurrogate => "lone_surrogate",
+            Invalid::TooDeep => "too_deep",
         }
     }
 }
@@ -100,7 +111,7 @@ impl fmt::Display for Invalid {
 
 /// A JSON-RPC id as the sender wrote it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RawId<'a> {
+pub(crate) enum RawId<'a> {
     /// An integer literal, digits and sign exactly as written (`-0` included).
     Int(&'a str),
     /// A JSON string literal, quotes and escapes exactly as written.
@@ -110,7 +121,7 @@ pub enum RawId<'a> {
 impl<'a> RawId<'a> {
     /// Classifies raw JSON text as an id; `None` for null, bools, fractions, exponents,
     /// objects and arrays.
-    pub fn classify(raw: &'a str) -> Option<RawId<'a>> {
+    pub(crate) fn classify(raw: &'a str) -> Option<RawId<'a>> {
         match raw.as_bytes().first()? {
             b'"' => Some(RawId::Str(raw)),
             b'-' | b'0'..=b'9' if !raw.bytes().any(|b| matches!(b, b'.' | b'e' | b'E')) => {
@@ -121,7 +132,8 @@ impl<'a> RawId<'a> {
     }
 
     /// The raw JSON text.
-    pub fn as_str(&self) -> &'a str {
+    #[cfg(test)]
+    pub(crate) fn as_str(&self) -> &'a str {
         match self {
             RawId::Int(s) | RawId::Str(s) => s,
         }
@@ -130,7 +142,7 @@ impl<'a> RawId<'a> {
 
 /// What a message is, by the JSON-RPC 2.0 shape rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// `method` and `id`.
     Request,
     /// `method`, no `id`.
@@ -141,34 +153,34 @@ pub enum Kind {
 
 /// A parsed JSON object's top-level members, values kept as raw text.
 #[derive(Debug)]
-pub struct Message<'a> {
+pub(crate) struct Message<'a> {
     /// The whole message text.
-    pub text: &'a str,
+    pub(crate) text: &'a str,
     /// Its shape.
-    pub kind: Kind,
+    pub(crate) kind: Kind,
     /// The `method` value.
-    pub method: Option<Cow<'a, str>>,
+    pub(crate) method: Option<Cow<'a, str>>,
     /// The raw `id` member value, if present (any JSON type).
-    pub id: Option<&'a RawValue>,
+    pub(crate) id: Option<&'a RawValue>,
     /// The members of `params` the proxy reads or rewrites.
-    pub params: Params<'a>,
+    pub(crate) params: Params<'a>,
     /// The raw `result`.
-    pub result: Option<&'a RawValue>,
+    pub(crate) result: Option<&'a RawValue>,
     /// The raw `error`.
-    pub error: Option<&'a RawValue>,
+    pub(crate) error: Option<&'a RawValue>,
     /// The raw `jsonrpc`.
-    pub jsonrpc: Option<&'a RawValue>,
+    pub(crate) jsonrpc: Option<&'a RawValue>,
 }
 
 impl<'a> Message<'a> {
     /// The byte range of a member value (or any sub-slice) inside [`Message::text`].
-    pub fn span(&self, inner: &RawValue) -> Range<usize> {
+    pub(crate) fn span(&self, inner: &RawValue) -> Range<usize> {
         span_of(self.text, inner.get())
     }
 }
 
 /// Where `inner` (a sub-slice of `outer`) sits in `outer`.
-pub fn span_of(outer: &str, inner: &str) -> Range<usize> {
+pub(crate) fn span_of(outer: &str, inner: &str) -> Range<usize> {
     let start = (inner.as_ptr() as usize).wrapping_sub(outer.as_ptr() as usize);
     debug_assert!(
         start + inner.len() <= outer.len(),
@@ -178,7 +190,7 @@ pub fn span_of(outer: &str, inner: &str) -> Range<usize> {
 }
 
 /// Admits a client POST body: exactly one JSON-RPC request or notification, strictly.
-pub fn admit_client(body: &[u8]) -> Result<Message<'_>, Invalid> {
+pub(crate) fn admit_client(body: &[u8]) -> Result<Message<'_>, Invalid> {
     let text = std::str::from_utf8(body).map_err(|_| Invalid::NotUtf8)?;
     let msg = parse_object(text, true)?;
     match &msg.jsonrpc {
@@ -196,11 +208,28 @@ pub fn admit_client(body: &[u8]) -> Result<Message<'_>, Invalid> {
         }
         Kind::Notification => {}
     }
+    let id_like = [
+        msg.id,
+        msg.params.meta_progress_token,
+        msg.params.request_id,
+    ];
+    if id_like
+        .into_iter()
+        .flatten()
+        .any(|v| !is_unicode_text(v.get()))
+    {
+        return Err(Invalid::LoneSurrogate);
+    }
     Ok(msg)
 }
 
+/// Whether raw JSON text, when it is a string with escapes, decodes to Unicode text.
+fn is_unicode_text(raw: &str) -> bool {
+    !raw.starts_with('"') || !raw.contains('\\') || serde_json::from_str::<String>(raw).is_ok()
+}
+
 /// Parses a backend line leniently: one JSON object whose top-level keys are unique.
-pub fn parse_backend(line: &str) -> Result<Message<'_>, Invalid> {
+pub(crate) fn parse_backend(line: &str) -> Result<Message<'_>, Invalid> {
     parse_object(line, false)
 }
 
@@ -232,8 +261,11 @@ fn parse_object(text: &str, deep: bool) -> Result<Message<'_>, Invalid> {
         .deserialize_map(MembersVisitor { deep })
         .and_then(|m| de.end().map(|()| m))
         .map_err(|e| {
-            if e.to_string().starts_with(DUPLICATE) {
+            let text = e.to_string();
+            if text.starts_with(DUPLICATE) {
                 Invalid::DuplicateKey
+            } else if text.starts_with(TOO_DEEP) {
+                Invalid::TooDeep
             } else {
                 Invalid::NotJson
             }
@@ -263,7 +295,7 @@ fn parse_object(text: &str, deep: bool) -> Result<Message<'_>, Invalid> {
 }
 
 /// The value of a raw JSON string, borrowed when it has no escapes.
-pub fn string_value(raw: &RawValue) -> Option<Cow<'_, str>> {
+pub(crate) fn string_value(raw: &RawValue) -> Option<Cow<'_, str>> {
     let s = raw.get();
     let inner = s.strip_prefix('"')?.strip_suffix('"')?;
     if !inner.contains('\\') {
@@ -273,24 +305,26 @@ pub fn string_value(raw: &RawValue) -> Option<Cow<'_, str>> {
 }
 
 const DUPLICATE: &str = "duplicate key";
+/// serde_json's message when nesting passes its recursion limit.
+const TOO_DEEP: &str = "recursion limit exceeded";
 
 /// The members of `params` the proxy reads or rewrites, found in the same single pass
 /// that checks the message, as raw text.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Params<'a> {
+pub(crate) struct Params<'a> {
     /// `params._meta.progressToken` (a request asking for progress).
-    pub meta_progress_token: Option<&'a RawValue>,
+    pub(crate) meta_progress_token: Option<&'a RawValue>,
     /// `params.progressToken` (a `notifications/progress`).
-    pub progress_token: Option<&'a RawValue>,
+    pub(crate) progress_token: Option<&'a RawValue>,
     /// `params.requestId` (a `notifications/cancelled`).
-    pub request_id: Option<&'a RawValue>,
+    pub(crate) request_id: Option<&'a RawValue>,
     /// `params.capabilities` (an `initialize`).
-    pub capabilities: Option<&'a RawValue>,
+    pub(crate) capabilities: Option<&'a RawValue>,
     /// `params.uri` (subscriptions and `notifications/resources/updated`).
-    pub uri: Option<&'a RawValue>,
+    pub(crate) uri: Option<&'a RawValue>,
     /// `params._meta` names a protocol version (`io.modelcontextprotocol/protocolVersion`):
     /// a client of the 2026 revision that sends no session.
-    pub meta_protocol_version: bool,
+    pub(crate) meta_protocol_version: bool,
 }
 
 struct Members<'a> {
@@ -544,7 +578,13 @@ impl<'de> Visitor<'de> for MetaSeed {
 /// Walks a whole value and fails on the first object with a repeated key.
 fn check_unique_keys(raw: &RawValue) -> Result<(), &'static str> {
     let mut de = serde_json::Deserializer::from_str(raw.get());
-    UniqueKeys.deserialize(&mut de).map_err(|_| DUPLICATE)
+    UniqueKeys.deserialize(&mut de).map_err(|e| {
+        if e.to_string().starts_with(TOO_DEEP) {
+            TOO_DEEP
+        } else {
+            DUPLICATE
+        }
+    })
 }
 
 #[derive(Clone, Copy)]
@@ -605,6 +645,24 @@ mod tests {
             admit_client(body.as_bytes()).unwrap_err(),
             Invalid::DuplicateKey
         );
+    }
+
+    #[test]
+    fn refusals_name_their_reason() {
+        let surrogate = br#"{"jsonrpc":"2.0","id":"\ud800","method":"tools/list"}"#;
+        assert_eq!(admit_client(surrogate).unwrap_err(), Invalid::LoneSurrogate);
+        let token = br#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"_meta":{"progressToken":"a\udc00"}}}"#;
+        assert_eq!(admit_client(token).unwrap_err(), Invalid::LoneSurrogate);
+        let pair = br#"{"jsonrpc":"2.0","id":"\ud83d\ude00","method":"tools/list"}"#;
+        assert!(admit_client(pair).is_ok());
+        let deep = format!(
+            r#"{{"jsonrpc":"2.0","id":{}1{},"method":"tools/list"}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        assert_eq!(admit_client(deep.as_bytes()).unwrap_err(), Invalid::TooDeep);
+        let nested_id = br#"{"jsonrpc":"2.0","id":[[1]],"method":"tools/list"}"#;
+        assert_eq!(admit_client(nested_id).unwrap_err(), Invalid::InvalidId);
     }
 
     #[test]

@@ -1,40 +1,62 @@
 //! Counters and their Prometheus text.
 
-use std::collections::BTreeMap;
-use std::fmt::Write;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::{self, Write};
 
-use crate::action::DropReason;
 use crate::http::Rejection;
 
-/// Everything the router counts. Labels are bounded: methods beyond the warn set are
+/// How many distinct (reason, method) pairs are remembered for warn-once logging and used
+/// as metrics labels; a backend inventing method names cannot grow memory past this.
+pub(crate) const WARN_SET_CAP: usize = 64;
+
+/// Everything the hub counts. Labels are bounded: methods beyond the warn set are
 /// counted as `other`.
 #[derive(Debug, Default, Clone)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     /// Sessions opened.
-    pub sessions_opened: u64,
+    pub(crate) sessions_opened: u64,
     /// Sessions closed, for any reason.
-    pub sessions_closed: u64,
+    pub(crate) sessions_closed: u64,
     /// Client messages accepted (202).
-    pub client_messages: u64,
+    pub(crate) client_messages: u64,
     /// Lines written to the backend on a client's behalf.
-    pub rewrites: u64,
+    pub(crate) rewrites: u64,
     /// The proxy's own lines to the backend.
-    pub replies: u64,
+    pub(crate) replies: u64,
     /// Lines read from the backend.
-    pub backend_lines: u64,
+    pub(crate) backend_lines: u64,
     /// Messages delivered to one session.
-    pub delivered: u64,
+    pub(crate) delivered: u64,
     /// Messages broadcast to every live session.
-    pub broadcasts: u64,
+    pub(crate) broadcasts: u64,
     /// Drops and proxy answers by reason and method (bounded labels).
-    pub drops: BTreeMap<(DropReason, String), u64>,
+    pub(crate) drops: BTreeMap<(DropReason, String), u64>,
     /// Refused HTTP requests by reason.
-    pub rejections: BTreeMap<&'static str, u64>,
+    pub(crate) rejections: BTreeMap<&'static str, u64>,
+    /// The (reason, method) pairs logged at WARN once, at most [`WARN_SET_CAP`].
+    warned: BTreeSet<(DropReason, String)>,
 }
 
 impl Metrics {
-    pub(crate) fn dropped(&mut self, reason: DropReason, method: String) {
-        *self.drops.entry((reason, method)).or_default() += 1;
+    /// Counts a message dropped (or answered by the proxy) and decides its log level: WARN
+    /// the first time a (reason, method) is seen while the remembered set has room, DEBUG
+    /// after. Methods past the set are counted as `other`.
+    pub(crate) fn dropped(&mut self, reason: DropReason, method: Option<&str>) -> LogLevel {
+        let key = (reason, method.unwrap_or_default().to_owned());
+        let first = !self.warned.contains(&key) && self.warned.len() < WARN_SET_CAP;
+        if first {
+            self.warned.insert(key.clone());
+        }
+        let label = if self.warned.contains(&key) {
+            key.1
+        } else {
+            "other".to_owned()
+        };
+        *self.drops.entry((reason, label)).or_default() += 1;
+        match first {
+            true if reason != DropReason::AnsweredPing => LogLevel::Warn,
+            _ => LogLevel::Debug,
+        }
     }
 
     pub(crate) fn rejected(&mut self, rejection: &Rejection) {
@@ -44,45 +66,77 @@ impl Metrics {
 
 /// Gauges the hub keeps beside the router's counters.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct ShellGauges {
+pub(crate) struct ShellGauges {
     /// Sessions live now.
-    pub live_sessions: usize,
+    pub(crate) live_sessions: usize,
     /// Whether the backend process runs.
-    pub backend_running: bool,
+    pub(crate) backend_running: bool,
     /// Restarts so far.
-    pub backend_restarts: u64,
+    pub(crate) backend_restarts: u64,
     /// The `--instance` name, rendered as `switchboard_instance_info{instance="NAME"} 1`.
-    pub instance: Option<crate::routed_id::Instance>,
+    pub(crate) instance: Option<crate::routed_id::Instance>,
 }
 
 /// Renders the Prometheus text exposition format.
-pub fn render(m: &Metrics, g: ShellGauges) -> String {
-    let mut out = String::with_capacity(2048);
-    let mut metric = |name: &str, kind: &str, help: &str, samples: &[(String, u64)]| {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for (labels, value) in samples {
-            let _ = writeln!(out, "{name}{labels} {value}");
-        }
-    };
+pub(crate) fn render(m: &Metrics, g: ShellGauges) -> String {
+    let mut out = Text(String::with_capacity(2048));
     let one = |v: u64| vec![(String::new(), v)];
-    metric(
+    out.metric(
         "switchboard_sessions",
         "gauge",
         "Live sessions.",
         &one(g.live_sessions as u64),
     );
-    metric(
+    out.metric(
         "switchboard_sessions_opened_total",
         "counter",
         "Sessions opened.",
         &one(m.sessions_opened),
     );
-    metric(
+    out.metric(
         "switchboard_sessions_closed_total",
         "counter",
         "Sessions closed.",
         &one(m.sessions_closed),
     );
+    render_messages(&mut out, m);
+    out.metric(
+        "switchboard_backend_up",
+        "gauge",
+        "1 while the backend process runs.",
+        &one(u64::from(g.backend_running)),
+    );
+    out.metric(
+        "switchboard_backend_restarts_total",
+        "counter",
+        "Backend restarts.",
+        &one(g.backend_restarts),
+    );
+    if let Some(instance) = g.instance {
+        out.metric(
+            "switchboard_instance_info",
+            "gauge",
+            "The --instance name this process mints session ids under.",
+            &[(format!("{{instance=\"{instance}\"}}"), 1)],
+        );
+    }
+    out.0
+}
+
+/// Prometheus text under construction.
+struct Text(String);
+
+impl Text {
+    fn metric(&mut self, name: &str, kind: &str, help: &str, samples: &[(String, u64)]) {
+        let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (labels, value) in samples {
+            let _ = writeln!(self.0, "{name}{labels} {value}");
+        }
+    }
+}
+
+/// Messages by direction, drops by reason and method, rejections by reason.
+fn render_messages(out: &mut Text, m: &Metrics) {
     let messages = vec![
         (
             r#"{direction="client_to_proxy"}"#.to_owned(),
@@ -103,7 +157,7 @@ pub fn render(m: &Metrics, g: ShellGauges) -> String {
             m.broadcasts,
         ),
     ];
-    metric(
+    out.metric(
         "switchboard_messages_total",
         "counter",
         "Messages by direction.",
@@ -119,7 +173,7 @@ pub fn render(m: &Metrics, g: ShellGauges) -> String {
             )
         })
         .collect();
-    metric(
+    out.metric(
         "switchboard_drops_total",
         "counter",
         "Backend messages dropped or answered by the proxy, by reason and method.",
@@ -130,33 +184,83 @@ pub fn render(m: &Metrics, g: ShellGauges) -> String {
         .iter()
         .map(|(reason, n)| (format!("{{reason=\"{reason}\"}}"), *n))
         .collect();
-    metric(
+    out.metric(
         "switchboard_rejections_total",
         "counter",
         "HTTP requests refused, by reason.",
         &rejections,
     );
-    metric(
-        "switchboard_backend_up",
-        "gauge",
-        "1 while the backend process runs.",
-        &one(u64::from(g.backend_running)),
-    );
-    metric(
-        "switchboard_backend_restarts_total",
-        "counter",
-        "Backend restarts.",
-        &one(g.backend_restarts),
-    );
-    if let Some(instance) = g.instance {
-        metric(
-            "switchboard_instance_info",
-            "gauge",
-            "The --instance name this process mints session ids under.",
-            &[(format!("{{instance=\"{instance}\"}}"), 1)],
-        );
+}
+
+/// Why a backend line (or part of a client's message) went nowhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DropReason {
+    /// Not JSON, not one object, or duplicate top-level keys.
+    Malformed,
+    /// A JSON array (batch) from the backend.
+    Batch,
+    /// Longer than the maximum line length.
+    LineTooLong,
+    /// A response whose id the proxy never minted.
+    UnroutedResponse,
+    /// A response or progress for a session that is no longer live.
+    SessionGone,
+    /// A `notifications/progress` whose token is not a routed id.
+    UnroutedProgress,
+    /// A `notifications/resources/updated` no live session subscribed to.
+    NoSubscriber,
+    /// A broadcast-kind notification while no session is live.
+    NoLiveSession,
+    /// A notification the proxy cannot attribute (`notifications/message`, ...).
+    UnroutableNotification,
+    /// The backend sent a request the shared proxy cannot attribute; answered -32601.
+    AnsweredServerRequest,
+    /// The backend pinged; the proxy answered.
+    AnsweredPing,
+    /// The backend's stdin queue was full, so a proxy line was not written (shell-side).
+    BackendQueueFull,
+    /// An answer for a Streamable session's request that is no longer awaited (answered,
+    /// cancelled, timed out, or its client hung up).
+    NotInFlight,
+    /// A message for a Streamable session that has no stream open to carry it.
+    NoStream,
+}
+
+impl DropReason {
+    /// Stable snake_case name, used as a metrics label and in logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::Malformed => "malformed",
+            DropReason::Batch => "batch",
+            DropReason::LineTooLong => "line_too_long",
+            DropReason::UnroutedResponse => "unrouted_response",
+            DropReason::SessionGone => "session_gone",
+            DropReason::UnroutedProgress => "unrouted_progress",
+            DropReason::NoSubscriber => "no_subscriber",
+            DropReason::NoLiveSession => "no_live_session",
+            DropReason::UnroutableNotification => "unroutable_notification",
+            DropReason::AnsweredServerRequest => "answered_server_request",
+            DropReason::AnsweredPing => "answered_ping",
+            DropReason::BackendQueueFull => "backend_queue_full",
+            DropReason::NotInFlight => "not_in_flight",
+            DropReason::NoStream => "no_stream",
+        }
     }
-    out
+}
+
+impl fmt::Display for DropReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The level the router chose for a drop: the first of each (reason, method) warns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogLevel {
+    /// The first of its kind.
+    Warn,
+    /// Seen before.
+    Debug,
 }
 
 fn escape(label: &str) -> String {

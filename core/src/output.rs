@@ -5,9 +5,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::action::{DropReason, LogLevel};
 use crate::auth::Principal;
 use crate::http::Response;
+use crate::metrics::{DropReason, LogLevel};
 use crate::routed_id::SessionId;
 use crate::supervise::{Exit, Signal};
 

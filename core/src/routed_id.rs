@@ -208,7 +208,7 @@ impl fmt::Display for SessionId {
 ///
 /// The client's string id is kept as written, escapes included, so a backend that echoes
 /// the id verbatim gives the client back its exact bytes.
-pub fn encode(session: &SessionId, id: RawId<'_>, out: &mut Vec<u8>) {
+pub(crate) fn encode(session: &SessionId, id: RawId<'_>, out: &mut Vec<u8>) {
     out.push(b'"');
     out.extend_from_slice(session.as_bytes());
     match id {
@@ -225,7 +225,8 @@ pub fn encode(session: &SessionId, id: RawId<'_>, out: &mut Vec<u8>) {
 }
 
 /// The routed id for `id` of `session`, as a JSON string literal.
-pub fn encoded(session: &SessionId, id: RawId<'_>) -> Vec<u8> {
+#[cfg(test)]
+fn encoded(session: &SessionId, id: RawId<'_>) -> Vec<u8> {
     let mut out = Vec::with_capacity(id.as_str().len() + session.as_bytes().len() + 6);
     encode(session, id, &mut out);
     out

@@ -9,15 +9,16 @@ use crate::message::RawId;
 use crate::routed_id::{self, SessionId};
 
 /// The protocol revisions a `MCP-Protocol-Version` header may name.
-pub const PROTOCOL_VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+pub(crate) const PROTOCOL_VERSIONS: [&str; 4] =
+    ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
 
 /// Whether `version` (the header, when present) is one this proxy speaks.
-pub fn supported_version(version: Option<&str>) -> bool {
+pub(crate) fn supported_version(version: Option<&str>) -> bool {
     version.is_none_or(|v| PROTOCOL_VERSIONS.contains(&v.trim()))
 }
 
 /// Whether a `Content-Type` declares JSON (`application/json`, parameters allowed).
-pub fn is_json(content_type: Option<&str>) -> bool {
+pub(crate) fn is_json(content_type: Option<&str>) -> bool {
     content_type.is_some_and(|ct| {
         ct.split(';')
             .next()
@@ -27,17 +28,17 @@ pub fn is_json(content_type: Option<&str>) -> bool {
 
 /// What an `Accept` header admits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Accepts {
+pub(crate) struct Accepts {
     /// `application/json` (or `application/*`, `*/*`).
-    pub json: bool,
+    pub(crate) json: bool,
     /// `text/event-stream` (or `text/*`, `*/*`).
-    pub event_stream: bool,
+    pub(crate) event_stream: bool,
 }
 
 impl Accepts {
     /// Reads an `Accept` header; a media range with `q=0` admits nothing. Bytes, compared
     /// in place: it runs on the owner loop for every POST.
-    pub fn parse(accept: Option<&str>) -> Accepts {
+    pub(crate) fn parse(accept: Option<&str>) -> Accepts {
         let mut out = Accepts::default();
         for range in accept.unwrap_or_default().as_bytes().split(|&b| b == b',') {
             let mut parts = range.split(|&b| b == b';');
@@ -71,86 +72,34 @@ impl Accepts {
 
 /// An id (or progress token) as a session's in-flight table knows it: its type and its
 /// value, so that `"a"` and `"\u0061"` are the same request and `1` and `"1"` are not.
+/// (Admission refuses strings that are not Unicode text, so every id has one.)
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct IdKey {
+pub(crate) struct IdKey {
     string: bool,
-    /// A string holding a lone surrogate escape (`"\ud800"`, which no Rust `String` can
-    /// hold): `text` is then its UTF-16 code units in hex, so it still has exactly one key.
-    lone_surrogate: bool,
     text: String,
 }
 
 impl IdKey {
     /// The key of an id given as raw JSON text; `None` for what is not an id.
-    pub fn of(raw: &str) -> Option<IdKey> {
-        match RawId::classify(raw)? {
-            RawId::Int(digits) => Some(IdKey {
-                string: false,
-                lone_surrogate: false,
-                text: digits.to_owned(),
-            }),
-            RawId::Str(literal) => {
-                if !literal.contains('\\') {
-                    return Some(IdKey {
-                        string: true,
-                        lone_surrogate: false,
-                        text: literal.get(1..literal.len().checked_sub(1)?)?.to_owned(),
-                    });
-                }
-                if let Ok(value) = serde_json::from_str::<String>(literal) {
-                    return Some(IdKey {
-                        string: true,
-                        lone_surrogate: false,
-                        text: value,
-                    });
-                }
-                // Admission passes lone surrogate escapes through byte for byte.
-                let units = utf16_units(literal)?;
-                Some(IdKey {
-                    string: true,
-                    lone_surrogate: true,
-                    text: units.iter().map(|u| format!("{u:04x}")).collect(),
+    pub(crate) fn of(raw: &str) -> Option<IdKey> {
+        let text = match RawId::classify(raw)? {
+            RawId::Int(digits) => {
+                return Some(IdKey {
+                    string: false,
+                    text: digits.to_owned(),
                 })
             }
-        }
-    }
-}
-
-/// The UTF-16 code units of a JSON string literal (quotes included), escapes decoded;
-/// `None` when it is not a well-formed literal.
-fn utf16_units(literal: &str) -> Option<Vec<u16>> {
-    let inner = literal.strip_prefix('"')?.strip_suffix('"')?;
-    let mut units = Vec::with_capacity(inner.len());
-    let mut chars = inner.chars();
-    while let Some(c) = chars.next() {
-        if c != '\\' {
-            units.extend_from_slice(c.encode_utf16(&mut [0; 2]));
-            continue;
-        }
-        units.push(match chars.next()? {
-            '"' => 0x22,
-            '\\' => 0x5c,
-            '/' => 0x2f,
-            'b' => 0x08,
-            'f' => 0x0c,
-            'n' => 0x0a,
-            'r' => 0x0d,
-            't' => 0x09,
-            'u' => {
-                let hex: String = chars.by_ref().take(4).collect();
-                if hex.len() != 4 {
-                    return None;
-                }
-                u16::from_str_radix(&hex, 16).ok()?
+            RawId::Str(literal) if !literal.contains('\\') => {
+                literal.get(1..literal.len().checked_sub(1)?)?.to_owned()
             }
-            _ => return None,
-        });
+            RawId::Str(literal) => serde_json::from_str::<String>(literal).ok()?,
+        };
+        Some(IdKey { string: true, text })
     }
-    Some(units)
 }
 
 /// `{"jsonrpc":"2.0","id":<id>,"error":{"code":<code>,"message":<message>}}`.
-pub fn error_message(raw_id: &str, code: i32, text: &str) -> Vec<u8> {
+pub(crate) fn error_message(raw_id: &str, code: i32, text: &str) -> Vec<u8> {
     format!(
         r#"{{"jsonrpc":"2.0","id":{raw_id},"error":{{"code":{code},"message":{}}}}}"#,
         serde_json::Value::from(text)
@@ -160,7 +109,7 @@ pub fn error_message(raw_id: &str, code: i32, text: &str) -> Vec<u8> {
 
 /// The proxy's `notifications/cancelled` for the request `raw_id` of `session` (its routed
 /// id, as the backend knows it), as a backend line.
-pub fn cancel_line(session: &SessionId, raw_id: &str, reason: &str) -> Option<Vec<u8>> {
+pub(crate) fn cancel_line(session: &SessionId, raw_id: &str, reason: &str) -> Option<Vec<u8>> {
     let id = RawId::classify(raw_id)?;
     let mut line =
         br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"#.to_vec();
@@ -173,12 +122,12 @@ pub fn cancel_line(session: &SessionId, raw_id: &str, reason: &str) -> Option<Ve
 }
 
 /// `200 application/json` carrying one message.
-pub fn json_answer(message: Vec<u8>) -> Response {
+pub(crate) fn json_answer(message: Vec<u8>) -> Response {
     Response::json(200, message)
 }
 
 /// `202 Accepted` with an empty body: a notification was taken (Streamable HTTP).
-pub fn notification_accepted() -> Response {
+pub(crate) fn notification_accepted() -> Response {
     Response {
         status: 202,
         headers: Vec::new(),
@@ -187,7 +136,7 @@ pub fn notification_accepted() -> Response {
 }
 
 /// `204 No Content`: a session was deleted.
-pub fn deleted() -> Response {
+pub(crate) fn deleted() -> Response {
     Response {
         status: 204,
         headers: Vec::new(),
@@ -196,7 +145,7 @@ pub fn deleted() -> Response {
 }
 
 /// `409 Conflict`: a request reused the id of one still in flight in its session.
-pub fn id_in_flight(raw_id: &str) -> Response {
+pub(crate) fn id_in_flight(raw_id: &str) -> Response {
     Response::json(
         409,
         error_message(
@@ -248,11 +197,7 @@ mod tests {
         assert_ne!(IdKey::of("1"), IdKey::of(r#""1""#));
         assert_eq!(IdKey::of("1.5"), None);
         assert_eq!(IdKey::of("null"), None);
-        // Lone surrogates: one key per spelling of the same code units, none shared.
-        assert!(IdKey::of(r#""\ud800""#).is_some());
-        assert_eq!(IdKey::of(r#""\ud800""#), IdKey::of(r#""\uD800""#));
-        assert_ne!(IdKey::of(r#""\ud800""#), IdKey::of(r#""\ud801""#));
-        assert_ne!(IdKey::of(r#""\ud800""#), IdKey::of(r#""d800""#));
+        assert_eq!(IdKey::of(r#""\ud800""#), None);
         let sid = SessionId::from_random([1; 16]);
         let line = String::from_utf8(cancel_line(&sid, "7", "request timed out").unwrap()).unwrap();
         assert_eq!(

@@ -1,4 +1,4 @@
-//! `switchboard-blocking`: the same proxy as `switchboard` on std threads, tiny_http and
+//! `switchboard-blocking`: the same proxy as `switchboard` on std threads, `httparse` and
 //! crossbeam-channel, for hosts where an async runtime is unwelcome.
 
 mod backend;
@@ -6,10 +6,11 @@ mod server;
 mod session;
 mod supervisor;
 
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
 use std::thread;
 
+use switchboard_core::budget::{session_budget, HostLimits, SessionCost};
 use switchboard_core::config::{Config, LogFormat};
 use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
@@ -19,18 +20,7 @@ use crate::supervisor::Supervisor;
 
 fn main() {
     raise_open_files_limit();
-    let (budget, limit) = session_budget();
-    let config = Config::from_args_with("switchboard-blocking", |command| {
-        command.mut_arg("max_sessions", |arg| {
-            // Computed once at start; clap keeps defaults for the process's life.
-            let default: &'static str = Box::leak(budget.to_string().into_boxed_str());
-            arg.default_value(default).help(format!(
-                "Most live sessions; more get 503. The default is what this host's thread \
-                 and descriptor limits allow (a thread and three descriptors per session; \
-                 here {budget}, set by {limit}); a larger value is capped to it"
-            ))
-        })
-    });
+    let config = Config::from_args_with("switchboard-blocking", |command| command);
     if config.demo_backend {
         let stdin = std::io::stdin().lock();
         let stdout = std::io::stdout().lock();
@@ -40,8 +30,9 @@ fn main() {
     }
     init_logging(&config);
     let mut config = config;
+    let (budget, limit) = session_budget(&host_limits(), SESSION_COST, MAX_SESSIONS_CAP);
     if config.max_sessions as u64 > budget {
-        tracing::warn!(
+        info!(
             "--max-sessions {} is more than this host's threads and descriptors allow; capped at {budget} ({limit})",
             config.max_sessions
         );
@@ -80,18 +71,18 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
     let local = listener.local_addr()?;
     no_delay(&listener);
     deepen_backlog(&listener);
-    let listening = Arc::new(
-        server::Listening::new(listener).map_err(|e| format!("cannot listen on {listen}: {e}"))?,
-    );
     info!("{}", config.listening_line(local, &command));
     let config = Arc::new(config);
-    let work = crossbeam_channel::unbounded();
-    let stopping = listening.clone();
+    // The loop stops the server, which needs the loop's inputs: it gets the server later.
+    let (stop_tx, stop_rx) = crossbeam_channel::bounded::<Arc<server::Listening>>(1);
     let (supervisor, inputs, closed, shutdown) = Supervisor::new(
         config.clone(),
         command,
-        Box::new(move || stopping.stop()),
-        work.0.clone(),
+        Box::new(move || {
+            if let Ok(listening) = stop_rx.try_recv() {
+                listening.stop();
+            }
+        }),
     );
 
     let mut signals = signal_hook::iterator::Signals::new([
@@ -106,34 +97,28 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
             }
         })?;
 
-    let (activity, nudges) = crossbeam_channel::bounded(1);
-    thread::Builder::new()
-        .name("nudge".into())
-        .stack_size(session::STREAM_STACK)
-        .spawn(move || server::nudge(local, nudges))?;
     let server = Arc::new(Server {
         gate,
         max_body: config.max_body,
+        framing: config.framing(),
         inputs,
         closed,
         busy: AtomicUsize::new(0),
-        local_port: local.port(),
-        activity,
-        connections: std::sync::Mutex::default(),
-        work: work.0.clone(),
+        stopping: AtomicBool::new(false),
     });
-    let serving = server.clone();
+    let listening = Arc::new(server::Listening::new(listener, server.clone()));
+    let _ = stop_tx.send(listening.clone());
     thread::Builder::new()
         .name("accept".into())
-        .spawn(move || serving.serve(listening, work.1))?;
+        .spawn(move || listening.serve())?;
     let (status, drain) = supervisor.run();
     server.drain(drain);
     Ok(status)
 }
 
 /// A burst of connections (hundreds of clients at once) waits in the kernel rather than
-/// having SYNs dropped and retried a second later: tiny_http's accept thread starts a thread
-/// per connection, slower than a burst arrives. The same depth as the tokio binary's.
+/// having SYNs dropped and retried a second later: the accept thread starts a thread per
+/// connection, slower than a burst arrives. The same depth as the tokio binary's.
 fn deepen_backlog(listener: &std::net::TcpListener) {
     use std::os::fd::AsRawFd;
     // SAFETY: listen on a socket that is already listening only changes its backlog; a
@@ -147,7 +132,7 @@ fn deepen_backlog(listener: &std::net::TcpListener) {
 }
 
 /// Small answers and SSE events go out at once: accepted connections inherit `TCP_NODELAY`
-/// from the listening socket on Linux (tiny_http sets no socket options).
+/// from the listening socket on Linux (each is also set when accepted).
 fn no_delay(listener: &std::net::TcpListener) {
     use std::os::fd::AsRawFd;
     let on: libc::c_int = 1;
@@ -201,84 +186,43 @@ pub fn open_files_limit() -> Option<u64> {
     (read && files.rlim_cur != libc::RLIM_INFINITY).then_some(files.rlim_cur)
 }
 
-/// Descriptors a live session holds: tiny_http's two halves of its connection and the
-/// stream writer's copy (see `session`).
-const FILES_PER_SESSION: u64 = 3;
-/// Descriptors kept out of the budget: POST connections (two each), the backend's pipes,
-/// the listening socket and logs.
-const RESERVED_FILES: u64 = 64;
+/// `--max-sessions` is checked against this (the config's own limit).
+const MAX_SESSIONS_CAP: u64 = 1_000_000;
 
-/// Threads a live session holds: its stream's writer (the connection's pool thread is
-/// released, see `session`).
-const THREADS_PER_SESSION: u64 = 1;
-/// Threads kept out of the budget: handler threads, tiny_http's pool threads for
-/// connections between requests, the backend's four, the loop, accept, signals, nudge.
-const RESERVED_THREADS: u64 = 256;
+/// What a session costs this shell: its stream's connection thread, which writes the
+/// stream (see `session`), and two descriptors (its stream's connection and the one its
+/// client POSTs on); in reserve, POST connections between streams, the backend's pipes
+/// and four threads, the listening socket, the loop, accept, signals and logs.
+const SESSION_COST: SessionCost = SessionCost {
+    threads: 1,
+    files: 2,
+    reserved_threads: 256,
+    reserved_files: 64,
+};
 
-/// How many sessions this process's threads and descriptors allow: the tightest of the
-/// process limits (`RLIMIT_NPROC`, `RLIMIT_NOFILE`), the system limits (`threads-max`,
-/// `pid_max`), the cgroup's `pids.max` and the memory maps a thread stack takes
-/// (`max_map_count`), less what is in use and a reserve for the other threads and
-/// descriptors, in sessions.
-fn session_budget() -> (u64, String) {
+/// The host limits the session budget is computed from (in the core).
+fn host_limits() -> HostLimits {
     let read =
         |path: &str| -> Option<u64> { std::fs::read_to_string(path).ok()?.trim().parse().ok() };
-    // Threads in use on the system: /proc/loadavg's "running/total".
-    let in_use = std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().nth(3)?.split('/').nth(1)?.parse().ok())
-        .unwrap_or(0u64);
-    let mut limits: Vec<(String, u64)> = Vec::new();
     let mut nproc = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: getrlimit writes one rlimit into `nproc`, which is that large.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NPROC, &mut nproc) } == 0
-        && nproc.rlim_cur != libc::RLIM_INFINITY
-    {
-        let limit = nproc.rlim_cur;
-        limits.push((
-            format!("RLIMIT_NPROC {limit}"),
-            limit.saturating_sub(in_use),
-        ));
+    let nproc = (unsafe { libc::getrlimit(libc::RLIMIT_NPROC, &mut nproc) } == 0
+        && nproc.rlim_cur != libc::RLIM_INFINITY)
+        .then_some(nproc.rlim_cur);
+    HostLimits {
+        // Threads in use on the system: /proc/loadavg's "running/total".
+        threads_in_use: std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|l| l.split_whitespace().nth(3)?.split('/').nth(1)?.parse().ok())
+            .unwrap_or(0),
+        nproc,
+        threads_max: read("/proc/sys/kernel/threads-max"),
+        pid_max: read("/proc/sys/kernel/pid_max"),
+        cgroup_pids: read("/sys/fs/cgroup/pids.max").zip(read("/sys/fs/cgroup/pids.current")),
+        max_map_count: read("/proc/sys/vm/max_map_count"),
+        open_files: open_files_limit(),
     }
-    if let Some(max) = read("/proc/sys/kernel/threads-max") {
-        limits.push((format!("threads-max {max}"), max.saturating_sub(in_use)));
-    }
-    if let Some(max) = read("/proc/sys/kernel/pid_max") {
-        limits.push((format!("pid_max {max}"), max.saturating_sub(in_use)));
-    }
-    if let (Some(max), Some(current)) = (
-        read("/sys/fs/cgroup/pids.max"),
-        read("/sys/fs/cgroup/pids.current"),
-    ) {
-        limits.push((
-            format!("cgroup pids.max {max}"),
-            max.saturating_sub(current),
-        ));
-    }
-    if let Some(maps) = read("/proc/sys/vm/max_map_count") {
-        // A thread's stack and its guard page are two mappings.
-        limits.push((format!("max_map_count {maps}"), maps / 2));
-    }
-    let mut budgets: Vec<(String, u64)> = limits
-        .into_iter()
-        .map(|(what, free)| {
-            let sessions = free.saturating_sub(RESERVED_THREADS) / THREADS_PER_SESSION;
-            (what, sessions)
-        })
-        .collect();
-    if let Some(files) = open_files_limit() {
-        let sessions = files.saturating_sub(RESERVED_FILES) / FILES_PER_SESSION;
-        budgets.push((format!("RLIMIT_NOFILE {files}"), sessions));
-    }
-    let (what, sessions) = budgets
-        .into_iter()
-        .min_by_key(|(_, sessions)| *sessions)
-        .unwrap_or_else(|| ("no known limit".to_owned(), u64::MAX));
-    (sessions.clamp(1, DEFAULT_MAX_SESSIONS), what)
 }
-
-/// The `--max-sessions` of the tokio binary, which no thread budget bounds.
-const DEFAULT_MAX_SESSIONS: u64 = 10_000;

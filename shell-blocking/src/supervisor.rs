@@ -17,7 +17,6 @@ use switchboard_core::{BackendId, Output, Rejection, RequestId, StreamEnd, Strea
 use tracing::{debug, info, warn};
 
 use crate::backend::{self, Backend};
-use crate::server::Work;
 use crate::session::{self, Queue, StreamBody};
 
 /// How long the loop sleeps when the hub has no timer set.
@@ -33,10 +32,10 @@ pub enum Reply {
 
 /// Everything the loop reacts to, from handlers and the backend's threads.
 pub enum Input {
-    /// An admitted request, and the connection to answer it on.
+    /// An admitted request, and where its connection waits for the answer.
     Request {
         request: hub::Request,
-        http: Box<tiny_http::Request>,
+        reply: Sender<Reply>,
     },
     /// A request the gate refused (already answered): counted.
     Refused(Rejection),
@@ -56,10 +55,9 @@ pub struct Supervisor {
     config: Arc<Config>,
     command: Vec<String>,
     hub: Hub,
-    /// Requests the hub has yet to answer.
-    waiting: HashMap<RequestId, Box<tiny_http::Request>>,
-    /// The handlers' queue, for answers to write.
-    answers: Sender<Work>,
+    /// Requests the hub has yet to answer: where each connection waits (a channel of one,
+    /// so a send never waits).
+    replies: HashMap<RequestId, Sender<Reply>>,
     streams: HashMap<StreamId, Queue>,
     backend: Option<Backend>,
     inputs_tx: Sender<Input>,
@@ -70,14 +68,12 @@ pub struct Supervisor {
 }
 
 impl Supervisor {
-    /// The loop, which queues its answers on `answers`, and what the other threads need
-    /// to reach it: its inputs, the channel on which streams report their end, and the
-    /// shutdown request.
+    /// The loop, and what the other threads need to reach it: its inputs, the channel on
+    /// which streams report their end, and the shutdown request.
     pub fn new(
         config: Arc<Config>,
         command: Vec<String>,
         stop_accepting: Box<dyn FnOnce() + Send>,
-        answers: Sender<Work>,
     ) -> (Self, Sender<Input>, Sender<StreamId>, Sender<()>) {
         let (inputs_tx, inputs) = crossbeam_channel::bounded(1024);
         let (closed_tx, closed) = crossbeam_channel::unbounded();
@@ -86,8 +82,7 @@ impl Supervisor {
             hub: Hub::new(config.settings(), Instant::now()),
             config,
             command,
-            waiting: HashMap::new(),
-            answers,
+            replies: HashMap::new(),
             streams: HashMap::new(),
             backend: None,
             inputs_tx: inputs_tx.clone(),
@@ -140,9 +135,9 @@ impl Supervisor {
 
     fn input(&mut self, now: Instant, input: Input) {
         match input {
-            Input::Request { request, http } => {
+            Input::Request { request, reply } => {
                 let id = self.hub.handle_request(now, request);
-                self.waiting.insert(id, http);
+                self.replies.insert(id, reply);
             }
             Input::Refused(rejection) => self.hub.handle_refused(rejection),
             Input::BackendLines { backend, batch } => {
@@ -163,22 +158,35 @@ impl Supervisor {
     /// Performs every output; `Some` once the hub says exit. `now` is the time of the
     /// input that produced them (what follows from them happened then too).
     fn drain(&mut self, now: Instant) -> Option<(i32, Duration)> {
+        let mut exit = None;
         while let Some(output) = self.hub.poll_output() {
-            if let Some(exit) = self.execute(now, output) {
-                return Some(exit);
+            exit = exit.or(self.execute(now, output));
+        }
+        if exit.is_some() {
+            self.answer_queued(now);
+        }
+        exit
+    }
+
+    /// The proxy is exiting: requests still queued for the loop are answered by the hub
+    /// like any other (it refuses them).
+    fn answer_queued(&mut self, now: Instant) {
+        while let Ok(input) = self.inputs.try_recv() {
+            if let Input::Request { .. } = input {
+                self.input(now, input);
+                while let Some(output) = self.hub.poll_output() {
+                    self.execute(now, output);
+                }
             }
         }
-        None
     }
 
     /// Performs one output: I/O only, every decision is the hub's.
     fn execute(&mut self, now: Instant, output: Output) -> Option<(i32, Duration)> {
         match output {
             Output::Respond { request, response } => {
-                if let Some(http) = self.waiting.remove(&request) {
-                    let _ = self
-                        .answers
-                        .send(Work::Answer(*http, Reply::Full(response)));
+                if let Some(reply) = self.replies.remove(&request) {
+                    let _ = reply.send(Reply::Full(response));
                 }
             }
             Output::StartStream {
@@ -189,12 +197,9 @@ impl Supervisor {
             } => {
                 let (queue, body) = session::channel(stream, budget);
                 self.streams.insert(stream, queue);
-                if let Some(http) = self.waiting.remove(&request) {
-                    if self
-                        .answers
-                        .send(Work::Answer(*http, Reply::Stream(head, body)))
-                        .is_err()
-                    {
+                if let Some(reply) = self.replies.remove(&request) {
+                    // The connection is gone: so is the stream.
+                    if reply.send(Reply::Stream(head, body)).is_err() {
                         self.streams.remove(&stream);
                         self.hub
                             .handle_stream_closed(now, stream, StreamEnd::ClientGone);
@@ -253,22 +258,7 @@ impl Supervisor {
                     stop();
                 }
             }
-            Output::Exit { status, drain } => {
-                // Requests the hub said nothing more to, and those still queued for it: the
-                // proxy is exiting.
-                let mut waiting: Vec<_> = self.waiting.drain().collect();
-                waiting.sort_by_key(|(id, _)| *id);
-                let queued = self.inputs.try_iter().filter_map(|input| match input {
-                    Input::Request { http, .. } => Some(http),
-                    _ => None,
-                });
-                let unanswered: Vec<_> = waiting.into_iter().map(|(_, http)| http).collect();
-                for http in unanswered.into_iter().chain(queued) {
-                    let down = Reply::Full(Rejection::BackendDown.response());
-                    let _ = self.answers.send(Work::Answer(*http, down));
-                }
-                return Some((status, drain));
-            }
+            Output::Exit { status, drain } => return Some((status, drain)),
             Output::Log(event) => {
                 let session = event.session().map(tracing::field::display);
                 match event.level() {

@@ -66,6 +66,7 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
         let server = Arc::new(Server {
             gate,
             max_body: config.max_body,
+            framing: config.framing(),
             inputs,
         });
         let accept = tokio::spawn(server.serve(listener, stop_rx));

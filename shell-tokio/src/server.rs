@@ -1,11 +1,20 @@
 //! HTTP: accept connections, let the core's gate say who is asking and what for, read the
 //! body within the limit, hand the request to the owner loop and copy its answer onto the
 //! wire. Every status, header and body comes from the core.
+//!
+//! hyper parses each request head (with `httparse`) within the core's framing limits
+//! (head size, header count, header-read timeout) and decodes chunked bodies; the core's
+//! [`framing::check_head`] then applies the rules hyper leaves to us, and a body hyper could
+//! not decode is refused, never forwarded. An answer with `Connection: close` makes hyper
+//! close the connection once it is written.
 
 use std::borrow::Cow;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -16,10 +25,12 @@ use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
+use switchboard_core::framing::{self, FramingError, Limits, Pipeline};
 use switchboard_core::http::{self, Gate, RequestHead};
 use switchboard_core::hub::Payload;
 use switchboard_core::Rejection;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
@@ -31,6 +42,7 @@ type ResponseBody = UnsyncBoxBody<Bytes, Infallible>;
 pub struct Server {
     pub gate: Gate,
     pub max_body: usize,
+    pub framing: Limits,
     pub inputs: mpsc::Sender<Input>,
 }
 
@@ -65,13 +77,21 @@ impl Server {
             failures = 0;
             let _ = stream.set_nodelay(true);
             let server = self.clone();
+            let reads = Arc::new(Reads::default());
+            let stream = Counted {
+                io: stream,
+                reads: reads.clone(),
+            };
             let service = hyper::service::service_fn(move |req| {
-                let server = server.clone();
-                async move { Ok::<_, Infallible>(server.handle(req, peer).await) }
+                let (server, reads) = (server.clone(), reads.clone());
+                async move { Ok::<_, Infallible>(server.handle(req, peer, &reads).await) }
             });
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(30))
+                .header_read_timeout(self.framing.header_timeout)
+                .max_header_size(self.framing.max_head)
+                .max_buf_size(self.framing.max_head)
+                .max_headers(self.framing.max_headers)
                 .serve_connection(TokioIo::new(stream), service);
             let conn = graceful.watch(conn);
             tokio::spawn(async move {
@@ -84,7 +104,16 @@ impl Server {
         graceful.shutdown().await;
     }
 
-    async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<ResponseBody> {
+    async fn handle(
+        &self,
+        req: Request<Incoming>,
+        peer: SocketAddr,
+        reads: &Reads,
+    ) -> Response<ResponseBody> {
+        if let Err(refused) = self.check_framing(&req, reads) {
+            debug!(%peer, reason = refused.as_str(), "refused");
+            return full(refused.response());
+        }
         let text = |name| {
             req.headers()
                 .get(name)
@@ -114,7 +143,13 @@ impl Server {
                 return full(refused.response);
             }
         };
-        let body = read_limited(req.into_body(), self.max_body).await;
+        let body = match read_limited(req.into_body(), self.max_body).await {
+            Ok(body) => body,
+            Err(refused) => {
+                debug!(%peer, reason = refused.as_str(), "refused");
+                return full(refused.response());
+            }
+        };
         let request = admitted.into_request(body, entropy);
         let (reply, answer) = oneshot::channel();
         if self
@@ -134,27 +169,126 @@ impl Server {
     }
 }
 
+impl Server {
+    /// The core's framing rules on the head hyper parsed, and the connection's pipelining
+    /// count.
+    fn check_framing(&self, req: &Request<Incoming>, reads: &Reads) -> Result<(), FramingError> {
+        let uri = req.uri();
+        let target_len = uri.scheme_str().map_or(0, |s| s.len() + 3)
+            + uri.authority().map_or(0, |a| a.as_str().len())
+            + uri.path_and_query().map_or(0, |p| p.as_str().len());
+        let minor = u8::from(req.version() != hyper::Version::HTTP_10);
+        let headers = req
+            .headers()
+            .iter()
+            .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()));
+        framing::check_head(minor, target_len, headers, &self.framing)?;
+        let read_since_answer =
+            reads.reads.load(Ordering::Acquire) > reads.at_answer.load(Ordering::Acquire);
+        reads
+            .pipeline
+            .lock()
+            .expect("pipeline")
+            .request(read_since_answer, &self.framing)
+    }
+}
+
 /// The body, or [`Payload::TooLarge`] past `limit` (by header, or counted as it arrives
-/// for chunked bodies): no more than `limit` bytes are ever held.
-async fn read_limited(mut body: Incoming, limit: usize) -> Payload {
+/// for chunked bodies): no more than `limit` bytes are ever held. A body hyper could not
+/// decode (a bad chunk, trailers that do not parse, the client gone) is refused: a
+/// request is forwarded only once its whole body was framed correctly.
+async fn read_limited(mut body: Incoming, limit: usize) -> Result<Payload, FramingError> {
     use hyper::body::Body as _;
     if body.size_hint().lower() > limit as u64 {
-        return Payload::TooLarge;
+        return Ok(Payload::TooLarge);
     }
     let mut buf = Vec::new();
     while let Some(frame) = body.frame().await {
-        let Ok(frame) = frame else {
-            // A broken body is judged by what arrived, like a malformed one.
-            break;
-        };
+        let frame = frame.map_err(|_| FramingError::InvalidChunk)?;
         if let Ok(data) = frame.into_data() {
             if buf.len() + data.len() > limit {
-                return Payload::TooLarge;
+                return Ok(Payload::TooLarge);
             }
             buf.extend_from_slice(&data);
         }
     }
-    Payload::Bytes(buf)
+    Ok(Payload::Bytes(buf))
+}
+
+/// What a connection's service knows of its socket: how often it was read, how often by
+/// the time an answer was last written (a request read with no read since came from bytes
+/// the client sent before reading that answer: pipelined), and its [`Pipeline`] count.
+#[derive(Default)]
+struct Reads {
+    reads: AtomicU64,
+    at_answer: AtomicU64,
+    pipeline: Mutex<Pipeline>,
+}
+
+/// A connection's socket, counting its reads and marking its writes in [`Reads`].
+struct Counted {
+    io: TcpStream,
+    reads: Arc<Reads>,
+}
+
+impl Counted {
+    fn wrote(&self) {
+        let reads = self.reads.reads.load(Ordering::Acquire);
+        self.reads.at_answer.store(reads, Ordering::Release);
+    }
+}
+
+impl AsyncRead for Counted {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.reads.reads.fetch_add(1, Ordering::AcqRel);
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Counted {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.io).poll_write(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(_))) {
+            self.wrote();
+        }
+        polled
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        if matches!(polled, Poll::Ready(Ok(_))) {
+            self.wrote();
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
 }
 
 /// 16 bytes from the OS for the id of a session the request may create.

@@ -158,12 +158,27 @@ impl Supervisor {
     /// Performs every output; `Some` once the hub says exit. `now` is the time of the
     /// input that produced them (what follows from them happened then too).
     fn drain(&mut self, now: Instant) -> Option<(i32, Duration)> {
+        let mut exit = None;
         while let Some(output) = self.hub.poll_output() {
-            if let Some(exit) = self.execute(now, output) {
-                return Some(exit);
+            exit = exit.or(self.execute(now, output));
+        }
+        if exit.is_some() {
+            self.answer_queued(now);
+        }
+        exit
+    }
+
+    /// The proxy is exiting: requests still queued for the loop are answered by the hub
+    /// like any other (it refuses them).
+    fn answer_queued(&mut self, now: Instant) {
+        while let Ok(input) = self.inputs.try_recv() {
+            if let Input::Request { .. } = input {
+                self.input(now, input);
+                while let Some(output) = self.hub.poll_output() {
+                    self.execute(now, output);
+                }
             }
         }
-        None
     }
 
     /// Performs one output: I/O only, every decision is the hub's.

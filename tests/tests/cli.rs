@@ -57,6 +57,11 @@ fn version_and_help(target: Target) {
             "--help does not explain {flag}:\n{help}"
         );
     }
+    // One help text for both binaries, written once in the core.
+    assert!(
+        help.contains("Most live sessions, both transports together"),
+        "--max-sessions has a binary's own help text:\n{help}"
+    );
 }
 
 fn absurd_values_are_refused_naming_the_flag(target: Target) {

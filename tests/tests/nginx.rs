@@ -158,8 +158,9 @@ impl Drop for Nginx {
     }
 }
 
-/// The deployment-specific part, as the README shows it: the upstreams (every instance,
-/// and each by its name) and the server's address. Everything else is the recipe, included.
+/// The deployment-specific part, as `tests/nginx/README.md` shows it: the upstreams (every
+/// instance, and each by its name) and the server's address. Everything else is the recipe,
+/// included.
 fn top_level_config(
     prefix: &std::path::Path,
     recipe: &std::path::Path,
@@ -802,16 +803,16 @@ fn reopen<T>(mut open: impl FnMut() -> Result<T, u16>) -> T {
     panic!("no new session through nginx within 20 tries");
 }
 
-/// The README shows the recipe the tests run, verbatim.
+/// The recipe's README (`tests/nginx/README.md`) shows the files the tests run, verbatim.
 #[test]
 fn readme_shows_the_tested_recipe() {
-    let readme = fs::read_to_string(workspace_root().join("README.md")).expect("README.md");
+    let recipe = workspace_root().join("tests/nginx");
+    let readme = fs::read_to_string(recipe.join("README.md")).expect("tests/nginx/README.md");
     for file in ["switchboard.conf", "switchboard-locations.conf"] {
-        let text = fs::read_to_string(workspace_root().join("tests/nginx").join(file))
-            .expect("the recipe file");
+        let text = fs::read_to_string(recipe.join(file)).expect("the recipe file");
         assert!(
             readme.contains(&format!("```nginx\n{text}```\n")),
-            "README.md does not show tests/nginx/{file} verbatim in an nginx code block"
+            "tests/nginx/README.md does not show tests/nginx/{file} verbatim in an nginx code block"
         );
     }
 }

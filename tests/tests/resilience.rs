@@ -61,7 +61,12 @@ fn backend_crash_closes_sessions_and_restarts(target: Target) {
             "--slow-restart".to_owned(),
             marker_path.display().to_string(),
         ])
-        .args(["--ping-timeout", "500ms"])
+        .args([
+            "--ping-timeout",
+            "500ms",
+            "--on-backend-exit",
+            "close-sessions",
+        ])
         .record()
         .start();
     let (_, h) = p.health();
@@ -173,8 +178,11 @@ fn backend_exit_without_restart_stops_the_proxy(target: Target) {
     }
 }
 
-/// One client never reads its stream while another runs 10,000 calls: the reader finishes
-/// in bounded time, the slow session is closed (not thinned, not stalling anyone).
+/// One client never reads its stream and floods the backend while another runs 10,000
+/// calls: every call of the reader is accepted (202) and answered exactly once, however slow
+/// the machine (SPEC 12's fair share: the flood only ever costs the flooder, which may get
+/// 503 for its own POSTs), and the slow session is closed (not thinned, not stalling
+/// anyone). No timing is asserted: only that nobody stalls past the usual wait.
 fn slow_consumer_is_closed_and_never_stalls_others(target: Target) {
     let p = Proxy::builder(target)
         .backend([BACKEND])
@@ -198,7 +206,7 @@ fn slow_consumer_is_closed_and_never_stalls_others(target: Target) {
     let flooder = std::thread::spawn(move || {
         let mut conn = switchboard_tests::Conn::new(addr, WAIT);
         let pad = "p".repeat(16 * 1024);
-        let mut accepted = 0;
+        let (mut accepted, mut busy) = (0, 0);
         for i in 0..2_000 {
             let body = format!(
                 r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"echo","arguments":{{"pad":"{pad}"}}}}}}"#
@@ -213,17 +221,18 @@ fn slow_consumer_is_closed_and_never_stalls_others(target: Target) {
                 .expect("POST for the slow session");
             match r.status {
                 202 => accepted += 1,
-                404 => return (accepted, true),
+                // Its own fair share of the backend is full: only it is refused.
+                503 => busy += 1,
+                404 => return (accepted, busy, true),
                 other => panic!("slow session POST answered {other}: {}", r.text()),
             }
         }
-        (accepted, false)
+        (accepted, busy, false)
     });
 
     const N: u64 = 10_000;
     const K: u64 = 32;
     let started = Instant::now();
-    let limit = Duration::from_secs(180);
     let (mut sent, mut received) = (0u64, 0u64);
     let mut seen = vec![false; N as usize];
     while received < N {
@@ -244,18 +253,14 @@ fn slow_consumer_is_closed_and_never_stalls_others(target: Target) {
         assert!(!seen[id as usize], "answer {id} delivered twice");
         seen[id as usize] = true;
         received += 1;
-        assert!(
-            started.elapsed() < limit,
-            "10,000 calls took over {limit:?}"
-        );
     }
     let elapsed = started.elapsed();
     println!(
         "{target:?}: 10,000 echo calls ({K} in flight) beside a stalled client in {elapsed:?} ({:.0} calls/s)",
         N as f64 / elapsed.as_secs_f64()
     );
-    let (accepted, closed_while_posting) = flooder.join().expect("flooder panicked");
-    println!("{target:?}: the slow session accepted {accepted} calls; closed while posting: {closed_while_posting}");
+    let (accepted, busy, closed_while_posting) = flooder.join().expect("flooder panicked");
+    println!("{target:?}: the slow session accepted {accepted} calls, {busy} got 503; closed while posting: {closed_while_posting}");
 
     // The slow session must have been closed: its POSTs get 404 and its stream ends.
     let deadline = Instant::now() + WAIT;

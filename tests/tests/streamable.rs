@@ -764,8 +764,60 @@ fn client_hang_up_mid_request(target: Target) {
     assert_eq!(echoed_args(&m)["after"], "hang-up", "{m}");
 }
 
-fn backend_exit_answers_in_flight_and_ends_sessions(target: Target) {
+/// SPEC 12: with sessions kept (the default), a backend crash answers the request in flight
+/// with -32603 and nothing else changes for the client: the same Streamable and legacy
+/// sessions work against the restarted backend without initializing again, and the legacy
+/// stream hears that the lists may have changed.
+fn backend_exit_keeps_sessions(target: Target) {
     let p = proxy(target, &[]);
+    let a = start(&p, ALICE);
+    let mut legacy = open_session(&p, Some(BOB.1));
+    legacy.initialize();
+    let slow = stream(
+        a.post_with(
+            &[STREAM_ONLY],
+            &call_body(&json!(1), "delay", json!({"ms": 5000})),
+        ),
+        "a slow call",
+    );
+    p.wait_recorded("the slow call", |l| l.contains("\"ms\":5000"));
+    let _ = a.post(&call_body(&json!(2), "exit", json!({"code": 3})));
+    let (_, r) = Answer::Stream(slow).response();
+    assert_eq!(
+        (r["id"].clone(), r["error"]["code"].clone()),
+        (json!(1), json!(-32603)),
+        "{r}"
+    );
+    // The same session, no new initialize: answered by the restarted backend (the POST
+    // waits for it while it starts).
+    assert_eq!(
+        echoed_args(&a.call(json!(3), "echo", json!({"n": 3})))["n"],
+        3,
+        "the Streamable session after the restart"
+    );
+    let heard: Vec<Value> = (0..3)
+        .map(|_| legacy.expect_message("a list_changed after the restart"))
+        .collect();
+    for (m, what) in heard.iter().zip(["tools", "resources", "prompts"]) {
+        let method = format!("notifications/{what}/list_changed");
+        assert_eq!(m, &json!({"jsonrpc": "2.0", "method": method}));
+    }
+    let r = legacy.request(
+        json!(4),
+        "tools/call",
+        json!({"name": "echo", "arguments": {"n": 4}}),
+    );
+    assert_eq!(
+        echoed_args(&r)["n"],
+        4,
+        "the legacy session after the restart"
+    );
+    let (_, h) = p.health();
+    assert_eq!(h["sessions"], json!(2), "{h}");
+}
+
+fn backend_exit_answers_in_flight_and_ends_sessions(target: Target) {
+    let p = proxy(target, &["--on-backend-exit", "close-sessions"]);
     let a = start(&p, ALICE);
     let slow = stream(
         a.post_with(
@@ -1019,7 +1071,51 @@ fn accept_json_only(target: Target) {
     );
 }
 
+/// Ids no backend can echo back exactly, or that are not ids at all, are refused at once
+/// with 400 naming the reason, on both transports, and reach no backend (issue: a lone
+/// surrogate id was forwarded and its answer never came back).
+fn hostile_ids_are_refused_at_once(target: Target) {
+    let p = proxy(target, &[]);
+    let s = start(&p, ALICE);
+    let mut legacy = open_session(&p, Some(ALICE.1));
+    legacy.initialize();
+    let lone = r#"{"jsonrpc":"2.0","id":"\ud800","method":"tools/call","params":{"name":"echo","arguments":{"m":"MARK-REJECTED"}}}"#;
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":{}1{},"method":"tools/call","params":{{"name":"echo","arguments":{{"m":"MARK-REJECTED"}}}}}}"#,
+        "[".repeat(300),
+        "]".repeat(300)
+    );
+    for (body, reason) in [(lone, "lone surrogate"), (deep.as_str(), "nested deeper")] {
+        let e = refused(raw(&p, ALICE.1, Some(&s.sid), &[], body), 400, reason);
+        let message = e["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(reason), "/mcp: {e}");
+        let auth = bearer(ALICE.1);
+        let r = p.request(
+            "POST",
+            &legacy.post_target,
+            &[
+                ("Content-Type", "application/json"),
+                ("Authorization", &auth),
+            ],
+            Body::json(body),
+        );
+        assert_eq!(r.status, 400, "/sse: {}", r.text());
+        assert!(r.text().contains(reason), "/sse: {}", r.text());
+    }
+    // A surrogate pair is text: answered as usual.
+    let pair = call_body(&json!("\u{1F600}"), "echo", json!({"m": "pair"}));
+    let r = whole(
+        raw(&p, ALICE.1, Some(&s.sid), &[], &pair),
+        "a surrogate pair",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["id"], json!("\u{1F600}"));
+    assert!(!p.recorded().iter().any(|l| l.contains("MARK-REJECTED")));
+}
+
 suite!(
+    backend_exit_keeps_sessions,
+    hostile_ids_are_refused_at_once,
     post_refusals_follow_spec_order,
     answer_forms,
     in_flight_ids_409_and_max_inflight_429,

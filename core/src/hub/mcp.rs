@@ -5,44 +5,45 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use super::{Hub, LineFrom, Request, SessionKind, StreamRole, StreamState};
-use crate::action::{Delivery, DropReason};
+use super::backend::LineFrom;
+use super::dispatch::Delivery;
+use super::sessions::{Kind, SessionNumber};
+use super::streams::Role;
+use super::{Hub, Payload, Request};
 use crate::auth::Principal;
 use crate::http::{self, Rejection, Response};
-use crate::hub::Payload;
-use crate::message::{self, Kind};
-use crate::output::{CloseReason, Event, Frame, Output, RequestId, StreamId};
+use crate::message;
+use crate::metrics::DropReason;
+use crate::output::{CloseReason, Event, Frame, RequestId, StreamId};
 use crate::routed_id::SessionId;
+use crate::router::Checked;
 use crate::sse;
 use crate::streamable::{self, Accepts, IdKey};
 
-/// A Streamable session's own state beside the router's.
+/// A Streamable session's own state beside the sessions table's.
 #[derive(Debug, Default)]
-pub(super) struct McpSession {
+pub(crate) struct McpSession {
     /// The standalone GET stream, at most one.
-    pub(super) get_stream: Option<StreamId>,
+    pub(crate) get_stream: Option<StreamId>,
     /// Requests whose answer an HTTP exchange waits for, by id.
-    pub(super) in_flight: BTreeMap<IdKey, InFlight>,
+    pub(crate) in_flight: BTreeMap<IdKey, InFlight>,
     /// Progress tokens of requests in flight, to the ids of the requests carrying each, in
     /// the order they came (a client may reuse a token; its progress goes to the newest).
-    pub(super) tokens: BTreeMap<IdKey, Vec<IdKey>>,
+    pub(crate) tokens: BTreeMap<IdKey, Vec<IdKey>>,
     /// The last request or stream end, for `--session-idle`.
-    pub(super) last_active: Option<Instant>,
-    /// The session's one entry in the hub's `idle_deadlines`, if it has one: a request
-    /// only moves `last_active`, and the entry, when due, checks and moves on lazily.
-    pub(super) idle_at: Option<Instant>,
+    pub(crate) last_active: Option<Instant>,
 }
 
 impl McpSession {
     /// Whether it may expire: no request in flight and no stream open.
-    pub(super) fn is_quiet(&self) -> bool {
+    pub(crate) fn is_quiet(&self) -> bool {
         self.get_stream.is_none() && self.in_flight.is_empty()
     }
 }
 
 /// One request waiting for its answer.
 #[derive(Debug)]
-pub(super) struct InFlight {
+pub(crate) struct InFlight {
     /// The HTTP exchange that gets the answer.
     request: RequestId,
     /// Its SSE stream, when the answer is a stream (else a JSON body).
@@ -51,8 +52,6 @@ pub(super) struct InFlight {
     raw_id: String,
     /// Its progress token, if it carries one.
     token: Option<IdKey>,
-    /// When it times out (`--request-timeout`; each progress moves it).
-    pub(super) deadline: Option<Instant>,
     /// The browser origin to answer with CORS headers.
     cors: Option<String>,
 }
@@ -60,7 +59,7 @@ pub(super) struct InFlight {
 /// Why requests still in flight are answered by the proxy.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Ending {
-    /// DELETE: the backend is told to cancel each.
+    /// DELETE (or the session's end): the backend is told to cancel each.
     Deleted,
     /// The backend exited.
     BackendExited,
@@ -68,17 +67,28 @@ pub(super) enum Ending {
     Shutdown,
 }
 
+/// A `POST /mcp` checked in full.
+#[derive(Debug)]
+pub(super) struct McpPost {
+    /// The session it names, or `None` for an `initialize` that starts one.
+    session: Option<SessionNumber>,
+    sid: SessionId,
+    principal: Principal,
+    msg: Checked,
+    accepts: Accepts,
+}
+
+impl McpPost {
+    /// The session it names (`None`: one it starts).
+    pub(super) fn session(&self) -> Option<SessionNumber> {
+        self.session
+    }
+}
+
 impl Hub {
-    /// `POST /mcp` after the stdin room check: SPEC section 7's checks in order, then the
-    /// message. `dry_run` checks without acting (for a POST about to wait for room).
-    pub(super) fn mcp_post(
-        &mut self,
-        now: Instant,
-        request: RequestId,
-        req: &Request,
-        dry_run: bool,
-    ) -> Result<(), Rejection> {
-        let Payload::Bytes(body) = &req.body else {
+    /// `POST /mcp`: SPEC section 7's checks in order, the message read once.
+    pub(super) fn prepare_mcp(&self, req: Request) -> Result<McpPost, Rejection> {
+        let Payload::Bytes(body) = req.body else {
             return Err(Rejection::BodyTooLarge);
         };
         if !streamable::is_json(req.mcp.content_type.as_deref()) {
@@ -91,145 +101,147 @@ impl Hub {
         if !streamable::supported_version(req.mcp.protocol_version.as_deref()) {
             return Err(Rejection::BadProtocolVersion);
         }
-        let (number, sid) = match &req.mcp.session {
+        let (session, sid, msg) = match &req.mcp.session {
             Some(text) => {
                 let (number, sid) = self.mcp_session(text, &req.principal)?;
-                (Some(number), sid)
+                let msg = Checked::admit(body).map_err(Rejection::Invalid)?;
+                (Some(number), sid, msg)
             }
             None => {
                 // Only an initialize may come without a session: it starts one.
-                let starts = message::admit_client(body).is_ok_and(|m| {
-                    m.kind == Kind::Request && m.method.as_deref() == Some("initialize")
-                });
-                if !starts {
-                    return Err(Rejection::MissingMcpSession);
-                }
-                (
-                    None,
-                    SessionId::mint(self.settings.instance.as_ref(), req.entropy),
-                )
+                let msg = Checked::admit(body)
+                    .ok()
+                    .filter(|m| m.is_request("initialize"))
+                    .ok_or(Rejection::MissingMcpSession)?;
+                self.sessions.check_room()?;
+                let sid = SessionId::mint(self.settings.instance.as_ref(), req.entropy);
+                (None, sid, msg)
             }
         };
-        if dry_run {
-            return match number {
-                Some(_) => self.router.check_client_message(
-                    sid.as_str(),
-                    &req.principal,
-                    req.body.as_body(),
-                ),
-                // Refused now as `open_mcp_session` would refuse it, not after a wait.
-                None if !self.router.backend_is_up() => Err(Rejection::BackendDown),
-                None if self.router.live_sessions() >= self.settings.max_sessions => {
-                    Err(Rejection::TooManySessions)
-                }
-                None => Ok(()),
-            };
+        Ok(McpPost {
+            session,
+            sid,
+            principal: req.principal,
+            msg,
+            accepts,
+        })
+    }
+
+    /// A checked `POST /mcp` acts: a new session opens, a notification is taken, a request
+    /// is registered in flight before its line goes to the backend.
+    pub(super) fn mcp_post(
+        &mut self,
+        now: Instant,
+        request: RequestId,
+        cors: &Option<String>,
+        post: McpPost,
+    ) -> Result<(), Rejection> {
+        let McpPost {
+            session,
+            sid,
+            principal,
+            msg,
+            accepts,
+        } = post;
+        let number = match session {
+            Some(number) if self.sessions.mcp(number).is_some() => number,
+            Some(_) => return Err(Rejection::SessionNotFound),
+            None => self.open_mcp_session(now, sid, principal)?,
+        };
+        if msg.kind == message::Kind::Notification {
+            self.touch(number, now);
+            let response = decorate(streamable::notification_accepted(), sid, cors);
+            self.respond(request, response);
+            self.client_message(now, number, sid, &msg);
+            if let Some(cancels) = &msg.cancels {
+                self.cancelled_by_client(now, number, &cancels.key);
+            }
+            return Ok(());
         }
-        let number = match number {
-            Some(number) => number,
-            None => self.open_mcp_session(now, sid, &req.principal)?,
+        if session.is_some() && msg.method == "initialize" {
+            return Err(Rejection::InitializeWithSession);
+        }
+        let Some(id) = &msg.id else {
+            unreachable!("admission gives every request an id");
         };
-        let named = req.mcp.session.is_some();
-        let max = self.settings.max_inflight;
-        let in_flight = match &self.sessions.get(&number).map(|s| &s.kind) {
-            Some(SessionKind::Mcp(m)) => &m.in_flight,
-            _ => unreachable!("an mcp session was found or opened above"),
-        };
-        let checked = self.router.client_message_checked(
-            sid.as_str(),
-            &req.principal,
-            req.body.as_body(),
-            |info| {
-                if info.kind == Kind::Notification {
-                    return Ok(Admission::Notification {
-                        cancels: info.cancels.and_then(IdKey::of),
-                    });
-                }
-                if named && info.method == "initialize" {
-                    return Err(Rejection::InitializeWithSession);
-                }
-                let raw = info.id.expect("requests have ids");
-                let key = IdKey::of(raw).expect("admission checked the id");
-                if in_flight.contains_key(&key) {
-                    return Err(Rejection::IdInFlight);
-                }
-                if in_flight.len() >= max {
-                    return Err(Rejection::TooManyInFlight);
-                }
-                Ok(Admission::Request {
-                    key,
-                    raw_id: raw.to_owned(),
-                    token: info.progress_token.and_then(IdKey::of),
-                })
-            },
-        );
-        let admission = match checked {
-            Ok((_, admission)) => admission,
-            Err(rejection) => {
-                if !named {
-                    // The initialize that would have started it was refused.
-                    self.forget_session(number);
-                }
-                if rejection == Rejection::IdInFlight {
-                    // 409 with a JSON-RPC error under the id that is taken.
-                    let raw = peek_id(body).unwrap_or_else(|| "null".to_owned());
-                    let response =
-                        self.mcp_decorate(streamable::id_in_flight(&raw), sid, &req.cors);
-                    self.outputs
-                        .push_back(Output::Respond { request, response });
-                    return Ok(());
-                }
-                return Err(rejection);
-            }
-        };
+        let m = self.sessions.mcp(number).expect("found or opened above");
+        if m.in_flight.contains_key(&id.key) {
+            // 409 with a JSON-RPC error under the id that is taken.
+            self.metrics.rejected(&Rejection::IdInFlight);
+            let response = decorate(streamable::id_in_flight(msg.raw_id()), sid, cors);
+            self.respond(request, response);
+            return Ok(());
+        }
+        if m.in_flight.len() >= self.settings.max_inflight {
+            return Err(Rejection::TooManyInFlight);
+        }
         self.touch(number, now);
-        match admission {
-            Admission::Notification { cancels } => {
-                let response =
-                    self.mcp_decorate(streamable::notification_accepted(), sid, &req.cors);
-                self.outputs
-                    .push_back(Output::Respond { request, response });
-                self.drain_router(now);
-                if let Some(key) = cancels {
-                    self.cancelled_by_client(now, number, &key);
-                }
-            }
-            Admission::Request { key, raw_id, token } => {
-                let stream_answer = accepts.event_stream && (token.is_some() || !accepts.json);
-                let stream = stream_answer.then(|| StreamId(self.mint()));
-                if let Some(stream) = stream {
-                    let head = self.mcp_decorate(http::sse_head(), sid, &req.cors);
-                    let role = StreamRole::Request(key.clone());
-                    self.start_stream(now, request, stream, head, number, role);
-                }
-                let deadline = self.settings.request_timeout.map(|t| now + t);
-                if let Some(at) = deadline {
-                    self.request_deadlines.insert((at, number, key.clone()));
-                }
-                let Some(SessionKind::Mcp(m)) = self.sessions.get_mut(&number).map(|s| &mut s.kind)
-                else {
-                    unreachable!("checked above");
-                };
-                if let Some(token) = &token {
-                    m.tokens.entry(token.clone()).or_default().push(key.clone());
-                }
-                m.in_flight.insert(
-                    key,
-                    InFlight {
-                        request,
-                        stream,
-                        raw_id,
-                        token,
-                        deadline,
-                        cors: req.cors.clone(),
-                    },
-                );
-                // Now that the answer has somewhere to go: the line for the backend, or
-                // the proxy's own answer (a cached initialize).
-                self.drain_router(now);
-            }
-        }
+        let stream_answer = accepts.event_stream && (msg.token.is_some() || !accepts.json);
+        self.await_answer(now, request, cors, (number, sid), &msg, stream_answer);
+        // Now that the answer has somewhere to go: the line for the backend, or the
+        // proxy's own answer (a cached initialize).
+        self.client_message(now, number, sid, &msg);
         Ok(())
+    }
+
+    /// Registers request `msg` in flight: its stream (when the answer is one), its
+    /// timeout, its progress token.
+    fn await_answer(
+        &mut self,
+        now: Instant,
+        request: RequestId,
+        cors: &Option<String>,
+        (number, sid): (SessionNumber, SessionId),
+        msg: &Checked,
+        stream_answer: bool,
+    ) {
+        let key = msg.id.as_ref().expect("a request").key.clone();
+        let stream = stream_answer.then(|| StreamId(self.mint()));
+        if let Some(stream) = stream {
+            let head = decorate(http::sse_head(), sid, cors);
+            let role = Role::Request(key.clone());
+            self.start_stream(now, request, (stream, head), number, role);
+        }
+        if let Some(timeout) = self.settings.request_timeout {
+            let timer = (number, key.clone());
+            self.sessions.request_timers.set(timer, now + timeout);
+        }
+        let token = msg.token.as_ref().map(|t| t.key.clone());
+        let m = self
+            .sessions
+            .mcp_mut(number)
+            .expect("checked by the caller");
+        if let Some(token) = &token {
+            m.tokens.entry(token.clone()).or_default().push(key.clone());
+        }
+        let entry = InFlight {
+            request,
+            stream,
+            raw_id: msg.raw_id().to_owned(),
+            token,
+            cors: cors.clone(),
+        };
+        m.in_flight.insert(key, entry);
+    }
+
+    fn open_mcp_session(
+        &mut self,
+        now: Instant,
+        sid: SessionId,
+        principal: Principal,
+    ) -> Result<SessionNumber, Rejection> {
+        self.check_new_session()?;
+        let kind = Kind::Mcp(McpSession {
+            last_active: Some(now),
+            ..McpSession::default()
+        });
+        let number = self.sessions.open(sid, principal.clone(), kind)?;
+        self.metrics.sessions_opened += 1;
+        self.log(Event::SessionOpened {
+            session: sid,
+            principal,
+        });
+        Ok(number)
     }
 
     /// `GET /mcp`: the session's standalone stream; a new one replaces the old.
@@ -244,15 +256,14 @@ impl Hub {
         }
         let (number, sid) = self.named_mcp_session(req)?;
         let stream = StreamId(self.mint());
-        let head = self.mcp_decorate(http::sse_head(), sid, &req.cors);
-        self.start_stream(now, request, stream, head, number, StreamRole::Get);
-        let old = match self.sessions.get_mut(&number).map(|s| &mut s.kind) {
-            Some(SessionKind::Mcp(m)) => m.get_stream.replace(stream),
-            _ => None,
-        };
+        let head = decorate(http::sse_head(), sid, &req.cors);
+        self.start_stream(now, request, (stream, head), number, Role::Get);
+        let old = self
+            .sessions
+            .mcp_mut(number)
+            .and_then(|m| m.get_stream.replace(stream));
         if let Some(old) = old {
-            self.remove_stream(old);
-            self.outputs.push_back(Output::EndStream { stream: old });
+            self.end_stream(old);
         }
         self.touch(number, now);
         Ok(())
@@ -268,15 +279,13 @@ impl Hub {
     ) -> Result<(), Rejection> {
         let (number, sid) = self.named_mcp_session(req)?;
         self.end_session(now, number, CloseReason::Deleted);
-        let response = self.mcp_decorate(streamable::deleted(), sid, &req.cors);
-        self.outputs
-            .push_back(Output::Respond { request, response });
+        self.respond(request, decorate(streamable::deleted(), sid, &req.cors));
         Ok(())
     }
 
     /// GET's and DELETE's checks after their own: the version (400), the session header
     /// (400 without it), then the session it names (404).
-    fn named_mcp_session(&self, req: &Request) -> Result<(u64, SessionId), Rejection> {
+    fn named_mcp_session(&self, req: &Request) -> Result<(SessionNumber, SessionId), Rejection> {
         if !streamable::supported_version(req.mcp.protocol_version.as_deref()) {
             return Err(Rejection::BadProtocolVersion);
         }
@@ -294,92 +303,47 @@ impl Hub {
         &self,
         text: &str,
         principal: &Principal,
-    ) -> Result<(u64, SessionId), Rejection> {
-        let sid = self.router.authorize(text, principal)?;
-        let number = *self.by_sid.get(&sid).ok_or(Rejection::SessionNotFound)?;
-        match self.sessions.get(&number).map(|s| &s.kind) {
-            Some(SessionKind::Mcp(_)) => Ok((number, sid)),
+    ) -> Result<(SessionNumber, SessionId), Rejection> {
+        match self.sessions.authorize(text, principal)? {
+            (number, session) if matches!(session.kind, Kind::Mcp(_)) => Ok((number, session.id)),
             _ => Err(Rejection::SessionNotFound),
         }
     }
 
-    fn open_mcp_session(
-        &mut self,
-        now: Instant,
-        sid: SessionId,
-        principal: &Principal,
-    ) -> Result<u64, Rejection> {
-        self.router.open_session(sid, principal.clone())?;
-        let kind = SessionKind::Mcp(McpSession {
-            last_active: Some(now),
-            ..McpSession::default()
-        });
-        let number = self.add_session(sid, kind);
-        self.log(Event::SessionOpened {
-            session: sid,
-            principal: principal.clone(),
-        });
-        Ok(number)
-    }
-
-    /// Removes a session that never got going (its initialize was refused).
-    fn forget_session(&mut self, number: u64) {
-        if let Some(session) = self.sessions.remove(&number) {
-            self.by_sid.remove(&session.id);
-            self.router.close_session(&session.id);
-            while self.router.poll_action().is_some() {}
-        }
-    }
-
-    /// A request or a stream end: the session is active now. A quiet session gets an
-    /// idle check unless it has one pending (which, when due, moves on to the latest
-    /// `last_active`): at most one entry per session, never one per request.
-    pub(super) fn touch(&mut self, number: u64, now: Instant) {
-        let idle = self.settings.session_idle;
-        if let Some(SessionKind::Mcp(m)) = self.sessions.get_mut(&number).map(|s| &mut s.kind) {
-            m.last_active = Some(now);
-            if m.is_quiet() && m.idle_at.is_none() {
-                let at = now + idle;
-                m.idle_at = Some(at);
-                self.idle_deadlines.insert((at, number));
-            }
-        }
+    /// A request or a stream end: the session is active now.
+    pub(super) fn touch(&mut self, number: SessionNumber, now: Instant) {
+        self.sessions.touch(number, now, self.settings.session_idle);
     }
 
     /// The client cancelled request `key`: its stream ends at once, a JSON waiter is told;
     /// the backend's late answer will find nothing in flight.
-    fn cancelled_by_client(&mut self, now: Instant, number: u64, key: &IdKey) {
+    fn cancelled_by_client(&mut self, now: Instant, number: SessionNumber, key: &IdKey) {
         let Some(entry) = self.take_in_flight(number, key) else {
             return;
         };
-        let sid = self.sessions[&number].id;
         match entry.stream {
-            Some(stream) => {
-                self.remove_stream(stream);
-                self.outputs.push_back(Output::EndStream { stream });
-            }
+            Some(stream) => self.end_stream(stream),
             None => {
+                let sid = self.sessions.get(number).expect("in flight").id;
                 let message = streamable::error_message(&entry.raw_id, -32800, "Request cancelled");
-                let response =
-                    self.mcp_decorate(streamable::json_answer(message), sid, &entry.cors);
-                self.outputs.push_back(Output::Respond {
-                    request: entry.request,
-                    response,
-                });
+                let response = decorate(streamable::json_answer(message), sid, &entry.cors);
+                self.respond(entry.request, response);
             }
         }
         self.touch(number, now);
     }
 
-    /// Removes request `key` of session `number` from the in-flight table.
-    fn take_in_flight(&mut self, number: u64, key: &IdKey) -> Option<InFlight> {
-        let Some(SessionKind::Mcp(m)) = self.sessions.get_mut(&number).map(|s| &mut s.kind) else {
-            return None;
-        };
+    /// Removes request `key` of session `number` from the in-flight table, its timeout and
+    /// its claim on its progress token with it.
+    pub(super) fn take_in_flight(
+        &mut self,
+        number: SessionNumber,
+        key: &IdKey,
+    ) -> Option<InFlight> {
+        let m = self.sessions.mcp_mut(number)?;
         let (key, entry) = m.in_flight.remove_entry(key)?;
         if let Some(token) = &entry.token {
-            // Only this request's claim on the token goes: another one in flight that
-            // carries the same token keeps its progress (and its clock restarts).
+            // Another request in flight that carries the same token keeps its progress.
             if let Some(carriers) = m.tokens.get_mut(token) {
                 carriers.retain(|k| *k != key);
                 if carriers.is_empty() {
@@ -387,10 +351,7 @@ impl Hub {
                 }
             }
         }
-        // Its timeout goes with it: the table holds requests in flight, not history.
-        if let Some(at) = entry.deadline {
-            self.request_deadlines.remove(&(at, number, key));
-        }
+        self.sessions.request_timers.remove(&(number, key));
         Some(entry)
     }
 
@@ -398,19 +359,17 @@ impl Hub {
     pub(super) fn mcp_deliver(
         &mut self,
         now: Instant,
-        number: u64,
+        number: SessionNumber,
         message: Vec<u8>,
         what: Delivery,
     ) {
-        let sid = self.sessions[&number].id;
         match what {
             Delivery::Response { id } => {
                 let key = std::str::from_utf8(&message[id]).ok().and_then(IdKey::of);
                 let Some(entry) = key.and_then(|key| self.take_in_flight(number, &key)) else {
-                    self.router.note_drop(DropReason::NotInFlight, None);
-                    self.drain_router(now);
-                    return;
+                    return self.drop_message(DropReason::NotInFlight, None);
                 };
+                let sid = self.sessions.get(number).expect("delivered to").id;
                 self.answer(now, sid, entry, message);
                 self.touch(number, now);
             }
@@ -418,67 +377,55 @@ impl Hub {
                 let key = std::str::from_utf8(&message[token])
                     .ok()
                     .and_then(IdKey::of);
-                let timeout = self.settings.request_timeout;
-                let Some(SessionKind::Mcp(m)) = self.sessions.get_mut(&number).map(|s| &mut s.kind)
-                else {
-                    return;
-                };
-                let request = key
-                    .and_then(|k| m.tokens.get(&k).and_then(|c| c.last()).cloned())
-                    .and_then(|id| m.in_flight.get_mut(&id).map(|e| (id, e)));
-                let mut target = m.get_stream;
-                if let Some((id, entry)) = request {
-                    // Progress restarts the request's clock.
-                    if let Some(t) = timeout {
-                        if let Some(old) = entry.deadline.replace(now + t) {
-                            self.request_deadlines.remove(&(old, number, id.clone()));
-                        }
-                        self.request_deadlines.insert((now + t, number, id));
-                    }
-                    target = entry.stream.or(target);
-                }
-                match target {
-                    Some(stream) => self.queue_on_stream(
-                        now,
-                        stream,
-                        Frame::Owned(sse::message_event(&message)),
-                    ),
-                    None => {
-                        self.router
-                            .note_drop(DropReason::NoStream, Some("notifications/progress"));
-                        self.drain_router(now);
-                    }
-                }
+                self.progress(now, number, key, message);
             }
-            Delivery::Update => self.send_to_get_stream(
-                now,
-                number,
-                Frame::Owned(sse::message_event(&message)),
-                "notifications/resources/updated",
-            ),
+            Delivery::Update => {
+                let frame = Frame::Owned(sse::message_event(&message));
+                self.send_to_get_stream(now, number, frame, "notifications/resources/updated");
+            }
+        }
+    }
+
+    /// Progress goes to the stream of the newest request in flight carrying its token
+    /// (whose clock it restarts), else the GET stream, else nowhere.
+    fn progress(
+        &mut self,
+        now: Instant,
+        number: SessionNumber,
+        key: Option<IdKey>,
+        message: Vec<u8>,
+    ) {
+        let timeout = self.settings.request_timeout;
+        let Some(m) = self.sessions.mcp_mut(number) else {
+            return;
+        };
+        let request = key
+            .and_then(|k| m.tokens.get(&k).and_then(|c| c.last()).cloned())
+            .and_then(|id| m.in_flight.get(&id).map(|e| (id, e.stream)));
+        let mut target = m.get_stream;
+        if let Some((id, stream)) = request {
+            if let Some(t) = timeout {
+                self.sessions.request_timers.set((number, id), now + t);
+            }
+            target = stream.or(target);
+        }
+        match target {
+            Some(stream) => self.send(now, stream, Frame::Owned(sse::message_event(&message))),
+            None => self.drop_message(DropReason::NoStream, Some("notifications/progress")),
         }
     }
 
     /// A notification for the session's GET stream, if it has one open.
-    pub(super) fn send_to_get_stream(
+    fn send_to_get_stream(
         &mut self,
         now: Instant,
-        number: u64,
+        number: SessionNumber,
         frame: Frame,
         method: &str,
     ) {
-        match self.sessions.get(&number).map(|s| &s.kind) {
-            Some(SessionKind::Mcp(McpSession {
-                get_stream: Some(stream),
-                ..
-            })) => {
-                let stream = *stream;
-                self.queue_on_stream(now, stream, frame);
-            }
-            _ => {
-                self.router.note_drop(DropReason::NoStream, Some(method));
-                self.drain_router(now);
-            }
+        match self.sessions.mcp(number).and_then(|m| m.get_stream) {
+            Some(stream) => self.send(now, stream, frame),
+            None => self.drop_message(DropReason::NoStream, Some(method)),
         }
     }
 
@@ -486,185 +433,104 @@ impl Hub {
     fn answer(&mut self, now: Instant, sid: SessionId, entry: InFlight, message: Vec<u8>) {
         match entry.stream {
             Some(stream) => {
-                self.queue_on_stream(now, stream, Frame::Owned(sse::message_event(&message)));
-                self.remove_stream(stream);
-                self.outputs.push_back(Output::EndStream { stream });
+                self.send(now, stream, Frame::Owned(sse::message_event(&message)));
+                self.end_stream(stream);
             }
             None => {
-                let response =
-                    self.mcp_decorate(streamable::json_answer(message), sid, &entry.cors);
-                self.outputs.push_back(Output::Respond {
-                    request: entry.request,
-                    response,
-                });
+                let response = decorate(streamable::json_answer(message), sid, &entry.cors);
+                self.respond(entry.request, response);
             }
         }
     }
 
-    /// A request's stream ended on the client's side: it stops waiting (a disconnect is
-    /// not a cancellation; the late answer is dropped).
-    pub(super) fn request_stream_closed(&mut self, now: Instant, number: u64, key: &IdKey) {
-        self.take_in_flight(number, key);
-        self.touch(number, now);
-    }
-
-    /// `--request-timeout` passed for request `key` (unless progress moved its deadline):
-    /// the client gets -32001 under its own id and the backend a cancellation.
-    pub(super) fn request_timed_out(
-        &mut self,
-        now: Instant,
-        at: Instant,
-        number: u64,
-        key: &IdKey,
-    ) {
-        let due = match self.sessions.get(&number).map(|s| &s.kind) {
-            Some(SessionKind::Mcp(m)) => {
-                m.in_flight.get(key).is_some_and(|e| e.deadline == Some(at))
-            }
-            _ => false,
-        };
-        if !due {
+    /// `--request-timeout` passed for request `key` (progress moves the timer): the client
+    /// gets -32001 under its own id and the backend a cancellation.
+    pub(super) fn request_timed_out(&mut self, now: Instant, number: SessionNumber, key: &IdKey) {
+        let Some(entry) = self.take_in_flight(number, key) else {
             return;
-        }
-        let entry = self.take_in_flight(number, key).expect("checked above");
-        let sid = self.sessions[&number].id;
+        };
+        let sid = self.sessions.get(number).expect("in flight").id;
         if let Some(line) = streamable::cancel_line(&sid, &entry.raw_id, "request timed out") {
-            self.queue_for_backend(line, LineFrom::Cancellation);
+            self.queue_line(line, LineFrom::Cancellation);
         }
         let message = streamable::error_message(&entry.raw_id, -32001, "request timed out");
         self.answer(now, sid, entry, message);
         self.touch(number, now);
     }
 
-    /// The session's idle check (its entry, already taken from `idle_deadlines`) is due:
-    /// it ends if `--session-idle` passed since it was last active and it still is quiet;
-    /// if it was active since, the check moves to `last_active + idle`; if it is busy, the
-    /// touch that finds it quiet again schedules the next one.
-    pub(super) fn idle_check(&mut self, now: Instant, number: u64) {
+    /// The session's idle check is due: it ends if `--session-idle` passed since it was
+    /// last active and it still is quiet; if it was active since, the check moves on; if
+    /// it is busy, the touch that finds it quiet again schedules the next one.
+    pub(super) fn idle_check(&mut self, now: Instant, number: SessionNumber) {
         let idle = self.settings.session_idle;
-        let Some(SessionKind::Mcp(m)) = self.sessions.get_mut(&number).map(|s| &mut s.kind) else {
+        let Some(m) = self.sessions.mcp(number) else {
             return;
         };
-        m.idle_at = None;
-        if !m.is_quiet() {
-            return;
+        let until = m.last_active.map(|t| t + idle);
+        match until {
+            _ if !m.is_quiet() => {}
+            Some(until) if until <= now => self.end_session(now, number, CloseReason::Idle),
+            Some(until) => self.sessions.idle_timers.set(number, until),
+            None => {}
         }
-        let Some(until) = m.last_active.map(|t| t + idle) else {
+    }
+
+    /// The backend restarted: every request of session `number` in flight gets -32603
+    /// `backend restarted` (on its stream, which ends, or as its answer); the session and
+    /// its GET stream stay.
+    pub(super) fn fail_mcp_in_flight(&mut self, now: Instant, number: SessionNumber) {
+        let Some(m) = self.sessions.mcp_mut(number) else {
             return;
         };
-        if until <= now {
-            self.end_session(now, number, CloseReason::Idle);
-        } else {
-            m.idle_at = Some(until);
-            self.idle_deadlines.insert((until, number));
+        let in_flight = std::mem::take(&mut m.in_flight);
+        m.tokens.clear();
+        let sid = self.sessions.get(number).expect("live").id;
+        for (key, entry) in in_flight {
+            self.sessions.request_timers.remove(&(number, key));
+            let message = streamable::error_message(&entry.raw_id, -32603, "backend restarted");
+            self.answer(now, sid, entry, message);
         }
+        self.touch(number, now);
     }
 
     /// Answers every request of a Streamable session still in flight and ends its streams.
     pub(super) fn end_mcp(
         &mut self,
         now: Instant,
-        number: u64,
+        number: SessionNumber,
         sid: SessionId,
         mut m: McpSession,
         ending: Ending,
     ) {
-        if let Some(at) = m.idle_at.take() {
-            self.idle_deadlines.remove(&(at, number));
-        }
+        let text = match ending {
+            Ending::Deleted => "session deleted",
+            Ending::BackendExited => "backend restarted",
+            Ending::Shutdown => "proxy shutting down",
+        };
         for (key, entry) in std::mem::take(&mut m.in_flight) {
-            if let Some(at) = entry.deadline {
-                self.request_deadlines.remove(&(at, number, key));
+            self.sessions.request_timers.remove(&(number, key));
+            if let Ending::Deleted = ending {
+                if let Some(line) = streamable::cancel_line(&sid, &entry.raw_id, text) {
+                    self.queue_line(line, LineFrom::Cancellation);
+                }
             }
-            if let (Ending::Deleted, Some(line)) = (
-                ending,
-                streamable::cancel_line(&sid, &entry.raw_id, "session deleted"),
-            ) {
-                self.queue_for_backend(line, LineFrom::Cancellation);
-            }
-            let (code, text) = match ending {
-                Ending::Deleted => (-32603, "session deleted"),
-                Ending::BackendExited => (-32603, "backend restarted"),
-                Ending::Shutdown => (-32603, "proxy shutting down"),
-            };
-            let message = streamable::error_message(&entry.raw_id, code, text);
+            let message = streamable::error_message(&entry.raw_id, -32603, text);
             self.answer(now, sid, entry, message);
         }
         if let Some(stream) = m.get_stream.take() {
-            self.remove_stream(stream);
-            self.outputs.push_back(Output::EndStream { stream });
+            self.end_stream(stream);
         }
-    }
-
-    /// Adds the session header (and CORS headers) to an answer of `sid`.
-    fn mcp_decorate(
-        &self,
-        mut response: Response,
-        sid: SessionId,
-        cors: &Option<String>,
-    ) -> Response {
-        response.headers.push((
-            "mcp-session-id",
-            std::borrow::Cow::Owned(sid.as_str().to_owned()),
-        ));
-        if let Some(origin) = cors {
-            http::add_cors(&mut response, origin);
-        }
-        response
-    }
-
-    /// Answers `request` with the head of `stream`, which then carries `role`'s frames for
-    /// `session` (with keep-alives when idle).
-    pub(super) fn start_stream(
-        &mut self,
-        now: Instant,
-        request: RequestId,
-        stream: StreamId,
-        head: Response,
-        session: u64,
-        role: StreamRole,
-    ) {
-        self.outputs.push_back(Output::StartStream {
-            request,
-            stream,
-            head,
-            budget: self.settings.session_buffer,
-        });
-        self.streams.insert(
-            stream,
-            StreamState {
-                session,
-                role,
-                last_frame: now,
-                keepalive_at: now + self.settings.keepalive,
-            },
-        );
-        self.keepalives
-            .insert((now + self.settings.keepalive, stream));
-    }
-
-    /// Forgets `stream`, its keep-alive timer with it.
-    pub(super) fn remove_stream(&mut self, stream: StreamId) -> Option<StreamState> {
-        let state = self.streams.remove(&stream)?;
-        self.keepalives.remove(&(state.keepalive_at, stream));
-        Some(state)
     }
 }
 
-/// What the check of a POSTed message found.
-enum Admission {
-    Notification {
-        cancels: Option<IdKey>,
-    },
-    Request {
-        key: IdKey,
-        raw_id: String,
-        token: Option<IdKey>,
-    },
-}
-
-/// The raw id of a body that was admitted once already.
-fn peek_id(body: &[u8]) -> Option<String> {
-    let msg = message::admit_client(body).ok()?;
-    msg.id.map(|id| id.get().to_owned())
+/// Adds the session header (and CORS headers) to an answer of `sid`.
+fn decorate(mut response: Response, sid: SessionId, cors: &Option<String>) -> Response {
+    response.headers.push((
+        "mcp-session-id",
+        std::borrow::Cow::Owned(sid.as_str().to_owned()),
+    ));
+    if let Some(origin) = cors {
+        http::add_cors(&mut response, origin);
+    }
+    response
 }

@@ -17,10 +17,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::value::RawValue;
 
-use switchboard_core::http::Rejection;
 use switchboard_core::routed_id::{self, SessionId};
-use switchboard_core::router::{Accepted, Body, Router};
-use switchboard_core::{Action, Delivery, Principal};
+use switchboard_core::Principal;
+
+use crate::routing::{Accepted, Action, Delivery, Routing};
 
 /// The only methods a broadcast may carry, each rebuilt as `{"jsonrpc":"2.0","method":M}`.
 pub(crate) const LIST_CHANGED: [&str; 3] = [
@@ -90,7 +90,7 @@ enum InitState {
 }
 
 struct ClientFixture {
-    router: Router,
+    router: Routing,
     init: InitState,
     poster: SessionId,
     alice: Principal,
@@ -100,8 +100,7 @@ struct ClientFixture {
 
 impl ClientFixture {
     fn new(init: InitState) -> Self {
-        let mut router = Router::new(16);
-        router.backend_started();
+        let mut router = Routing::new(16);
         let (poster, other) = (fixture_sid(1), fixture_sid(2));
         let (alice, bob) = (Principal::new("alice"), Principal::new("bob"));
         setup_open(&mut router, poster, &alice);
@@ -125,7 +124,6 @@ impl ClientFixture {
                 format!(r#"{{"jsonrpc":"2.0","id":{init_id},"result":{CACHED_RESULT}}}"#)
                     .as_bytes(),
             );
-            drain(&mut router);
             let subscribe = format!(
                 r#"{{"jsonrpc":"2.0","id":"sub","method":"resources/subscribe","params":{{"uri":"{SHARED_URI}"}}}}"#
             );
@@ -142,18 +140,15 @@ impl ClientFixture {
     }
 
     fn check(mut self, body: &[u8]) {
-        let result =
-            self.router
-                .client_message(self.poster.as_str(), &self.alice, Body::Complete(body));
-        let actions = drain(&mut self.router);
+        let (result, actions) = self.router.post(self.poster.as_str(), &self.alice, body);
         let accepted = match result {
             Err(rejection) => {
                 assert!(
                     actions.is_empty(),
                     "a rejected body ({rejection:?}) produced {actions:?}"
                 );
-                assert!(
-                    matches!(rejection, Rejection::Invalid(_)),
+                assert_eq!(
+                    rejection.status, 400,
                     "a live session's body was refused with {rejection:?}"
                 );
                 assert!(
@@ -233,8 +228,7 @@ impl ClientFixture {
                     r#"{{"jsonrpc":"2.0","id":{},"result":{CACHED_RESULT}}}"#,
                     self.init_id
                 );
-                self.router.backend_line(line.as_bytes());
-                let after = drain(&mut self.router);
+                let after = self.router.backend_line(line.as_bytes());
                 let mine: Vec<&Vec<u8>> = after
                     .iter()
                     .filter_map(|a| match a {
@@ -292,8 +286,7 @@ impl ClientFixture {
             };
             for echoed in forms {
                 let line = format!(r#"{{"jsonrpc":"2.0","id":{echoed},"result":{{"echo":1}}}}"#);
-                self.router.backend_line(line.as_bytes());
-                let actions = drain(&mut self.router);
+                let actions = self.router.backend_line(line.as_bytes());
                 let mut delivered = None;
                 for action in &actions {
                     match action {
@@ -331,8 +324,7 @@ impl ClientFixture {
                 let line = format!(
                     r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":{echoed},"progress":1}}}}"#
                 );
-                self.router.backend_line(line.as_bytes());
-                let actions = drain(&mut self.router);
+                let actions = self.router.backend_line(line.as_bytes());
                 let [Action::Deliver {
                     session,
                     message,
@@ -531,8 +523,7 @@ fn check_answer(message: &[u8], id: &RawValue, member: &str, expected: &str) {
 /// Reply is one JSON-RPC line answering the backend request's id; nothing is rewritten.
 pub fn backend_line(data: &[u8]) {
     let mut fixture = BackendFixture::new();
-    fixture.router.backend_line(data);
-    let actions = drain(&mut fixture.router);
+    let actions = fixture.router.backend_line(data);
     check_backend_actions(&fixture.world(), data, &actions);
 }
 
@@ -586,7 +577,7 @@ pub fn backend_fixture_posts() -> Vec<(SessionId, &'static str, Vec<String>)> {
 }
 
 struct BackendFixture {
-    router: Router,
+    router: Routing,
     live: BTreeSet<SessionId>,
     subs: BTreeMap<SessionId, BTreeSet<String>>,
     init_askers: BTreeSet<(SessionId, String)>,
@@ -595,8 +586,7 @@ struct BackendFixture {
 
 impl BackendFixture {
     fn new() -> Self {
-        let mut router = Router::new(16);
-        router.backend_started();
+        let mut router = Routing::new(16);
         let mut live = BTreeSet::new();
         let setup = backend_fixture_posts();
         for (sid, principal, _) in &setup {
@@ -614,11 +604,9 @@ impl BackendFixture {
             }
         }
         let closed = fixture_sid(4);
-        router.close_session(&closed);
+        router.close(closed);
         live.remove(&closed);
-        drain(&mut router);
-        let _ = router.health_ping();
-        drain(&mut router);
+        router.health_ping();
         let set = |uris: &[&str]| uris.iter().map(|u| (*u).to_owned()).collect();
         BackendFixture {
             router,
@@ -719,7 +707,7 @@ pub(crate) fn check_backend_actions(
                 assert!(!world.live.is_empty(), "broadcast with no live session");
             }
             Action::Reply { line: reply } => check_reply(world, line.as_ref(), reply),
-            Action::Pong { .. } => {
+            Action::Pong => {
                 let id = line
                     .as_ref()
                     .and_then(|m| m.get("id"))
@@ -736,24 +724,11 @@ pub(crate) fn check_backend_actions(
     delivered
 }
 
-/// A delivery names where its restored id or token is: exactly the message's `id`, or
-/// its `params.progressToken`.
+/// A delivery is one JSON object (where its id or token is, the message itself says).
 pub(crate) fn check_delivery_span(message: &[u8], what: &Delivery) {
+    let Delivery::Update = what;
     let text = std::str::from_utf8(message).expect("a delivered message is UTF-8");
-    let m = members(text).expect("a delivered message is one object");
-    let (span, raw) = match what {
-        Delivery::Response { id } => (id, m.get("id").map(|v| v.get())),
-        Delivery::Progress { token } => (
-            token,
-            at(&m, &["params", "progressToken"]).map(RawValue::get),
-        ),
-        Delivery::Update => return,
-    };
-    assert_eq!(
-        text.get(span.clone()),
-        raw,
-        "the delivery's span does not hold the restored id or token: {text}"
-    );
+    members(text).expect("a delivered message is one object");
 }
 
 /// A Deliver to `session` must be explained by the line itself (SPEC section 3).
@@ -923,27 +898,22 @@ fn check_reply(world: &World<'_>, line: Option<&Members<'_>>, reply: &[u8]) {
 // ---------------------------------------------------------------------------------------
 // Shared helpers: fixture set-up and an independent reading of JSON.
 
-fn drain(router: &mut Router) -> Vec<Action> {
-    std::iter::from_fn(|| router.poll_action()).collect()
-}
-
-fn setup_open(router: &mut Router, sid: SessionId, principal: &Principal) {
-    router
-        .open_session(sid, principal.clone())
-        .expect("the fixture's backend is up");
-    drain(router);
+fn setup_open(router: &mut Routing, sid: SessionId, principal: &Principal) {
+    let n = (1..=u8::MAX)
+        .find(|n| fixture_sid(*n) == sid)
+        .expect("fixture sessions are numbered");
+    assert_eq!(router.open(n, principal), sid);
 }
 
 fn setup_post(
-    router: &mut Router,
+    router: &mut Routing,
     sid: SessionId,
     principal: &Principal,
     body: &str,
 ) -> Vec<Action> {
-    router
-        .client_message(sid.as_str(), principal, Body::Complete(body.as_bytes()))
-        .expect("fixture bodies are accepted");
-    drain(router)
+    let (result, actions) = router.post(sid.as_str(), principal, body.as_bytes());
+    result.expect("fixture bodies are accepted");
+    actions
 }
 
 /// A backend line's text: UTF-8, one `\n` at the end and no other raw CR or LF.

@@ -9,10 +9,11 @@
 //! - [`model`]: the one reference model, run on operations from the fuzzer
 //!   (`session_ops`) or from seeded generators (`core/tests/model.rs`);
 //! - [`fuzz`]: the message-level properties of the `client_body` and `backend_line`
-//!   fuzz targets.
+//!   fuzz targets, judged on the hub's outputs read back by [`routing`].
 #![forbid(unsafe_code)]
 
 pub mod driver;
 pub mod fuzz;
 pub mod model;
+pub mod routing;
 pub mod scenario;

@@ -42,7 +42,7 @@ use switchboard_core::http::{Admitted, Endpoint, McpHeaders, Response};
 use switchboard_core::hub::{Payload, Settings, TableSizes};
 use switchboard_core::routed_id::SessionId;
 use switchboard_core::supervise::Exit;
-use switchboard_core::{Action, Delivery, Event, Frame, Output, Principal, RequestId, StreamId};
+use switchboard_core::{Event, Frame, Output, Principal, RequestId, StreamId};
 
 use crate::driver::{Answer, Driver, Record, Seen};
 use crate::fuzz::{
@@ -50,6 +50,7 @@ use crate::fuzz::{
     json_string, members, one_line_object, routed_rest, strict_string_of, string_of, World,
     LIST_CHANGED, PROXY_ID_PREFIX,
 };
+use crate::routing::{Action, Delivery};
 
 /// The sessions slots [`Op`]s address; a slot holds one session at a time.
 const SLOTS: usize = 4;
@@ -621,11 +622,29 @@ enum Key {
 fn key_of(raw: &str) -> Option<Key> {
     let first = *raw.as_bytes().first()?;
     if first == b'"' {
-        return utf16_of(raw).map(Key::Str);
+        // A lone surrogate is not Unicode text: admission refuses it (400), so it names
+        // no request.
+        return utf16_of(raw)
+            .filter(|units| String::from_utf16(units).is_ok())
+            .map(Key::Str);
     }
     let integer = (first == b'-' || first.is_ascii_digit())
         && !raw.bytes().any(|b| matches!(b, b'.' | b'e' | b'E'));
     integer.then(|| Key::Int(raw.to_owned()))
+}
+
+/// Whether the id, progress token or cancelled request id of a body is a string that is not
+/// Unicode text (a lone surrogate escape), which admission refuses.
+fn has_lone_surrogate(m: &crate::fuzz::Members<'_>) -> bool {
+    let values = [
+        m.get("id").copied(),
+        at(m, &["params", "_meta", "progressToken"]),
+        at(m, &["params", "requestId"]),
+    ];
+    values
+        .into_iter()
+        .flatten()
+        .any(|v| utf16_of(v.get()).is_some_and(|units| String::from_utf16(&units).is_err()))
 }
 
 /// The code units of a JSON string literal, escapes decoded (lone surrogates kept).
@@ -816,6 +835,8 @@ impl Model {
             request_timeout: Some(REQUEST_TIMEOUT),
             session_idle: SESSION_IDLE,
             max_inflight: MAX_INFLIGHT,
+            // The model's backend exits end every session (keep-sessions has its scenarios).
+            on_backend_exit: switchboard_core::config::OnBackendExit::CloseSessions,
             ..Settings::default()
         };
         let mut driver = Driver::new(settings);
@@ -860,10 +881,7 @@ impl Model {
             "live sessions disagree with the model after {op:?}"
         );
         for (sid, s) in &self.live {
-            assert!(
-                hub.router().is_live(sid),
-                "{sid} should be live after {op:?}"
-            );
+            assert!(hub.is_live(sid), "{sid} should be live after {op:?}");
             if let Kind::Legacy { stream } = s.kind {
                 assert_eq!(hub.stream_session(stream), Some(*sid), "{sid}'s stream");
             }
@@ -1768,7 +1786,9 @@ impl Model {
             && !m
                 .as_ref()
                 .is_some_and(|m| m.contains_key("result") || m.contains_key("error"));
+        let lone = m.as_ref().is_some_and(has_lone_surrogate);
         let valid = structured
+            && !lone
             && raw_id
                 .as_ref()
                 .is_none_or(|r| key.is_some() && r.len() <= 200);
@@ -1801,6 +1821,8 @@ impl Model {
         };
         if not_found || valid {
             assert_eq!(status, predicted, "POST /mcp {:?}", text);
+        } else if lone && structured {
+            assert_eq!(status, Some(400), "a lone surrogate was admitted: {text:?}");
         }
         match status {
             Some(202) => {}
@@ -2525,7 +2547,7 @@ impl Model {
                 Action::Deliver { .. } => "deliver",
                 Action::Broadcast { .. } => "broadcast",
                 Action::Drop { .. } => "drop",
-                Action::Pong { .. } => "pong",
+                Action::Pong => "pong",
             })
             .collect();
         let mcp = if mcp_answers > 0 {

@@ -33,7 +33,7 @@
 //! | `mcp-get A`, `mcp-delete A` | `GET /mcp` (the stream `A/get`), `DELETE /mcp` for A |
 //! | `mcp-raw METHOD [A] [key=value ...] [{...}]` | any `/mcp` request: `as=bob`, `session=none\|B\|text`, `accept=json\|sse\|both\|any\|none\|TYPE`, `type=json\|none\|TYPE`, `version=V`, `origin=O`, `body=too-large` |
 //! | `hangup S`, `stall S` with a stream name | `A`, `A/get`, `A@12` |
-//! | `with FLAG VALUE` | before any other command: `restart never`, `keepalive 10s`, `ping-interval 5s`, `ping-timeout 2s`, `grace 1s`, `session-buffer 8192`, `max-sessions 2`, `stdin-queue 2`, `instance a` (ids are minted as `a.<uuid>`, `<A>` still expands to the whole id and transcripts show it as `a.<A>`); `spawn-fails N` makes the first N starts fail |
+//! | `with FLAG VALUE` | before any other command: `restart never`, `keepalive 10s`, `ping-interval 5s`, `ping-timeout 2s`, `grace 1s`, `session-buffer 8192`, `max-sessions 2`, `stdin-queue 2`, `restart-wait 1s`, `on-backend-exit close-sessions`, `instance a` (ids are minted as `a.<uuid>`, `<A>` still expands to the whole id and transcripts show it as `a.<A>`); `spawn-fails N` makes the first N starts fail |
 //!
 //! The transcript shows each command, then what followed, indented:
 //!
@@ -606,7 +606,9 @@ pub fn run(script: &str) -> String {
 }
 
 fn apply_setting(settings: &mut Settings, flag: &str, value: &str) -> Option<()> {
-    use switchboard_core::config::{parse_duration as duration, parse_size as size, Restart};
+    use switchboard_core::config::{
+        parse_duration as duration, parse_size as size, OnBackendExit, Restart,
+    };
     match flag {
         "restart" => {
             settings.restart = match value {
@@ -628,6 +630,14 @@ fn apply_setting(settings: &mut Settings, flag: &str, value: &str) -> Option<()>
             settings.request_timeout = Some(duration(value).ok()?).filter(|d| !d.is_zero())
         }
         "stdin-queue" => settings.stdin_queue = value.parse().ok()?,
+        "restart-wait" => settings.restart_wait = duration(value).ok()?,
+        "on-backend-exit" => {
+            settings.on_backend_exit = match value {
+                "keep-sessions" => OnBackendExit::KeepSessions,
+                "close-sessions" => OnBackendExit::CloseSessions,
+                _ => return None,
+            }
+        }
         "instance" => settings.instance = Some(Instance::new(value).ok()?),
         _ => return None,
     }

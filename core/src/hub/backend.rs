@@ -1,0 +1,456 @@
+//! The backend process as the hub knows it: spawn, up and down, the restart backoff, the
+//! stdin budget, health pings and the `/health` requests waiting on them, and the stop
+//! sequence of SPEC section 5. It decides; the hub turns its decisions into outputs.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use super::sessions::SessionNumber;
+use crate::config::Restart;
+use crate::output::{BackendId, RequestId};
+use crate::supervise::{AfterExit, Exit, Signal, Supervisor};
+
+/// Whose line is queued for the backend, which decides how much room it may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LineFrom {
+    /// A client's message of this session: within its fair share of the stdin queue.
+    Client(SessionNumber),
+    /// The proxy's own (pings, unsubscribes, answers to the backend's requests): within
+    /// twice that; past it they are dropped and counted, they never delay a client.
+    Proxy,
+    /// The cancellation of a request the backend was given: always (each is owed for a
+    /// request in flight, so there are never more than requests in flight).
+    Cancellation,
+}
+
+#[derive(Debug)]
+enum State {
+    /// Spawn requested, not reported yet.
+    Spawning { id: BackendId },
+    /// Running since `started`.
+    Up {
+        id: BackendId,
+        pid: u32,
+        started: Instant,
+        /// Lines queued for its stdin and not reported written.
+        queued: usize,
+        /// Stdin closed by the stop sequence.
+        stdin_closed: bool,
+    },
+    /// Not running; started again at `restart_at` if set.
+    Down { restart_at: Option<Instant> },
+}
+
+/// Health ping bookkeeping.
+#[derive(Debug, Default)]
+struct Pings {
+    next_at: Option<Instant>,
+    /// The first ping still unanswered was sent then.
+    unanswered_since: Option<Instant>,
+    last_pong: Option<Instant>,
+    /// Reported unresponsive for the current silence.
+    unresponsive: bool,
+}
+
+/// A `/health` request waiting for the backend's answer to its ping.
+#[derive(Debug)]
+struct HealthWaiter {
+    request: RequestId,
+    ping: u64,
+    deadline: Instant,
+}
+
+/// The proxy's life: running, stopping the backend (SPEC section 5), or exited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Running,
+    /// Streams are ended; waiting for the backend to exit. `step` counts the waits done.
+    Stopping {
+        status: i32,
+        step: usize,
+        at: Instant,
+    },
+    /// [`Output::Exit`](crate::Output::Exit) was emitted; nothing more happens.
+    Exited,
+}
+
+/// What the stop sequence does when a grace period passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StopStep {
+    /// Send the backend this signal.
+    Signal(Signal),
+    /// Stop waiting and exit with this status.
+    GiveUp(i32),
+}
+
+/// The backend process part.
+#[derive(Debug)]
+pub(crate) struct BackendProcess {
+    state: State,
+    /// A backend has run at least once (a first spawn failure ends the proxy).
+    ever_started: bool,
+    supervisor: Supervisor,
+    pings: Pings,
+    health_waiters: Vec<HealthWaiter>,
+    phase: Phase,
+    ping_interval: Duration,
+    ping_timeout: Duration,
+    grace: Duration,
+    stdin_queue: usize,
+    /// Whose each line queued for stdin is, in order (`None`: the proxy's own), so that
+    /// write reports give each session its room back.
+    owners: VecDeque<Option<SessionNumber>>,
+    /// Client lines queued per session (sessions with none are not listed).
+    queued_by: BTreeMap<SessionNumber, usize>,
+}
+
+impl BackendProcess {
+    pub(crate) fn new(restart: Restart, settings: &super::Settings) -> Self {
+        BackendProcess {
+            state: State::Down { restart_at: None },
+            ever_started: false,
+            supervisor: Supervisor::new(restart),
+            pings: Pings::default(),
+            health_waiters: Vec::new(),
+            phase: Phase::Running,
+            ping_interval: settings.ping_interval,
+            ping_timeout: settings.ping_timeout,
+            grace: settings.grace,
+            stdin_queue: settings.stdin_queue,
+            owners: VecDeque::new(),
+            queued_by: BTreeMap::new(),
+        }
+    }
+
+    pub(crate) fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    pub(crate) fn is_running(&self) -> bool {
+        self.phase == Phase::Running
+    }
+
+    /// The process running now.
+    pub(crate) fn current(&self) -> Option<BackendId> {
+        match self.state {
+            State::Up { id, .. } => Some(id),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn is_up(&self) -> bool {
+        self.current().is_some()
+    }
+
+    pub(crate) fn pid(&self) -> Option<u32> {
+        match self.state {
+            State::Up { pid, .. } => Some(pid),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn restarts(&self) -> u64 {
+        self.supervisor.restarts()
+    }
+
+    pub(crate) fn since_last_pong(&self, now: Instant) -> Option<Duration> {
+        self.pings
+            .last_pong
+            .map(|t| now.saturating_duration_since(t))
+    }
+
+    /// A spawn of process `id` was requested.
+    pub(crate) fn spawning(&mut self, id: BackendId) {
+        self.state = State::Spawning { id };
+    }
+
+    /// Process `id` runs as `pid`; false if it is not the one awaited.
+    pub(crate) fn spawned(&mut self, now: Instant, id: BackendId, pid: u32) -> bool {
+        if !matches!(self.state, State::Spawning { id: awaited } if awaited == id) {
+            return false;
+        }
+        self.state = State::Up {
+            id,
+            pid,
+            started: now,
+            queued: 0,
+            stdin_closed: false,
+        };
+        self.ever_started = true;
+        let running = self.is_running();
+        self.pings = Pings {
+            next_at: running.then(|| now + self.ping_interval),
+            ..Pings::default()
+        };
+        true
+    }
+
+    /// Process `id` could not start: `Some(whether one ever ran)` if it was awaited.
+    pub(crate) fn spawn_failed(&mut self, id: BackendId) -> Option<bool> {
+        if !matches!(self.state, State::Spawning { id: awaited } if awaited == id) {
+            return None;
+        }
+        self.state = State::Down { restart_at: None };
+        Some(self.ever_started)
+    }
+
+    /// Process `id` exited: its pid and how long it ran, if it was the one running.
+    pub(crate) fn exited(&mut self, now: Instant, id: BackendId) -> Option<(u32, Duration)> {
+        let State::Up {
+            id: running,
+            pid,
+            started,
+            ..
+        } = self.state
+        else {
+            return None;
+        };
+        if running != id {
+            return None;
+        }
+        self.state = State::Down { restart_at: None };
+        self.pings = Pings::default();
+        self.owners.clear();
+        self.queued_by.clear();
+        Some((pid, now.saturating_duration_since(started)))
+    }
+
+    /// The restart policy's answer to an exit; a restart is scheduled here.
+    pub(crate) fn after_exit(&mut self, now: Instant, exit: Exit, ran_for: Duration) -> AfterExit {
+        let after = self.supervisor.exited(exit, ran_for);
+        if let AfterExit::Restart { after } = after {
+            self.state = State::Down {
+                restart_at: Some(now + after),
+            };
+        }
+        after
+    }
+
+    /// Whether `session` (`None`: one about to start) is within its fair share of the stdin
+    /// queue: the queue split equally among the sessions with lines queued, itself counted
+    /// (SPEC section 12). A session at its share is refused; one below it is admitted even
+    /// when others filled the queue, so one flood slows others by one share at most.
+    pub(crate) fn fits(&self, session: Option<SessionNumber>) -> bool {
+        let mine = session
+            .and_then(|s| self.queued_by.get(&s))
+            .copied()
+            .unwrap_or(0);
+        let sharing = self.queued_by.len() + usize::from(mine == 0);
+        mine < (self.stdin_queue / sharing).max(1)
+    }
+
+    /// Takes room for a line from `from`: the process to write it to, or `None` when it
+    /// does not fit (or no process takes lines). The proxy's own lines may fill twice the
+    /// queue; a cancellation always fits.
+    pub(crate) fn take_room(&mut self, from: LineFrom) -> Option<BackendId> {
+        let fits = match from {
+            LineFrom::Client(session) => self.fits(Some(session)),
+            LineFrom::Proxy => self.owners.len() < 2 * self.stdin_queue,
+            LineFrom::Cancellation => true,
+        };
+        let State::Up {
+            id,
+            queued,
+            stdin_closed: false,
+            ..
+        } = &mut self.state
+        else {
+            return None;
+        };
+        if !fits {
+            return None;
+        }
+        *queued += 1;
+        let owner = match from {
+            LineFrom::Client(session) => {
+                *self.queued_by.entry(session).or_default() += 1;
+                Some(session)
+            }
+            LineFrom::Proxy | LineFrom::Cancellation => None,
+        };
+        self.owners.push_back(owner);
+        Some(*id)
+    }
+
+    /// `lines` queued for process `id` were written: their sessions get their room back.
+    pub(crate) fn wrote(&mut self, id: BackendId, lines: usize) {
+        let State::Up {
+            id: running,
+            queued,
+            ..
+        } = &mut self.state
+        else {
+            return;
+        };
+        if *running != id {
+            return;
+        }
+        *queued = queued.saturating_sub(lines);
+        for owner in self.owners.drain(..lines.min(self.owners.len())) {
+            let Some(session) = owner else { continue };
+            if let Some(n) = self.queued_by.get_mut(&session) {
+                *n -= 1;
+                if *n == 0 {
+                    self.queued_by.remove(&session);
+                }
+            }
+        }
+    }
+
+    /// A session ended: its lines still queued count for nobody.
+    pub(crate) fn forget(&mut self, session: SessionNumber) {
+        if self.queued_by.remove(&session).is_some() {
+            for owner in self.owners.iter_mut().filter(|o| **o == Some(session)) {
+                *owner = None;
+            }
+        }
+    }
+
+    /// Whether a backend will be running again without the proxy stopping: one is up,
+    /// starting, or due to restart.
+    pub(crate) fn coming(&self) -> bool {
+        self.is_running() && !matches!(self.state, State::Down { restart_at: None })
+    }
+
+    /// Closes stdin for the stop sequence: the process to tell, the first time.
+    pub(crate) fn close_stdin(&mut self) -> Option<BackendId> {
+        match &mut self.state {
+            State::Up {
+                id, stdin_closed, ..
+            } if !*stdin_closed => {
+                *stdin_closed = true;
+                Some(*id)
+            }
+            _ => None,
+        }
+    }
+
+    // Pings and health
+
+    /// A ping numbered `ping` went out now (for `/health` when `waiter` is given).
+    pub(crate) fn ping_sent(&mut self, now: Instant, waiter: Option<(RequestId, u64)>) {
+        self.pings.unanswered_since.get_or_insert(now);
+        if let Some((request, ping)) = waiter {
+            self.health_waiters.push(HealthWaiter {
+                request,
+                ping,
+                deadline: now + self.ping_timeout,
+            });
+        }
+    }
+
+    /// The periodic ping is due: true if one should go out now (the next is scheduled).
+    pub(crate) fn periodic_ping_due(&mut self, now: Instant) -> bool {
+        if self.pings.next_at.is_none_or(|at| at > now) {
+            return false;
+        }
+        self.pings.next_at = Some(now + self.ping_interval);
+        self.is_up()
+    }
+
+    /// The ping went unanswered for `--ping-timeout`: the silence, once per silence.
+    pub(crate) fn newly_unresponsive(&mut self, now: Instant) -> Option<Duration> {
+        let silent = now.saturating_duration_since(self.pings.unanswered_since?);
+        if self.pings.unresponsive || silent < self.ping_timeout {
+            return None;
+        }
+        self.pings.unresponsive = true;
+        Some(silent)
+    }
+
+    /// Ping `ping` was answered: the health requests it settles, and whether the backend
+    /// was unresponsive until now.
+    pub(crate) fn pong(&mut self, now: Instant, ping: u64) -> (Vec<RequestId>, bool) {
+        self.pings.last_pong = Some(now);
+        self.pings.unanswered_since = None;
+        let was_unresponsive = std::mem::take(&mut self.pings.unresponsive);
+        (self.take_health(|w| w.ping <= ping), was_unresponsive)
+    }
+
+    /// Health requests whose wait ran out at `now`.
+    pub(crate) fn health_due(&mut self, now: Instant) -> Vec<RequestId> {
+        self.take_health(|w| w.deadline <= now)
+    }
+
+    /// Every health request still waiting.
+    pub(crate) fn all_health(&mut self) -> Vec<RequestId> {
+        self.take_health(|_| true)
+    }
+
+    fn take_health(&mut self, settled: impl Fn(&HealthWaiter) -> bool) -> Vec<RequestId> {
+        let (due, waiting) = std::mem::take(&mut self.health_waiters)
+            .into_iter()
+            .partition::<Vec<_>, _>(|w| settled(w));
+        self.health_waiters = waiting;
+        due.into_iter().map(|w| w.request).collect()
+    }
+
+    // The stop sequence
+
+    /// Begins stopping with `status`: true if a backend runs (or is starting) and must be
+    /// waited for, false if the proxy may exit at once.
+    pub(crate) fn begin_stop(&mut self, now: Instant, status: i32) -> bool {
+        self.pings.next_at = None;
+        self.pings.unanswered_since = None;
+        if let State::Down { .. } = self.state {
+            return false;
+        }
+        self.phase = Phase::Stopping {
+            status,
+            step: 0,
+            at: now + self.grace,
+        };
+        true
+    }
+
+    /// The next step of the stop sequence, if its grace period passed at `now`.
+    pub(crate) fn stop_due(&mut self, now: Instant) -> Option<StopStep> {
+        let Phase::Stopping { status, step, at } = self.phase else {
+            return None;
+        };
+        if at > now {
+            return None;
+        }
+        let signal = match step {
+            0 => Signal::Terminate,
+            1 => Signal::Kill,
+            _ => return Some(StopStep::GiveUp(status)),
+        };
+        self.phase = Phase::Stopping {
+            status,
+            step: step + 1,
+            at: now + self.grace,
+        };
+        Some(StopStep::Signal(signal))
+    }
+
+    /// The restart is due at `now`.
+    pub(crate) fn restart_due(&self, now: Instant) -> bool {
+        matches!(self.state, State::Down { restart_at: Some(at) } if at <= now)
+    }
+
+    pub(crate) fn exit(&mut self) {
+        self.phase = Phase::Exited;
+    }
+
+    /// The part's next deadline.
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        let restart = match self.state {
+            State::Down { restart_at } => restart_at,
+            _ => None,
+        };
+        let stop = match self.phase {
+            Phase::Stopping { at, .. } => Some(at),
+            _ => None,
+        };
+        let silence = match self.pings.unanswered_since {
+            Some(since) if !self.pings.unresponsive => Some(since + self.ping_timeout),
+            _ => None,
+        };
+        let health = self.health_waiters.iter().map(|w| w.deadline).min();
+        [restart, stop, self.pings.next_at, silence, health]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+}

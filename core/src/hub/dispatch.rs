@@ -1,0 +1,157 @@
+//! A backend line's way out (SPEC section 3, and section 7 for Streamable sessions): the
+//! router says where it goes; the hub knows which sessions are live and carries it there.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::backend::LineFrom;
+use super::sessions::Kind;
+use super::Hub;
+use crate::metrics::DropReason;
+use crate::output::{Frame, StreamId};
+use crate::routed_id::SessionId;
+use crate::router::Routed;
+use crate::sse;
+use crate::streamable::IdKey;
+
+/// What a delivered message is. Spans are byte ranges of the message holding the
+/// restored id or token as JSON text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Delivery {
+    /// The answer to the session's request whose id is at `id`.
+    Response { id: Range<usize> },
+    /// `notifications/progress` for the token at `token`.
+    Progress { token: Range<usize> },
+    /// `notifications/resources/updated` for a resource the session watches.
+    Update,
+}
+
+impl Hub {
+    /// Carries out the router's decision on one backend line.
+    pub(super) fn dispatch(&mut self, now: Instant, routed: Routed) {
+        match routed {
+            Routed::Response {
+                session,
+                message,
+                id,
+            } => self.deliver_live(now, session, message, Delivery::Response { id }, None),
+            Routed::Progress {
+                session,
+                message,
+                token,
+            } => {
+                let what = Delivery::Progress { token };
+                self.deliver_live(now, session, message, what, Some("notifications/progress"));
+            }
+            Routed::Updated { uri, message } => self.updated(now, uri.as_deref(), message),
+            Routed::ListChanged { method, message } => self.list_changed(now, &method, &message),
+            Routed::Answer {
+                line,
+                reason,
+                method,
+            } => {
+                self.drop_message(reason, Some(&method));
+                self.queue_line(line, LineFrom::Proxy);
+            }
+            Routed::Pong { ping } => self.pong(now, ping),
+            Routed::Initialized {
+                answers,
+                initialized,
+            } => {
+                for answer in answers {
+                    let what = Delivery::Response { id: answer.id };
+                    self.deliver(now, answer.session, answer.message, what);
+                }
+                if let Some(line) = initialized {
+                    self.queue_line(line, LineFrom::Proxy);
+                }
+            }
+            Routed::Restored { same, initialized } => self.restored(now, same, initialized),
+            Routed::Consumed => {}
+            Routed::Dropped { reason, method } => self.drop_message(reason, method.as_deref()),
+        }
+    }
+
+    /// Delivers to `session` if it is live; otherwise the message is dropped.
+    fn deliver_live(
+        &mut self,
+        now: Instant,
+        session: SessionId,
+        message: Vec<u8>,
+        what: Delivery,
+        method: Option<&str>,
+    ) {
+        if self.sessions.find(&session).is_none() {
+            return self.drop_message(DropReason::SessionGone, method);
+        }
+        self.deliver(now, session, message, what);
+    }
+
+    /// `notifications/resources/updated`: to each live session watching its uri.
+    fn updated(&mut self, now: Instant, uri: Option<&str>, message: Vec<u8>) {
+        let watchers = uri
+            .map(|uri| self.sessions.watchers(uri))
+            .unwrap_or_default();
+        if watchers.is_empty() {
+            return self.drop_message(
+                DropReason::NoSubscriber,
+                Some("notifications/resources/updated"),
+            );
+        }
+        for sid in watchers {
+            self.deliver(now, sid, message.clone(), Delivery::Update);
+        }
+    }
+
+    /// A `list_changed`, to legacy streams and Streamable GET streams in creation order; a
+    /// Streamable session without a GET stream is not told (never replayed).
+    pub(super) fn list_changed(&mut self, now: Instant, method: &str, message: &[u8]) {
+        if self.sessions.len() == 0 {
+            return self.drop_message(DropReason::NoLiveSession, Some(method));
+        }
+        self.metrics.broadcasts += 1;
+        let frame: Arc<[u8]> = Arc::from(sse::message_event(message));
+        let streams: Vec<StreamId> = self
+            .sessions
+            .iter()
+            .filter_map(|(_, s)| match &s.kind {
+                Kind::Legacy { stream, .. } => Some(*stream),
+                Kind::Mcp(m) => m.get_stream,
+            })
+            .collect();
+        for stream in streams {
+            self.send(now, stream, Frame::Shared(frame.clone()));
+        }
+    }
+
+    /// Delivers `message` to live session `sid` (silently nowhere if it ended): a legacy
+    /// session's stream, or where SPEC section 7 says for a Streamable one.
+    pub(super) fn deliver(
+        &mut self,
+        now: Instant,
+        sid: SessionId,
+        message: Vec<u8>,
+        what: Delivery,
+    ) {
+        let Some(number) = self.sessions.find(&sid) else {
+            return;
+        };
+        self.metrics.delivered += 1;
+        let stream = match self.sessions.get_mut(number).map(|s| &mut s.kind) {
+            Some(Kind::Legacy { stream, in_flight }) => {
+                if let Delivery::Response { id } = &what {
+                    let key = std::str::from_utf8(&message[id.clone()])
+                        .ok()
+                        .and_then(IdKey::of);
+                    if let Some(key) = key {
+                        in_flight.remove(&key);
+                    }
+                }
+                *stream
+            }
+            _ => return self.mcp_deliver(now, number, message, what),
+        };
+        self.send(now, stream, Frame::Owned(sse::message_event(&message)));
+    }
+}

@@ -1,0 +1,297 @@
+//! Legacy sessions (`GET /sse`, `POST /messages`) and what every admitted client message
+//! does, on either transport. A POST is checked in full once. Its session must be within
+//! its fair share of the backend's stdin (else 503 at once); while a restarted backend is
+//! not ready, it waits its turn, in order and already checked, for `--restart-wait`.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use super::backend::LineFrom;
+use super::dispatch::Delivery;
+use super::mcp::McpPost;
+use super::sessions::{Kind, SessionNumber};
+use super::streams::Role;
+use super::{Hub, Payload, Request};
+use crate::config::OnBackendExit;
+use crate::http::{self, Endpoint, Rejection};
+use crate::message;
+use crate::output::{Event, Frame, RequestId, StreamId};
+use crate::routed_id::SessionId;
+use crate::router::{Checked, Forward, RESPONSE_ID_AT};
+use crate::sse;
+
+/// A POST checked in full, ready to act on.
+#[derive(Debug)]
+pub(super) enum Prepared {
+    /// A message for a legacy session.
+    Legacy {
+        session: SessionNumber,
+        msg: Checked,
+    },
+    /// A Streamable POST.
+    Mcp(McpPost),
+}
+
+impl Prepared {
+    /// The session it is for (`None`: one it starts).
+    fn session(&self) -> Option<SessionNumber> {
+        match self {
+            Prepared::Legacy { session, .. } => Some(*session),
+            Prepared::Mcp(post) => post.session(),
+        }
+    }
+}
+
+/// A POST with its answer's destination, waiting for the backend or about to be dispatched.
+#[derive(Debug)]
+pub(super) struct Post {
+    pub(super) request: RequestId,
+    pub(super) cors: Option<String>,
+    prepared: Prepared,
+    deadline: Instant,
+}
+
+/// POSTs waiting for a restarted backend to be ready, in arrival order.
+#[derive(Debug, Default)]
+pub(super) struct WaitingPosts {
+    queue: VecDeque<Post>,
+}
+
+impl WaitingPosts {
+    pub(super) fn pop(&mut self) -> Option<Post> {
+        self.queue.pop_front()
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub(super) fn take_all(&mut self) -> VecDeque<Post> {
+        std::mem::take(&mut self.queue)
+    }
+
+    /// The oldest waiting POST, if its wait ran out at `now`.
+    pub(super) fn take_due(&mut self, now: Instant) -> Option<Post> {
+        self.queue
+            .front()
+            .is_some_and(|p| p.deadline <= now)
+            .then(|| self.queue.pop_front())?
+    }
+
+    pub(super) fn poll_timeout(&self) -> Option<Instant> {
+        self.queue.front().map(|p| p.deadline)
+    }
+}
+
+impl Hub {
+    /// `GET /sse`: a new legacy session, bound to its principal before its stream sends
+    /// anything; its first event names the POST URL.
+    pub(super) fn open_legacy(
+        &mut self,
+        now: Instant,
+        request: RequestId,
+        req: Request,
+    ) -> Result<(), Rejection> {
+        self.check_new_session()?;
+        let sid = SessionId::mint(self.settings.instance.as_ref(), req.entropy);
+        let stream = StreamId(self.mint());
+        let kind = Kind::Legacy {
+            stream,
+            in_flight: Default::default(),
+        };
+        let number = self.sessions.open(sid, req.principal.clone(), kind)?;
+        self.metrics.sessions_opened += 1;
+        let mut head = http::sse_head();
+        if let Some(origin) = &req.cors {
+            http::add_cors(&mut head, origin);
+        }
+        self.start_stream(now, request, (stream, head), number, Role::Legacy);
+        let url = format!(
+            "{}/messages?session_id={sid}",
+            self.settings.endpoint_prefix
+        );
+        self.send(now, stream, Frame::Owned(sse::endpoint_event(&url)));
+        self.log(Event::SessionOpened {
+            session: sid,
+            principal: req.principal,
+        });
+        Ok(())
+    }
+
+    /// Whether a session may open now: 503 while the backend is down or past
+    /// `--max-sessions`.
+    pub(super) fn check_new_session(&self) -> Result<(), Rejection> {
+        if !self.backend.is_up() {
+            return Err(Rejection::BackendDown);
+        }
+        self.sessions.check_room()
+    }
+
+    /// A POST to `/messages` or `/mcp`, checked in full now. It goes ahead at once when the
+    /// backend is ready; while a restarted one is not, it waits (a bounded queue).
+    pub(super) fn post(
+        &mut self,
+        now: Instant,
+        request: RequestId,
+        req: Request,
+    ) -> Result<(), Rejection> {
+        let cors = req.cors.clone();
+        let prepared = match req.endpoint {
+            Endpoint::McpPost => Prepared::Mcp(self.prepare_mcp(req)?),
+            _ => self.prepare_legacy(req)?,
+        };
+        let post = Post {
+            request,
+            cors,
+            prepared,
+            deadline: now + self.settings.restart_wait,
+        };
+        if self.is_ready() {
+            self.dispatch_post(now, post);
+        } else if self.waits_for_restart() && self.posts.len() < self.settings.stdin_queue {
+            self.posts.queue.push_back(post);
+        } else {
+            return Err(Rejection::BackendDown);
+        }
+        Ok(())
+    }
+
+    /// Whether client lines may go to the backend: it runs and owes no handshake.
+    pub(super) fn is_ready(&self) -> bool {
+        self.backend.is_up() && self.router.is_ready()
+    }
+
+    /// Whether a POST that finds the backend not ready waits for it: sessions are kept
+    /// across restarts and one is coming.
+    fn waits_for_restart(&self) -> bool {
+        self.settings.on_backend_exit == OnBackendExit::KeepSessions && self.backend.coming()
+    }
+
+    /// The backend is ready (again): the POSTs that waited go ahead, in order.
+    pub(super) fn release_waiting(&mut self, now: Instant) {
+        while self.is_ready() {
+            let Some(post) = self.posts.pop() else {
+                break;
+            };
+            self.dispatch_post(now, post);
+        }
+    }
+
+    /// SPEC section 1's checks of a legacy POST, in order.
+    fn prepare_legacy(&self, req: Request) -> Result<Prepared, Rejection> {
+        if req.session.is_empty() {
+            return Err(Rejection::MissingSessionId);
+        }
+        let (session, state) = self.sessions.authorize(&req.session, &req.principal)?;
+        if !matches!(state.kind, Kind::Legacy { .. }) {
+            return Err(Rejection::SessionNotFound);
+        }
+        let Payload::Bytes(body) = req.body else {
+            return Err(Rejection::BodyTooLarge);
+        };
+        let msg = Checked::admit(body).map_err(Rejection::Invalid)?;
+        Ok(Prepared::Legacy { session, msg })
+    }
+
+    /// Acts on a checked POST now that the backend is ready, if its session is within its
+    /// share of the stdin queue (else 503 at once). Its session may have ended while it
+    /// waited (404).
+    pub(super) fn dispatch_post(&mut self, now: Instant, post: Post) {
+        let Post {
+            request,
+            cors,
+            prepared,
+            ..
+        } = post;
+        if !self.backend.fits(prepared.session()) {
+            return self.refuse(request, Rejection::BackendBusy, cors.as_deref());
+        }
+        let result = match prepared {
+            Prepared::Legacy { session, msg } => {
+                self.legacy_post(now, request, &cors, session, &msg)
+            }
+            Prepared::Mcp(mcp) => self.mcp_post(now, request, &cors, mcp),
+        };
+        if let Err(rejection) = result {
+            self.refuse(request, rejection, cors.as_deref());
+        }
+    }
+
+    fn legacy_post(
+        &mut self,
+        now: Instant,
+        request: RequestId,
+        cors: &Option<String>,
+        session: SessionNumber,
+        msg: &Checked,
+    ) -> Result<(), Rejection> {
+        let sid = self
+            .sessions
+            .get(session)
+            .map(|s| s.id)
+            .ok_or(Rejection::SessionNotFound)?;
+        self.client_message(now, session, sid, msg);
+        let mut response = http::accepted();
+        if let Some(origin) = cors {
+            http::add_cors(&mut response, origin);
+        }
+        self.respond(request, response);
+        Ok(())
+    }
+
+    /// What an admitted message of session `number` does: subscriptions are recorded,
+    /// then the router's decision is carried out.
+    pub(super) fn client_message(
+        &mut self,
+        now: Instant,
+        number: SessionNumber,
+        sid: SessionId,
+        msg: &Checked,
+    ) {
+        self.metrics.client_messages += 1;
+        if msg.kind == message::Kind::Request {
+            match (msg.method.as_str(), &msg.uri) {
+                ("resources/subscribe", Some(uri))
+                    if self.sessions.subscribe(number, uri).is_err() =>
+                {
+                    let answer = msg.error(-32603, "Too many subscriptions");
+                    return self.answer_client(now, sid, msg, answer);
+                }
+                // Others still watch: only this session leaves; the backend keeps it.
+                ("resources/unsubscribe", Some(uri)) if self.sessions.unsubscribe(number, uri) => {
+                    return self.answer_client(now, sid, msg, msg.result("{}"));
+                }
+                _ => {}
+            }
+        }
+        match self.router.forward(sid, msg) {
+            Forward::Line(line) => {
+                self.queue_line(line, LineFrom::Client(number));
+                self.track_legacy(number, msg);
+            }
+            Forward::Answer(answer) => self.answer_client(now, sid, msg, answer),
+            Forward::Waiting => self.track_legacy(number, msg),
+            Forward::Absorbed => {}
+        }
+    }
+
+    /// Remembers a legacy request the backend now answers, to answer it itself should the
+    /// backend restart first (at most `--max-inflight` per session; routing never needs it).
+    fn track_legacy(&mut self, number: SessionNumber, msg: &Checked) {
+        let max = self.settings.max_inflight;
+        let (Some(session), Some(id)) = (self.sessions.get_mut(number), &msg.id) else {
+            return;
+        };
+        if let Kind::Legacy { in_flight, .. } = &mut session.kind {
+            if in_flight.len() < max {
+                in_flight.insert(id.key.clone(), msg.raw_id().to_owned());
+            }
+        }
+    }
+
+    /// The proxy's own answer to `msg`, delivered as the backend's would be.
+    fn answer_client(&mut self, now: Instant, sid: SessionId, msg: &Checked, answer: Vec<u8>) {
+        let id = RESPONSE_ID_AT..RESPONSE_ID_AT + msg.raw_id().len();
+        self.deliver(now, sid, answer, Delivery::Response { id });
+    }
+}

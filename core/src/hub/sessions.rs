@@ -1,0 +1,279 @@
+//! The one table of live sessions, of both transports: who owns each, what kind it is,
+//! what it watches, in creation order (the order every broadcast and close follows), and
+//! the Streamable sessions' timers. No other part keeps a copy.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use super::deadlines::Deadlines;
+use super::mcp::McpSession;
+use crate::auth::Principal;
+use crate::http::Rejection;
+use crate::output::StreamId;
+use crate::routed_id::SessionId;
+use crate::streamable::IdKey;
+
+/// Resource subscriptions one session may hold.
+pub(crate) const MAX_SUBSCRIPTIONS_PER_SESSION: usize = 1024;
+
+/// A session's creation number: sessions are kept, broadcast to and closed in this order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct SessionNumber(u64);
+
+/// The two transports side by side (SPEC section 7).
+#[derive(Debug)]
+pub(crate) enum Kind {
+    /// HTTP+SSE: the session is its one `/sse` stream. Its requests in flight are kept
+    /// (at most `--max-inflight`) only to answer them if the backend restarts: routing never
+    /// depends on them.
+    Legacy {
+        stream: StreamId,
+        in_flight: BTreeMap<IdKey, String>,
+    },
+    /// Streamable HTTP: a standalone GET stream, and requests in flight.
+    Mcp(McpSession),
+}
+
+#[derive(Debug)]
+pub(crate) struct Session {
+    pub(crate) id: SessionId,
+    pub(crate) principal: Principal,
+    pub(crate) kind: Kind,
+    /// The uris it watches (`resources/subscribe`).
+    subscriptions: BTreeSet<String>,
+}
+
+/// A timer of a Streamable session that came due.
+#[derive(Debug)]
+pub(crate) enum SessionTimer {
+    /// `--request-timeout` passed for this request.
+    Request(SessionNumber, IdKey),
+    /// The session may have been idle for `--session-idle`.
+    Idle(SessionNumber),
+}
+
+/// The sessions part.
+#[derive(Debug)]
+pub(crate) struct Sessions {
+    by_number: BTreeMap<SessionNumber, Session>,
+    by_sid: BTreeMap<SessionId, SessionNumber>,
+    /// Who watches each uri (kept in step with each session's own set, here only).
+    subscribers: BTreeMap<String, BTreeSet<SessionId>>,
+    next: u64,
+    max: usize,
+    /// Request timeouts of Streamable requests in flight.
+    pub(crate) request_timers: Deadlines<(SessionNumber, IdKey)>,
+    /// Idle checks, at most one per Streamable session.
+    pub(crate) idle_timers: Deadlines<SessionNumber>,
+}
+
+impl Sessions {
+    pub(crate) fn new(max: usize) -> Self {
+        Sessions {
+            by_number: BTreeMap::new(),
+            by_sid: BTreeMap::new(),
+            subscribers: BTreeMap::new(),
+            next: 1,
+            max,
+            request_timers: Deadlines::default(),
+            idle_timers: Deadlines::default(),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.by_number.len()
+    }
+
+    /// Whether a new session may open: 503 past `--max-sessions`.
+    pub(crate) fn check_room(&self) -> Result<(), Rejection> {
+        if self.by_number.len() >= self.max {
+            return Err(Rejection::TooManySessions);
+        }
+        Ok(())
+    }
+
+    /// Adds a session, numbered in creation order. A colliding id (128 random bits never
+    /// collide) is refused rather than merged.
+    pub(crate) fn open(
+        &mut self,
+        id: SessionId,
+        principal: Principal,
+        kind: Kind,
+    ) -> Result<SessionNumber, Rejection> {
+        self.check_room()?;
+        if self.by_sid.contains_key(&id) {
+            return Err(Rejection::TooManySessions);
+        }
+        let number = SessionNumber(self.next);
+        self.next += 1;
+        let session = Session {
+            id,
+            principal,
+            kind,
+            subscriptions: BTreeSet::new(),
+        };
+        self.by_number.insert(number, session);
+        self.by_sid.insert(id, number);
+        Ok(number)
+    }
+
+    /// Removes a session: it, and the uris nobody watches any more (to unsubscribe).
+    pub(crate) fn close(&mut self, number: SessionNumber) -> Option<(Session, Vec<String>)> {
+        let mut session = self.by_number.remove(&number)?;
+        self.by_sid.remove(&session.id);
+        self.idle_timers.remove(&number);
+        let mut released = Vec::new();
+        for uri in std::mem::take(&mut session.subscriptions) {
+            if let Some(set) = self.subscribers.get_mut(&uri) {
+                set.remove(&session.id);
+                if set.is_empty() {
+                    self.subscribers.remove(&uri);
+                    released.push(uri);
+                }
+            }
+        }
+        Some((session, released))
+    }
+
+    /// Removes every session in creation order (nothing is unsubscribed).
+    pub(crate) fn close_all(&mut self) -> Vec<(SessionNumber, Session)> {
+        self.by_sid.clear();
+        self.subscribers.clear();
+        self.request_timers.clear();
+        self.idle_timers.clear();
+        std::mem::take(&mut self.by_number).into_iter().collect()
+    }
+
+    pub(crate) fn get(&self, number: SessionNumber) -> Option<&Session> {
+        self.by_number.get(&number)
+    }
+
+    pub(crate) fn get_mut(&mut self, number: SessionNumber) -> Option<&mut Session> {
+        self.by_number.get_mut(&number)
+    }
+
+    /// The live session with this id.
+    pub(crate) fn find(&self, sid: &SessionId) -> Option<SessionNumber> {
+        self.by_sid.get(sid).copied()
+    }
+
+    /// The live session `text` names, if `principal` owns it: one 404 for unknown, closed
+    /// and foreign sessions, so a caller learns nothing.
+    pub(crate) fn authorize(
+        &self,
+        text: &str,
+        principal: &Principal,
+    ) -> Result<(SessionNumber, &Session), Rejection> {
+        SessionId::parse(text)
+            .and_then(|sid| self.find(&sid))
+            .and_then(|n| self.by_number.get(&n).map(|s| (n, s)))
+            .filter(|(_, s)| s.principal == *principal)
+            .ok_or(Rejection::SessionNotFound)
+    }
+
+    /// Live sessions in creation order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (SessionNumber, &Session)> {
+        self.by_number.iter().map(|(n, s)| (*n, s))
+    }
+
+    /// The Streamable state of session `number`.
+    pub(crate) fn mcp_mut(&mut self, number: SessionNumber) -> Option<&mut McpSession> {
+        match &mut self.by_number.get_mut(&number)?.kind {
+            Kind::Mcp(m) => Some(m),
+            Kind::Legacy { .. } => None,
+        }
+    }
+
+    pub(crate) fn mcp(&self, number: SessionNumber) -> Option<&McpSession> {
+        match &self.by_number.get(&number)?.kind {
+            Kind::Mcp(m) => Some(m),
+            Kind::Legacy { .. } => None,
+        }
+    }
+
+    /// Session `number` watches `uri` from now on; refused past its subscription cap.
+    pub(crate) fn subscribe(&mut self, number: SessionNumber, uri: &str) -> Result<(), ()> {
+        let session = self.by_number.get_mut(&number).ok_or(())?;
+        if !session.subscriptions.contains(uri)
+            && session.subscriptions.len() >= MAX_SUBSCRIPTIONS_PER_SESSION
+        {
+            return Err(());
+        }
+        session.subscriptions.insert(uri.to_owned());
+        self.subscribers
+            .entry(uri.to_owned())
+            .or_default()
+            .insert(session.id);
+        Ok(())
+    }
+
+    /// Session `number` stops watching `uri`: true if other sessions still watch it (so
+    /// the backend keeps the subscription and the proxy answers the unsubscribe itself).
+    pub(crate) fn unsubscribe(&mut self, number: SessionNumber, uri: &str) -> bool {
+        let Some(session) = self.by_number.get_mut(&number) else {
+            return false;
+        };
+        session.subscriptions.remove(uri);
+        let others = self.subscribers.get_mut(uri).map(|set| {
+            set.remove(&session.id);
+            set.len()
+        });
+        if others.is_some_and(|n| n > 0) {
+            return true;
+        }
+        self.subscribers.remove(uri);
+        false
+    }
+
+    /// Every uri some session watches, in order.
+    pub(crate) fn watched(&self) -> Vec<String> {
+        self.subscribers.keys().cloned().collect()
+    }
+
+    /// The sessions watching `uri`, in id order.
+    pub(crate) fn watchers(&self, uri: &str) -> Vec<SessionId> {
+        self.subscribers
+            .get(uri)
+            .map(|set| set.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Subscriptions as (session, uri) pairs, counted in the per-session sets and in the
+    /// per-uri sets (the two agree); for tests.
+    pub(crate) fn subscription_count(&self) -> (usize, usize) {
+        (
+            self.by_number.values().map(|s| s.subscriptions.len()).sum(),
+            self.subscribers.values().map(BTreeSet::len).sum(),
+        )
+    }
+
+    /// A Streamable session was active now: if quiet, it gets an idle check unless it has
+    /// one pending (which, when due, moves on to the latest activity).
+    pub(crate) fn touch(&mut self, number: SessionNumber, now: Instant, idle: Duration) {
+        let Some(m) = self.mcp_mut(number) else {
+            return;
+        };
+        m.last_active = Some(now);
+        let quiet = m.is_quiet();
+        if quiet && self.idle_timers.get(&number).is_none() {
+            self.idle_timers.set(number, now + idle);
+        }
+    }
+
+    /// The timers' next deadline.
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        [self.request_timers.next(), self.idle_timers.next()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// The next timer due at `now`: request timeouts first, then idle checks.
+    pub(crate) fn take_due(&mut self, now: Instant) -> Option<SessionTimer> {
+        if let Some((_, (number, key))) = self.request_timers.pop_due(now) {
+            return Some(SessionTimer::Request(number, key));
+        }
+        let (_, number) = self.idle_timers.pop_due(now)?;
+        Some(SessionTimer::Idle(number))
+    }
+}

@@ -1,0 +1,121 @@
+//! Open SSE streams: which session each serves and in what role, and their keep-alives.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use super::deadlines::Deadlines;
+use super::sessions::SessionNumber;
+use crate::output::{Frame, Output, StreamId};
+use crate::sse;
+use crate::streamable::IdKey;
+
+/// What a stream carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// A legacy session's `/sse` stream.
+    Legacy,
+    /// A Streamable session's standalone GET stream.
+    Get,
+    /// The answer stream of the Streamable request with this id.
+    Request(IdKey),
+}
+
+#[derive(Debug)]
+pub(crate) struct Stream {
+    /// The session it belongs to.
+    pub(crate) session: SessionNumber,
+    pub(crate) role: Role,
+    /// When a frame was last queued on it, for keep-alives.
+    last_frame: Instant,
+}
+
+/// The streams part.
+#[derive(Debug)]
+pub(crate) struct Streams {
+    open: BTreeMap<StreamId, Stream>,
+    /// Keep-alive checks; one whose stream saw a frame since moves on lazily.
+    keepalives: Deadlines<StreamId>,
+    keepalive: Duration,
+}
+
+impl Streams {
+    pub(crate) fn new(keepalive: Duration) -> Self {
+        Streams {
+            open: BTreeMap::new(),
+            keepalives: Deadlines::default(),
+            keepalive,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.open.len()
+    }
+
+    pub(crate) fn timers(&self) -> usize {
+        self.keepalives.len()
+    }
+
+    pub(crate) fn get(&self, stream: StreamId) -> Option<&Stream> {
+        self.open.get(&stream)
+    }
+
+    /// A stream opened now for `session`.
+    pub(crate) fn open(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        session: SessionNumber,
+        role: Role,
+    ) {
+        let state = Stream {
+            session,
+            role,
+            last_frame: now,
+        };
+        self.open.insert(stream, state);
+        self.keepalives.set(stream, now + self.keepalive);
+    }
+
+    /// Forgets `stream`, its keep-alive with it.
+    pub(crate) fn remove(&mut self, stream: StreamId) -> Option<Stream> {
+        self.keepalives.remove(&stream);
+        self.open.remove(&stream)
+    }
+
+    /// Forgets every stream.
+    pub(crate) fn clear(&mut self) {
+        self.open.clear();
+        self.keepalives.clear();
+    }
+
+    /// `frame` for `stream`, if it is open.
+    pub(crate) fn send(&mut self, now: Instant, stream: StreamId, frame: Frame) -> Option<Output> {
+        let state = self.open.get_mut(&stream)?;
+        state.last_frame = now;
+        Some(Output::ToStream { stream, frame })
+    }
+
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        self.keepalives.next()
+    }
+
+    /// A keep-alive comment for every stream idle for `--keepalive` at `now`.
+    pub(crate) fn handle_timeout(&mut self, now: Instant, out: &mut impl Extend<Output>) {
+        while let Some((_, stream)) = self.keepalives.pop_due(now) {
+            let Some(state) = self.open.get_mut(&stream) else {
+                continue;
+            };
+            let idle_until = state.last_frame + self.keepalive;
+            if idle_until > now {
+                self.keepalives.set(stream, idle_until);
+                continue;
+            }
+            state.last_frame = now;
+            self.keepalives.set(stream, now + self.keepalive);
+            out.extend([Output::ToStream {
+                stream,
+                frame: Frame::Static(sse::KEEPALIVE),
+            }]);
+        }
+    }
+}
