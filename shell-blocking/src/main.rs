@@ -2,6 +2,7 @@
 //! crossbeam-channel, for hosts where an async runtime is unwelcome.
 
 mod backend;
+mod memory;
 mod server;
 mod session;
 mod supervisor;
@@ -106,6 +107,9 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
         busy: AtomicUsize::new(0),
         stopping: AtomicBool::new(false),
     });
+    if let Err(e) = memory::start() {
+        tracing::warn!("cannot start the thread that trims free memory: {e}");
+    }
     let listening = Arc::new(server::Listening::new(listener, server.clone()));
     let _ = stop_tx.send(listening.clone());
     thread::Builder::new()
