@@ -44,7 +44,7 @@ enum Fate {
 
 /// Session `i` of a round: the transport and how it ends.
 fn plan(i: usize) -> (Transport, Fate) {
-    let transport = if i % 2 == 0 {
+    let transport = if i.is_multiple_of(2) {
         Transport::Sse
     } else {
         Transport::Mcp
@@ -466,7 +466,7 @@ fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
