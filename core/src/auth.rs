@@ -2,91 +2,10 @@
 //! the `jwt` feature, JWT bearer tokens.
 
 use std::fmt;
-use std::sync::Arc;
 
 use subtle::ConstantTimeEq;
 
-/// Who the auth layer says the caller is. Sessions are bound to one and checked on every POST.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Principal(Arc<str>);
-
-impl Principal {
-    /// The principal called `name` (a token file's first column).
-    pub fn new(name: &str) -> Self {
-        Principal(Arc::from(name))
-    }
-
-    /// Every caller when authentication is off.
-    pub fn anonymous() -> Self {
-        Principal::new("anonymous")
-    }
-
-    /// A JWT caller: issuer and subject together, joined by NUL (which neither may hold),
-    /// so that no two (issuer, subject) pairs share a principal.
-    pub fn issuer_subject(issuer: &str, subject: &str) -> Self {
-        Principal(Arc::from(format!("{issuer}\0{subject}")))
-    }
-
-    /// The name, for logs.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Principal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl fmt::Display for Principal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0.split_once('\0') {
-            Some((issuer, subject)) => write!(f, "{subject} (issuer {issuer})"),
-            None => f.write_str(&self.0),
-        }
-    }
-}
-
-/// Why a caller was not authenticated (401).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum AuthFailure {
-    /// No `Authorization: Bearer` header.
-    Missing,
-    /// A static token that is not in the table.
-    UnknownToken,
-    /// Not a JWT, or not one this proxy can read.
-    Malformed,
-    /// Past its `exp`.
-    Expired,
-    /// Before its `nbf`.
-    NotYetValid,
-    /// Not the `--jwt-issuer`.
-    WrongIssuer,
-    /// No `--jwt-audience` it names.
-    WrongAudience,
-    /// The signature does not verify with the key named by `kid`.
-    BadSignature,
-    /// No key with the token's `kid`.
-    UnknownKey,
-}
-
-impl AuthFailure {
-    /// The short reason sent in `WWW-Authenticate` and the body; never the token.
-    pub fn reason(self) -> &'static str {
-        match self {
-            AuthFailure::Missing => "a bearer token is required",
-            AuthFailure::UnknownToken => "unknown token",
-            AuthFailure::Malformed => "malformed token",
-            AuthFailure::Expired => "token expired",
-            AuthFailure::NotYetValid => "token not yet valid",
-            AuthFailure::WrongIssuer => "wrong issuer",
-            AuthFailure::WrongAudience => "wrong audience",
-            AuthFailure::BadSignature => "bad signature",
-            AuthFailure::UnknownKey => "unknown key id",
-        }
-    }
-}
+pub use crate::principal::{AuthFailure, Principal};
 
 /// A line of a token file that could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -198,18 +117,32 @@ impl Auth {
         authorization: Option<&[u8]>,
         now: u64,
     ) -> Result<Principal, AuthFailure> {
+        self.identify(authorization, now)
+            .map(|(principal, _)| principal)
+    }
+
+    /// [`Auth::authenticate`], with the scopes the credential grants (a JWT's `scope` or
+    /// `scp`; none for static tokens and no auth).
+    pub fn identify(
+        &self,
+        authorization: Option<&[u8]>,
+        now: u64,
+    ) -> Result<(Principal, Vec<String>), AuthFailure> {
         let _ = now;
         if let Auth::None = self {
-            return Ok(Principal::anonymous());
+            return Ok((Principal::anonymous(), Vec::new()));
         }
         let token = authorization
             .and_then(bearer_token)
             .ok_or(AuthFailure::Missing)?;
         match self {
-            Auth::None => Ok(Principal::anonymous()),
-            Auth::Tokens(table) => table.principal_for(token).ok_or(AuthFailure::UnknownToken),
+            Auth::None => Ok((Principal::anonymous(), Vec::new())),
+            Auth::Tokens(table) => table
+                .principal_for(token)
+                .map(|p| (p, Vec::new()))
+                .ok_or(AuthFailure::UnknownToken),
             #[cfg(feature = "jwt")]
-            Auth::Jwt(verifier) => verifier.authenticate(token, now),
+            Auth::Jwt(verifier) => verifier.identify(token, now),
         }
     }
 }

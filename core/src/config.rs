@@ -11,31 +11,7 @@ use clap::{Parser, ValueEnum};
 use crate::auth::{Auth, TokenTable};
 use crate::http::{Gate, OriginPolicy};
 use crate::routed_id::Instance;
-
-/// When the supervisor restarts the backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[cfg_attr(feature = "cli", derive(ValueEnum))]
-pub enum Restart {
-    /// Restart after a non-zero exit or a signal; a clean exit (0) shuts the proxy down.
-    #[default]
-    OnFailure,
-    /// Restart after every exit.
-    Always,
-    /// Never restart: the proxy exits with the backend's status.
-    Never,
-}
-
-/// What a backend exit that will be restarted does to live sessions (SPEC section 12).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[cfg_attr(feature = "cli", derive(ValueEnum))]
-pub enum OnBackendExit {
-    /// Sessions stay live: requests in flight get -32603, new ones wait for the new
-    /// process, which is initialized with the cached handshake and resubscribed.
-    #[default]
-    KeepSessions,
-    /// Every session is closed; clients start again.
-    CloseSessions,
-}
+pub use crate::settings::{OnBackendExit, Restart};
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -124,6 +100,33 @@ pub struct Config {
     #[cfg_attr(feature = "cli", arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION"))]
     pub jwt_leeway: Duration,
 
+    /// A trusted OAuth authorization server (repeatable; with --jwt-jwks): clients discover
+    /// it from this proxy's protected resource metadata (RFC 9728) and sign users in there;
+    /// tokens must be issued by one of them.
+    #[cfg_attr(feature = "cli", arg(long = "oauth-issuer", value_name = "URL"))]
+    pub oauth_issuers: Vec<String>,
+
+    /// This proxy's canonical resource URI, which tokens' `aud` must name (default:
+    /// --public-url with --base-path, else http://<listen address><base-path>).
+    #[cfg_attr(feature = "cli", arg(long, value_name = "URL"))]
+    pub resource: Option<String>,
+
+    /// `resource_name` in the protected resource metadata.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, default_value = "Switchboard", value_name = "NAME")
+    )]
+    pub resource_name: String,
+
+    /// Scopes offered in the protected resource metadata, space-separated (repeatable).
+    #[cfg_attr(feature = "cli", arg(long = "oauth-scopes", value_name = "SCOPES"))]
+    pub oauth_scopes: Vec<String>,
+
+    /// A scope every request needs (repeatable): without it, 403 insufficient_scope with
+    /// the scopes to ask for.
+    #[cfg_attr(feature = "cli", arg(long = "required-scope", value_name = "SCOPE"))]
+    pub required_scopes: Vec<String>,
+
     /// Allow a non-loopback --listen address without authentication.
     #[cfg_attr(feature = "cli", arg(long))]
     pub allow_unauthenticated: bool,
@@ -154,6 +157,16 @@ pub struct Config {
     /// Longest backend stdout line; longer lines are dropped.
     #[cfg_attr(feature = "cli", arg(long, default_value = "8MiB", value_parser = parse_size, value_name = "SIZE"))]
     pub max_line: usize,
+
+    /// How long a dropped Streamable stream's events are kept for the client to resume it
+    /// with Last-Event-ID (0: no resumption).
+    #[cfg_attr(feature = "cli", arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION"))]
+    pub resume_window: Duration,
+
+    /// Bytes of recent Streamable events kept per session for resumption (the oldest go
+    /// first; the whole proxy keeps at most 64 MiB).
+    #[cfg_attr(feature = "cli", arg(long, default_value = "1MiB", value_parser = parse_size, value_name = "SIZE"))]
+    pub resume_buffer: usize,
 
     /// Bytes one session's stream may have queued; a client that falls further behind is
     /// disconnected (never thinned, never allowed to stall others).
@@ -375,8 +388,9 @@ impl Config {
                 ),
             });
         }
-        let durations: [(&'static str, Duration, Duration, Duration); 8] = [
+        let durations: [(&'static str, Duration, Duration, Duration); 9] = [
             ("--restart-wait", self.restart_wait, 10 * MS, HOUR),
+            ("--resume-window", self.resume_window, Duration::ZERO, HOUR),
             ("--keepalive", self.keepalive, 100 * MS, HOUR),
             ("--header-timeout", self.header_timeout, 100 * MS, HOUR),
             ("--ping-interval", self.ping_interval, 100 * MS, 24 * HOUR),
@@ -398,7 +412,8 @@ impl Config {
                 });
             }
         }
-        let sizes: [(&'static str, usize); 3] = [
+        let sizes: [(&'static str, usize); 4] = [
+            ("--resume-buffer", self.resume_buffer),
             ("--max-body", self.max_body),
             ("--max-line", self.max_line),
             ("--session-buffer", self.session_buffer),
@@ -491,23 +506,26 @@ impl Config {
     }
 
     /// What the hub needs of these flags.
-    pub fn settings(&self) -> crate::hub::Settings {
+    pub fn settings(&self) -> crate::settings::Settings {
         let base = self
             .public_url
             .as_deref()
             .unwrap_or("")
             .trim_end_matches('/');
-        crate::hub::Settings {
+        crate::settings::Settings {
             max_sessions: self.max_sessions,
             session_buffer: self.session_buffer,
+            resume_window: (!self.resume_window.is_zero()).then_some(self.resume_window),
+            resume_buffer: self.resume_buffer,
             keepalive: self.keepalive,
             ping_interval: self.ping_interval,
             ping_timeout: self.ping_timeout,
             grace: self.grace,
             restart: self.restart,
-            stdin_queue: crate::hub::STDIN_QUEUE,
+            stdin_queue: crate::settings::STDIN_QUEUE,
             request_timeout: (!self.request_timeout.is_zero()).then_some(self.request_timeout),
             on_backend_exit: self.on_backend_exit,
+            oauth: self.resource_server().map(std::sync::Arc::new),
             restart_wait: self.restart_wait,
             session_idle: self.session_idle,
             max_inflight: self.max_inflight,
@@ -529,9 +547,16 @@ impl Config {
             Some(path) => Some(read("--jwt-secret-file", path)?),
             None => None,
         };
+        // With OAuth on, tokens are for this resource and from a trusted issuer, unless
+        // --jwt-audience says which audiences instead.
+        let audiences = match (&self.resource_server(), self.jwt_audiences.is_empty()) {
+            (Some(oauth), true) => oauth.audiences(),
+            _ => self.jwt_audiences.clone(),
+        };
         let policy = crate::jwt::ClaimsPolicy {
             issuer: self.jwt_issuer.clone(),
-            audiences: self.jwt_audiences.clone(),
+            issuers: self.oauth_issuers.clone(),
+            audiences,
             leeway: self.jwt_leeway.as_secs(),
         };
         let verifier = crate::jwt::JwtVerifier::new(
@@ -596,6 +621,42 @@ impl Config {
             },
             base_path: self.base_path().to_owned(),
             metrics_auth: self.metrics_auth,
+            oauth: self.resource_server().map(std::sync::Arc::new),
+        })
+    }
+
+    /// The OAuth resource server these flags describe, when `--oauth-issuer` is given.
+    pub fn resource_server(&self) -> Option<crate::oauth::ResourceServer> {
+        if self.oauth_issuers.is_empty() {
+            return None;
+        }
+        let public_url = self
+            .public_url
+            .as_deref()
+            .map(|u| u.trim_end_matches('/').to_owned());
+        let own = match &public_url {
+            Some(url) => format!("{url}{}", self.base_path()),
+            None => format!("http://{}{}", self.listen_addr(), self.base_path()),
+        };
+        let resource = self.resource.clone().unwrap_or_else(|| {
+            if own.ends_with('/') || own.matches('/').count() > 2 {
+                own
+            } else {
+                format!("{own}/")
+            }
+        });
+        Some(crate::oauth::ResourceServer {
+            resource,
+            issuers: self.oauth_issuers.clone(),
+            scopes: self
+                .oauth_scopes
+                .iter()
+                .flat_map(|s| s.split_ascii_whitespace().map(str::to_owned))
+                .collect(),
+            required: self.required_scopes.clone(),
+            name: self.resource_name.clone(),
+            public_url,
+            base_path: self.base_path().to_owned(),
         })
     }
 }

@@ -4,8 +4,8 @@
 use std::borrow::Cow;
 
 use crate::auth::{Auth, AuthFailure, Principal};
-use crate::hub::{Payload, Request};
 use crate::message::Invalid;
+use crate::oauth::ResourceServer;
 
 /// What a request asks for, from its method and path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +26,9 @@ pub enum Endpoint {
     Health,
     /// `GET /metrics`.
     Metrics,
+    /// `GET /.well-known/oauth-protected-resource[<base-path>/mcp|/sse]` (RFC 9728), when
+    /// the proxy is an OAuth resource server.
+    ResourceMetadata,
 }
 
 impl Endpoint {
@@ -81,6 +84,8 @@ pub struct RequestHead<'a> {
     pub mcp_session_id: Option<&'a str>,
     /// The `MCP-Protocol-Version` header.
     pub mcp_protocol_version: Option<&'a str>,
+    /// The `Last-Event-ID` header (a Streamable client resuming a stream).
+    pub last_event_id: Option<&'a str>,
 }
 
 impl<'a> RequestHead<'a> {
@@ -128,6 +133,8 @@ pub struct Gate {
     pub base_path: String,
     /// Whether `/metrics` needs credentials.
     pub metrics_auth: bool,
+    /// The OAuth resource server's face (SPEC section 9), when `--oauth-issuer` is given.
+    pub oauth: Option<std::sync::Arc<ResourceServer>>,
 }
 
 /// The Streamable HTTP headers of a `/mcp` request, as sent.
@@ -141,6 +148,18 @@ pub struct McpHeaders {
     pub accept: Option<String>,
     /// `MCP-Protocol-Version`.
     pub protocol_version: Option<String>,
+    /// `Last-Event-ID` (GET).
+    pub last_event_id: Option<String>,
+}
+
+/// What a credential grants, for the hub's scope checks (SPEC section 9).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Grant {
+    /// The scopes the token grants (a JWT's `scope` or `scp`).
+    pub scopes: Vec<String>,
+    /// Where this endpoint's protected resource metadata is, when the proxy is an OAuth
+    /// resource server: for the challenge of a 403 `insufficient_scope`.
+    pub metadata_url: Option<String>,
 }
 
 /// A request the gate let through: what it asks for, who asks, and the session it names.
@@ -156,6 +175,8 @@ pub struct Admitted {
     pub mcp: McpHeaders,
     /// The browser origin to answer with CORS headers (present and allowed).
     pub cors: Option<String>,
+    /// What the caller's credential grants.
+    pub grant: Grant,
 }
 
 impl Admitted {
@@ -168,6 +189,7 @@ impl Admitted {
             session: session.to_owned(),
             mcp: McpHeaders::default(),
             cors: None,
+            grant: Grant::default(),
         }
     }
 
@@ -185,6 +207,7 @@ impl Admitted {
             session: self.session,
             mcp: self.mcp,
             cors: self.cors,
+            grant: self.grant,
             body,
             entropy: if creates { entropy() } else { [0; 16] },
         }
@@ -206,6 +229,17 @@ impl Gate {
     pub fn admit(&self, head: &RequestHead<'_>, now: u64) -> Result<Admitted, Refused> {
         self.admit_inner(head, now).map_err(|rejection| {
             let mut response = rejection.response();
+            if let (Rejection::Unauthorized(failure), Some(oauth)) = (rejection, &self.oauth) {
+                let streamable = head.path_and_query().0.contains("/mcp");
+                let url = oauth.metadata_url(head.host, streamable);
+                response
+                    .headers
+                    .retain(|(name, _)| *name != "www-authenticate");
+                let challenge = oauth.challenge(&url, failure);
+                response
+                    .headers
+                    .push(("www-authenticate", Cow::Owned(challenge)));
+            }
             if rejection != Rejection::OriginNotAllowed {
                 if let Some(origin) = head.origin {
                     add_cors(&mut response, origin);
@@ -220,13 +254,25 @@ impl Gate {
 
     fn admit_inner(&self, head: &RequestHead<'_>, now: u64) -> Result<Admitted, Rejection> {
         let (path, query) = head.path_and_query();
+        if let Some(oauth) = &self.oauth {
+            if oauth.is_metadata_path(path) {
+                return match head.method {
+                    "GET" | "HEAD" => Ok(Admitted::new(
+                        Endpoint::ResourceMetadata,
+                        Principal::anonymous(),
+                        "",
+                    )),
+                    _ => Err(Rejection::MethodNotAllowed { allow: "GET" }),
+                };
+            }
+        }
         let path = path
             .strip_prefix(self.base_path.trim_end_matches('/'))
             .filter(|rest| rest.starts_with('/'))
             .ok_or(Rejection::NotFound)?;
         let endpoint = Endpoint::route(head.method, path)?;
         let (authenticated, checked) = match endpoint {
-            Endpoint::Health => (false, false),
+            Endpoint::Health | Endpoint::ResourceMetadata => (false, false),
             Endpoint::Metrics => (self.metrics_auth, self.metrics_auth),
             Endpoint::Preflight => (false, true),
             Endpoint::Stream
@@ -235,12 +281,25 @@ impl Gate {
             | Endpoint::McpGet
             | Endpoint::McpDelete => (true, true),
         };
-        let principal = if authenticated {
+        if authenticated && query.is_some_and(has_access_token) {
+            return Err(Rejection::Unauthorized(AuthFailure::TokenInQuery));
+        }
+        let (principal, scopes) = if authenticated {
             self.auth
-                .authenticate(head.authorization, now)
+                .identify(head.authorization, now)
                 .map_err(Rejection::Unauthorized)?
         } else {
-            Principal::anonymous()
+            (Principal::anonymous(), Vec::new())
+        };
+        let grant = Grant {
+            scopes,
+            metadata_url: self.oauth.as_ref().map(|oauth| {
+                let streamable = matches!(
+                    endpoint,
+                    Endpoint::McpPost | Endpoint::McpGet | Endpoint::McpDelete
+                );
+                oauth.metadata_url(head.host, streamable)
+            }),
         };
         if checked {
             let [host, also] = head.hosts();
@@ -259,6 +318,7 @@ impl Gate {
                 content_type: head.content_type.map(str::to_owned),
                 accept: head.accept.map(str::to_owned),
                 protocol_version: head.mcp_protocol_version.map(str::to_owned),
+                last_event_id: head.last_event_id.map(str::to_owned),
             },
             _ => McpHeaders::default(),
         };
@@ -272,8 +332,17 @@ impl Gate {
             } else {
                 None
             },
+            grant,
         })
     }
+}
+
+/// Whether a query string carries an `access_token` (refused: tokens never go in URLs,
+/// where logs and proxies keep them).
+fn has_access_token(query: &str) -> bool {
+    query
+        .split('&')
+        .any(|pair| pair.split('=').next() == Some("access_token"))
 }
 
 /// Adds the CORS headers of an answer to an allowed browser `origin`.
@@ -433,11 +502,49 @@ pub enum Rejection {
     TooManyInFlight,
     /// 409: a request reused the id of one still in flight in its session.
     IdInFlight,
+    /// 400: a `Last-Event-ID` that names no stream of this session.
+    UnknownEventId,
+    /// 403: the token lacks a scope the request needs (`--required-scope`).
+    InsufficientScope,
+    /// 503: the shell could not start what would serve the connection (a thread); its
+    /// request was not read, so the connection is closed.
+    Overloaded,
     /// 405: the path exists for another method.
     MethodNotAllowed {
         /// The method it takes.
         allow: &'static str,
     },
+}
+
+/// An HTTP request the gate admitted ([`Gate::admit`]), with its body and fresh
+/// randomness for a session it may create: the hub's input.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// What it asks for.
+    pub endpoint: Endpoint,
+    /// Who asks.
+    pub principal: Principal,
+    /// The session `session_id` names, as sent (empty when none), for `/messages`.
+    pub session: String,
+    /// The Streamable HTTP headers, for `/mcp`.
+    pub mcp: McpHeaders,
+    /// The browser origin to answer with CORS headers, when present and allowed.
+    pub cors: Option<String>,
+    /// What the caller's credential grants.
+    pub grant: Grant,
+    /// The body as far as the shell read it.
+    pub body: Payload,
+    /// 16 random bytes from the OS, for the id of a session this request may create.
+    pub entropy: [u8; 16],
+}
+
+/// A request body as the shell read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Payload {
+    /// The whole body (empty for none).
+    Bytes(Vec<u8>),
+    /// Longer than `--max-body`; the rest was not read.
+    TooLarge,
 }
 
 /// An answer ready for the wire: the shell copies status, headers and body as they are.
@@ -513,10 +620,15 @@ impl Rejection {
             Rejection::NotAcceptable => 406,
             Rejection::TooManyInFlight => 429,
             Rejection::IdInFlight => 409,
+            Rejection::UnknownEventId => 400,
+            Rejection::InsufficientScope => 403,
             Rejection::SessionNotFound | Rejection::NotFound => 404,
             Rejection::MethodNotAllowed { .. } => 405,
             Rejection::BodyTooLarge => 413,
-            Rejection::BackendDown | Rejection::BackendBusy | Rejection::TooManySessions => 503,
+            Rejection::BackendDown
+            | Rejection::BackendBusy
+            | Rejection::TooManySessions
+            | Rejection::Overloaded => 503,
         }
     }
 
@@ -533,6 +645,7 @@ impl Rejection {
             Rejection::BackendDown => "backend_down",
             Rejection::BackendBusy => "backend_busy",
             Rejection::TooManySessions => "too_many_sessions",
+            Rejection::Overloaded => "overloaded",
             Rejection::NotFound => "not_found",
             Rejection::MethodNotAllowed { .. } => "method_not_allowed",
             Rejection::UnsupportedMediaType => "unsupported_media_type",
@@ -542,6 +655,8 @@ impl Rejection {
             Rejection::InitializeWithSession => "initialize_with_session",
             Rejection::TooManyInFlight => "too_many_in_flight",
             Rejection::IdInFlight => "id_in_flight",
+            Rejection::UnknownEventId => "unknown_event_id",
+            Rejection::InsufficientScope => "insufficient_scope",
         }
     }
 
@@ -557,6 +672,7 @@ impl Rejection {
             Rejection::BackendDown => (-32002, "Backend unavailable, retry later"),
             Rejection::BackendBusy => (-32002, "Backend busy, retry later"),
             Rejection::TooManySessions => (-32002, "Too many sessions, retry later"),
+            Rejection::Overloaded => (-32002, "Server overloaded, retry later"),
             Rejection::NotFound => (-32601, "Not found"),
             Rejection::MethodNotAllowed { .. } => (-32601, "Method not allowed"),
             Rejection::UnsupportedMediaType => {
@@ -580,6 +696,11 @@ impl Rejection {
             ),
             Rejection::TooManyInFlight => (-32600, "Too many requests in flight for this session"),
             Rejection::IdInFlight => (-32600, "Request id already in flight in this session"),
+            Rejection::UnknownEventId => (
+                -32600,
+                "Bad Request: Last-Event-ID names no stream of this session",
+            ),
+            Rejection::InsufficientScope => (-32001, "Forbidden: insufficient scope"),
         }
     }
 
@@ -604,6 +725,11 @@ impl Rejection {
             | Rejection::TooManyInFlight => headers.push(("retry-after", Cow::Borrowed("1"))),
             // The rest of the body was not read: the connection cannot be reused.
             Rejection::BodyTooLarge => headers.push(("connection", Cow::Borrowed("close"))),
+            // Nothing was read: the connection cannot be reused either.
+            Rejection::Overloaded => headers.extend([
+                ("retry-after", Cow::Borrowed("1")),
+                ("connection", Cow::Borrowed("close")),
+            ]),
             _ => {}
         }
         let (code, message) = self.code_and_message();
@@ -639,6 +765,60 @@ mod tests {
     }
 
     #[test]
+    fn oauth_metadata_challenges_and_query_tokens() {
+        let oauth = crate::oauth::ResourceServer {
+            resource: "http://127.0.0.1:8000/".into(),
+            issuers: vec!["http://127.0.0.1:9000".into()],
+            scopes: vec!["mcp".into()],
+            required: vec!["mcp".into()],
+            name: "Switchboard".into(),
+            public_url: None,
+            base_path: String::new(),
+        };
+        let table = crate::auth::TokenTable::parse("alice aaaaaaaaaaaaaaaaaaaa").unwrap();
+        let gate = Gate {
+            auth: Auth::Tokens(table),
+            origins: OriginPolicy {
+                loopback_bind: true,
+                ..Default::default()
+            },
+            base_path: String::new(),
+            metrics_auth: false,
+            oauth: Some(std::sync::Arc::new(oauth)),
+        };
+        let head = |method, target| RequestHead {
+            method,
+            target,
+            host: Some("127.0.0.1:8000"),
+            ..RequestHead::default()
+        };
+        let doc = gate.admit(&head("GET", "/.well-known/oauth-protected-resource/mcp"), 0);
+        assert_eq!(doc.unwrap().endpoint, Endpoint::ResourceMetadata);
+        let refused = gate.admit(&head("POST", "/mcp"), 0).unwrap_err();
+        assert_eq!(
+            refused.response.header("www-authenticate"),
+            Some(
+                r#"Bearer resource_metadata="http://127.0.0.1:8000/.well-known/oauth-protected-resource/mcp", scope="mcp""#
+            )
+        );
+        let sse = gate.admit(&head("GET", "/sse"), 0).unwrap_err();
+        assert!(sse
+            .response
+            .header("www-authenticate")
+            .unwrap()
+            .contains("resource/sse\""));
+        let query = RequestHead {
+            authorization: Some(b"Bearer aaaaaaaaaaaaaaaaaaaa"),
+            ..head("GET", "/sse?access_token=aaaaaaaaaaaaaaaaaaaa")
+        };
+        let refused = gate.admit(&query, 0).unwrap_err();
+        assert_eq!(
+            refused.rejection,
+            Rejection::Unauthorized(AuthFailure::TokenInQuery)
+        );
+    }
+
+    #[test]
     fn host_falls_back_to_the_target_authority() {
         let gate = Gate {
             auth: Auth::None,
@@ -648,6 +828,7 @@ mod tests {
             },
             base_path: String::new(),
             metrics_auth: false,
+            oauth: None,
         };
         let head = |target, authority, host| RequestHead {
             method: "GET",

@@ -7,7 +7,7 @@ use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, JwkSet};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 
-use crate::auth::{AuthFailure, Principal};
+use crate::principal::{AuthFailure, Principal};
 
 /// One verification key and the algorithms it may be used with.
 struct Key {
@@ -21,6 +21,8 @@ struct Key {
 pub struct ClaimsPolicy {
     /// Required `iss`, when set.
     pub issuer: Option<String>,
+    /// `iss` must be one of these, when any are set (the `--oauth-issuer`s).
+    pub issuers: Vec<String>,
     /// `aud` must name one of these, when any are set.
     pub audiences: Vec<String>,
     /// Seconds of clock skew allowed on `exp` and `nbf`.
@@ -58,6 +60,25 @@ pub struct Claims {
     /// Audiences.
     #[serde(default, deserialize_with = "one_or_many")]
     pub aud: Vec<String>,
+    /// Granted scopes, space-separated (RFC 9068).
+    pub scope: Option<String>,
+    /// Granted scopes as an array (or a string), as some providers write them.
+    #[serde(default, deserialize_with = "one_or_many")]
+    pub scp: Vec<String>,
+}
+
+impl Claims {
+    /// The scopes the token grants, from `scope` and `scp`.
+    pub fn scopes(&self) -> Vec<String> {
+        let spaced = self.scope.iter().flat_map(|s| s.split_ascii_whitespace());
+        let mut out: Vec<String> = spaced.map(str::to_owned).collect();
+        for s in self.scp.iter().flat_map(|s| s.split_ascii_whitespace()) {
+            if !out.iter().any(|o| o == s) {
+                out.push(s.to_owned());
+            }
+        }
+        out
+    }
 }
 
 fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
@@ -145,6 +166,15 @@ impl JwtVerifier {
 
     /// The principal a token names, at `now` (seconds since the Unix epoch).
     pub fn authenticate(&self, token: &[u8], now: u64) -> Result<Principal, AuthFailure> {
+        self.identify(token, now).map(|(principal, _)| principal)
+    }
+
+    /// The principal a token names and the scopes it grants, at `now`.
+    pub fn identify(
+        &self,
+        token: &[u8],
+        now: u64,
+    ) -> Result<(Principal, Vec<String>), AuthFailure> {
         let header = jsonwebtoken::decode_header(token).map_err(|_| AuthFailure::Malformed)?;
         // A token's `kid` must name a key, except when a single key has no id (a shared
         // secret), which then serves every token.
@@ -183,7 +213,8 @@ impl JwtVerifier {
                     _ => AuthFailure::Malformed,
                 }
             })?;
-        check_claims(&data.claims, &self.policy, now)
+        let principal = check_claims(&data.claims, &self.policy, now)?;
+        Ok((principal, data.claims.scopes()))
     }
 }
 
@@ -208,7 +239,9 @@ pub fn check_claims(
     if iss.is_empty() || sub.is_empty() || iss.contains('\0') || sub.contains('\0') {
         return Err(AuthFailure::Malformed);
     }
-    if policy.issuer.as_ref().is_some_and(|want| want != iss) {
+    if policy.issuer.as_ref().is_some_and(|want| want != iss)
+        || (!policy.issuers.is_empty() && !policy.issuers.contains(iss))
+    {
         return Err(AuthFailure::WrongIssuer);
     }
     if !policy.audiences.is_empty() && !claims.aud.iter().any(|a| policy.audiences.contains(a)) {
@@ -228,6 +261,7 @@ mod tests {
             exp: Some(1000.0),
             nbf: Some(900.0),
             aud: vec!["switchboard".into()],
+            ..Claims::default()
         }
     }
 
@@ -236,6 +270,7 @@ mod tests {
             issuer: Some("https://idp".into()),
             audiences: vec!["switchboard".into()],
             leeway: 60,
+            ..ClaimsPolicy::default()
         }
     }
 

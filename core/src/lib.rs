@@ -46,40 +46,44 @@
 //!
 //! ## Backend → clients (SPEC section 3): the dispatch table
 //!
-//! | backend message | action |
+//! | backend message | what the hub does |
 //! |---|---|
-//! | response whose id is a routed id of a live session | [`Action::Deliver`] to that session, original id restored |
-//! | response with any other id | [`Action::Drop`] |
-//! | response to the proxy's own request (ping, unsubscribe) | consumed ([`Action::Pong`] for pings) |
-//! | `notifications/{tools,resources,prompts}/list_changed` | [`Action::Broadcast`], rebuilt without params |
-//! | `notifications/progress` with a routed token of a live session | [`Action::Deliver`], token restored; else drop |
-//! | `notifications/resources/updated` | [`Action::Deliver`] to each subscriber of the uri; else drop |
-//! | any other notification | [`Action::Drop`] |
-//! | request `ping` | [`Action::Reply`] `{"result":{}}` |
-//! | any other request | [`Action::Reply`] error -32601; never reaches a client |
-//! | not JSON, not an object, a batch, too long | [`Action::Drop`] |
+//! | response whose id is a routed id of a live session | delivered to that session ([`Output::ToStream`], or its request's answer), original id restored |
+//! | response with any other id | dropped ([`Output::Log`] of an [`Event::Dropped`]) |
+//! | response to the proxy's own request (ping, subscribe, unsubscribe, initialize) | consumed |
+//! | `notifications/{tools,resources,prompts}/list_changed` | to every live session, rebuilt without params |
+//! | `notifications/progress` with a routed token of a live session | delivered, token restored; else dropped |
+//! | `notifications/resources/updated` | to each subscriber of the uri; else dropped |
+//! | any other notification | dropped |
+//! | request `ping` | answered `{"result":{}}` ([`Output::ToBackend`]) |
+//! | any other request | answered error -32601; never reaches a client |
+//! | not JSON, not an object, a batch, too long | dropped |
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
-// The modules in dependency order: each uses only those above it.
-pub mod auth;
-pub mod budget;
-pub mod config;
+// The modules in dependency order: each uses only those above it (`cargo modules` or a
+// look at the `use crate::` lines shows the graph is acyclic).
+pub mod auth; // the auth modes
+pub mod budget; // a stream queue's byte budget, a host's session budget
+pub mod config; // the one CLI definition
 pub mod demo;
-pub mod framing;
-pub mod http;
-pub mod hub;
+pub mod framing; // HTTP/1.1 framing rules both shells apply
+pub mod http; // endpoints, the gate, rejections and answers, the hub's request input
+pub mod hub; // the owner loop as a state machine
 #[cfg(feature = "jwt")]
-pub mod jwt;
-pub mod lines;
-pub(crate) mod message;
-pub(crate) mod metrics;
-pub mod output;
-pub mod routed_id;
-pub(crate) mod router;
-pub mod sse;
-pub(crate) mod streamable;
-pub mod supervise;
+pub mod jwt; // JWT verification
+pub mod lines; // newline framing of the backend's stdout
+pub(crate) mod message; // one-pass admission of a JSON-RPC object
+pub(crate) mod metrics; // counters, drop reasons, Prometheus text
+pub mod oauth; // the OAuth resource server: metadata, challenges, the resource
+pub mod output; // what a shell must do, ids it is told
+pub mod principal; // who a caller is, why a credential was refused
+pub mod routed_id; // <sid>|n:<digits> / <sid>|s:<string>, session ids
+pub(crate) mod router; // the message-level rules, returning decisions
+pub mod settings; // what the hub decides with
+pub mod sse; // SSE frames
+pub(crate) mod streamable; // /mcp helpers: Accept, ids as keys, proxy bodies
+pub mod supervise; // restart policy, exits, /health // the built-in demo backend
 
 pub use auth::{Auth, Principal};
 pub use http::Rejection;

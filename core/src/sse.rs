@@ -14,6 +14,22 @@ pub fn message_event(json: &[u8]) -> Vec<u8> {
     frame(b"message", json)
 }
 
+/// A Streamable stream's event with its id line (`id` is `<stream>.<position>`).
+pub fn with_id(id: &str, event: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(id.len() + 5 + event.len());
+    out.extend_from_slice(b"id: ");
+    out.extend_from_slice(id.as_bytes());
+    out.push(b'\n');
+    out.extend_from_slice(event);
+    out
+}
+
+/// The priming event a 2025-11-25 POST stream opens with: an id and empty data, so the
+/// client can resume even before the first message.
+pub fn priming(id: &str) -> Vec<u8> {
+    format!("id: {id}\ndata: \n\n").into_bytes()
+}
+
 fn frame(event: &[u8], data: &[u8]) -> Vec<u8> {
     debug_assert!(memchr::memchr2(b'\n', b'\r', data).is_none());
     let mut out = Vec::with_capacity(event.len() + data.len() + 16);

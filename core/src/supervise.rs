@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::config::Restart;
+use crate::settings::Restart;
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);

@@ -124,20 +124,36 @@ impl Listening {
                 }
                 Err(e) => {
                     warn!("cannot start a connection thread: {e}");
-                    refuse_at_once(socket);
+                    self.unserved(socket);
                 }
             }
         }
     }
 }
 
-/// A connection no thread could be started for: 503 without reading its request, closed.
-fn refuse_at_once(mut socket: TcpStream) {
-    let _ = socket.set_write_timeout(Some(Duration::from_millis(100)));
-    let mut refusal = Rejection::BackendBusy.response();
-    refusal.headers.push(framing::CLOSE);
-    let _ = socket.write_all(&response_bytes(&refusal, true, false));
+impl Listening {
+    /// A connection no thread could be started for: the hub's answer (a 503) is written
+    /// without reading its request, and it is closed. Nothing here waits long: the loop
+    /// is asked without blocking and answers at once, or the connection is just closed.
+    fn unserved(&self, mut socket: TcpStream) {
+        let (reply, answer) = crossbeam_channel::bounded(1);
+        if self
+            .server
+            .inputs
+            .try_send(Input::Unserved { reply })
+            .is_err()
+        {
+            return;
+        }
+        if let Ok(Reply::Full(response)) = answer.recv_timeout(UNSERVED_WAIT) {
+            let _ = socket.set_write_timeout(Some(Duration::from_millis(100)));
+            let _ = socket.write_all(&response_bytes(&response, true, false));
+        }
+    }
 }
+
+/// How long the accept thread waits for the loop's answer to a connection it cannot serve.
+const UNSERVED_WAIT: Duration = Duration::from_secs(1);
 
 impl Server {
     /// Waits (at most `within`) for requests under way to be answered.
@@ -252,6 +268,7 @@ impl<'s> Connection<'s> {
             accept: head.text("accept"),
             mcp_session_id: head.text("mcp-session-id"),
             mcp_protocol_version: head.text("mcp-protocol-version"),
+            last_event_id: head.text("last-event-id"),
         };
         let no_body = head.method == "HEAD";
         let admitted = match self.server.gate.admit(&request_head, unix_now()) {
@@ -278,7 +295,7 @@ impl<'s> Connection<'s> {
         };
         let (reply, answer) = crossbeam_channel::bounded(1);
         let input = Input::Request {
-            request: admitted.into_request(payload, entropy),
+            request: Box::new(admitted.into_request(payload, entropy)),
             reply,
         };
         self.server.busy.fetch_add(1, Ordering::AcqRel);

@@ -34,11 +34,13 @@ pub enum Reply {
 pub enum Input {
     /// An admitted request, and where its connection waits for the answer.
     Request {
-        request: hub::Request,
+        request: Box<hub::Request>,
         reply: Sender<Reply>,
     },
     /// A request the gate refused (already answered): counted.
     Refused(Rejection),
+    /// A connection no thread could be started for: the hub says what it is answered.
+    Unserved { reply: Sender<Reply> },
     /// Lines the backend wrote (`None`: one over `--max-line`).
     BackendLines {
         backend: BackendId,
@@ -137,10 +139,14 @@ impl Supervisor {
     fn input(&mut self, now: Instant, input: Input) {
         match input {
             Input::Request { request, reply } => {
-                let id = self.hub.handle_request(now, request);
+                let id = self.hub.handle_request(now, *request);
                 self.replies.insert(id, reply);
             }
             Input::Refused(rejection) => self.hub.handle_refused(rejection),
+            Input::Unserved { reply } => {
+                let id = self.hub.handle_unserved(now);
+                self.replies.insert(id, reply);
+            }
             Input::BackendLines { backend, batch } => {
                 self.hub.handle_backend_lines(now, backend, batch)
             }

@@ -133,6 +133,7 @@ impl Server {
             accept: text(header::ACCEPT),
             mcp_session_id: text(HeaderName::from_static("mcp-session-id")),
             mcp_protocol_version: text(HeaderName::from_static("mcp-protocol-version")),
+            last_event_id: text(HeaderName::from_static("last-event-id")),
         };
         let admitted = match self.gate.admit(&head, unix_now()) {
             Ok(admitted) => admitted,
@@ -150,7 +151,7 @@ impl Server {
                 return full(refused.response());
             }
         };
-        let request = admitted.into_request(body, entropy);
+        let request = Box::new(admitted.into_request(body, entropy));
         let (reply, answer) = oneshot::channel();
         if self
             .inputs

@@ -30,7 +30,7 @@ pub enum Reply {
 pub enum Input {
     /// An admitted request and where its answer goes.
     Request {
-        request: hub::Request,
+        request: Box<hub::Request>,
         reply: oneshot::Sender<Reply>,
     },
     /// A request the gate refused (already answered): counted.
@@ -136,7 +136,7 @@ impl Supervisor {
     fn input(&mut self, now: Instant, input: Input) {
         match input {
             Input::Request { request, reply } => {
-                let id = self.hub.handle_request(now, request);
+                let id = self.hub.handle_request(now, *request);
                 self.replies.insert(id, reply);
             }
             Input::Refused(rejection) => self.hub.handle_refused(rejection),

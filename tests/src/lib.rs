@@ -23,12 +23,15 @@
 
 use std::time::Duration;
 
+pub mod forwarder;
 pub mod http;
 pub mod mcp;
+pub mod nginx;
 pub mod node;
 pub mod proxy;
 pub mod sse;
 
+pub use forwarder::{Forwarder, Recorded};
 pub use http::{Body, Conn, Response};
 pub use mcp::{Answer, McpSession};
 pub use node::{node, Node, NodeRun};

@@ -408,7 +408,14 @@ impl Proxy {
         &self.dir
     }
 
-    /// Every line the backend received so far (with [`ProxyBuilder::record`]).
+    /// The file the backend appends every line it receives to (with [`ProxyBuilder::record`]),
+    /// for a client process that waits for its own requests to reach the backend.
+    pub fn record_path(&self) -> &Path {
+        self.record
+            .as_deref()
+            .expect("start the proxy with .record() to record backend input")
+    }
+
     /// How many `initialize` requests the backend received.
     pub fn recorded_initializes(&self) -> usize {
         self.recorded()
@@ -431,6 +438,7 @@ impl Proxy {
         );
     }
 
+    /// Every line the backend received so far (with [`ProxyBuilder::record`]).
     pub fn recorded(&self) -> Vec<String> {
         let path = self
             .record

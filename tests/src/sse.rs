@@ -70,11 +70,15 @@ struct EventStream {
     skip_crlf: bool,
     decoded: Vec<u8>,
     eof: bool,
+    /// Streamable streams number every event (SPEC section 12); legacy ones never do.
+    ids: bool,
+    /// The id of the last event read, for resuming.
+    pub(crate) last_id: Option<String>,
 }
 
 impl EventStream {
     /// The stream after its head, with what already arrived decoded.
-    fn start(wire: Wire, chunked: bool) -> EventStream {
+    fn start(wire: Wire, chunked: bool, ids: bool) -> EventStream {
         let mut stream = EventStream {
             wire,
             chunked,
@@ -82,6 +86,8 @@ impl EventStream {
             skip_crlf: false,
             decoded: Vec::new(),
             eof: false,
+            ids,
+            last_id: None,
         };
         stream
             .decode()
@@ -89,8 +95,9 @@ impl EventStream {
         stream
     }
 
-    /// The data of the next `message` event before `deadline` (comments skipped); `None`
-    /// on timeout or close. Panics on any other event type, or an event id.
+    /// The data of the next `message` event before `deadline` (comments and priming events
+    /// skipped); `None` on timeout or close. Panics on any other event type, and on an event
+    /// id on a legacy stream or a missing one on a Streamable stream.
     fn next_message_data(&mut self, deadline: Instant, stream: &str) -> Option<String> {
         loop {
             match self.next_frame(deadline) {
@@ -99,7 +106,15 @@ impl EventStream {
                         event, "message",
                         "unexpected event type on stream {stream}: {data}"
                     );
-                    assert_eq!(id, None, "events must carry no id field");
+                    assert_eq!(
+                        id.is_some(),
+                        self.ids,
+                        "stream {stream}: legacy events carry no id, Streamable ones one: {id:?}"
+                    );
+                    self.last_id = id;
+                    if data.is_empty() {
+                        continue; // a priming event
+                    }
                     return Some(data);
                 }
                 Frame::Comment(_) => continue,
@@ -321,7 +336,7 @@ pub fn try_open_session(addr: SocketAddr, options: &OpenOptions) -> Result<Sessi
             http::read_body(&mut wire, status, &head.headers, false, deadline).unwrap_or_default();
         return Err(Response { body, ..head });
     }
-    let mut stream = EventStream::start(wire, chunked);
+    let mut stream = EventStream::start(wire, chunked, false);
     let endpoint = match stream.next_frame(deadline) {
         Frame::Event { event, data, id } => {
             assert_eq!(event, "endpoint", "the first event must be `endpoint`");
@@ -607,7 +622,7 @@ pub fn request_events(
         return Err(Response { body, ..head });
     }
     let chunked = http::is_chunked(&head.headers);
-    let stream = EventStream::start(wire, chunked);
+    let stream = EventStream::start(wire, chunked, true);
     Ok(Events { head, stream })
 }
 
@@ -631,6 +646,7 @@ impl Events {
         let mut seen = Vec::new();
         loop {
             match self.stream.next_frame(deadline) {
+                Frame::Event { data, .. } if data.is_empty() => continue, // priming
                 Frame::Event { data, .. } => {
                     seen.push(serde_json::from_str(&data).expect("JSON event"))
                 }
@@ -638,6 +654,21 @@ impl Events {
                 Frame::Closed => return Some(seen),
                 Frame::Timeout => return None,
             }
+        }
+    }
+
+    /// The id of the last event read (a priming event included).
+    pub fn last_event_id(&self) -> Option<&str> {
+        self.stream.last_id.as_deref()
+    }
+
+    /// Reads the priming event a 2025-11-25 stream opens with; its id.
+    pub fn priming_id(&mut self, timeout: Duration) -> String {
+        match self.stream.next_frame(Instant::now() + timeout) {
+            Frame::Event { data, id, .. } if data.is_empty() => {
+                id.expect("a priming event has an id")
+            }
+            other => panic!("expected a priming event, got {other:?}"),
         }
     }
 

@@ -325,6 +325,99 @@ fn assert_not_logged(p: &Proxy, tokens: &[&str]) {
 // ---------------------------------------------------------------------------------------
 
 /// Every way a token can be wrong, against the JWKS keys: each refused with its own reason.
+/// SPEC section 9, the resource server's face: the protected resource metadata at the root
+/// and at the /mcp and /sse locations (readable from any origin), a 401 that says where it
+/// is, tokens for another resource refused, 403 insufficient_scope with the scopes to ask
+/// for and the request's id, and a token in the query string refused.
+fn oauth_resource_server_face(target: Target) {
+    let p = Proxy::builder(target)
+        .backend([BACKEND])
+        .args(["--jwt-jwks", &fixture_path("jwks.json")])
+        .args([
+            "--oauth-issuer",
+            ISSUER,
+            "--oauth-scopes",
+            "mcp:tools mcp:read",
+        ])
+        .args(["--required-scope", "mcp:tools"])
+        .start();
+    let resource = format!("http://{}/", p.addr);
+    for path in [
+        "/.well-known/oauth-protected-resource",
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/oauth-protected-resource/sse",
+    ] {
+        let r = p.get(path);
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+        assert_eq!(r.header("access-control-allow-origin"), Some("*"), "{path}");
+        assert_eq!(
+            r.json(),
+            json!({"resource": resource, "authorization_servers": [ISSUER],
+                   "bearer_methods_supported": ["header"],
+                   "scopes_supported": ["mcp:tools", "mcp:read"], "resource_name": "Switchboard"}),
+            "{path}"
+        );
+    }
+    let call = r#"{"jsonrpc":"2.0","id":41,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let post = |token: Option<&str>, target: &str| {
+        let auth = token.map(bearer);
+        let mut headers = vec![
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+        ];
+        if let Some(a) = &auth {
+            headers.push(("Authorization", a.as_str()));
+        }
+        p.request("POST", target, &headers, Body::json(call))
+    };
+    let metadata = format!("http://{}/.well-known/oauth-protected-resource/mcp", p.addr);
+    let r = post(None, "/mcp");
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert_eq!(
+        r.header("www-authenticate"),
+        Some(format!(r#"Bearer resource_metadata="{metadata}", scope="mcp:tools""#).as_str())
+    );
+    let claims_for =
+        |aud: &str, scope: &str| claims_with(ISSUER, "alice", json!({"aud": aud, "scope": scope}));
+    let other = mint(
+        Signer::Rsa,
+        &claims_for("https://other.example/", "mcp:tools"),
+    );
+    let r = post(Some(&other), "/mcp");
+    assert_eq!(r.status, 401, "a token for another resource: {}", r.text());
+    assert!(r
+        .header("www-authenticate")
+        .unwrap_or_default()
+        .contains("invalid_token"));
+    let unscoped = mint(Signer::Rsa, &claims_for(&resource, "mcp:read"));
+    let r = post(Some(&unscoped), "/mcp");
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert_eq!(
+        r.header("www-authenticate"),
+        Some(
+            format!(r#"Bearer error="insufficient_scope", scope="mcp:tools", resource_metadata="{metadata}""#)
+                .as_str()
+        )
+    );
+    assert_eq!(r.json()["id"], json!(41), "{}", r.text());
+    let scoped = mint(
+        Signer::Rsa,
+        &claims_for(resource.trim_end_matches('/'), "mcp:read mcp:tools"),
+    );
+    let r = post(Some(&scoped), "/mcp");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.header("mcp-session-id").is_some());
+    let r = post(Some(&scoped), &format!("/mcp?access_token={scoped}"));
+    assert_eq!(r.status, 401, "a token in the query: {}", r.text());
+    let sse = p.request("GET", "/sse", &[], Body::None);
+    assert_eq!(sse.status, 401);
+    let challenge = sse.header("www-authenticate").unwrap_or_default();
+    assert!(
+        challenge.contains("oauth-protected-resource/sse\""),
+        "{challenge}"
+    );
+}
+
 fn invalid_tokens_are_refused_with_their_reason(target: Target) {
     let p = jwks_proxy_with(target, &["--log-level", "trace"]);
     let alice_token = token(Signer::Rsa, "alice");
@@ -894,6 +987,7 @@ fn same_subject_other_issuer_is_another_principal(target: Target) {
 }
 
 suite!(
+    oauth_resource_server_face,
     invalid_tokens_are_refused_with_their_reason,
     hs256_refusals,
     each_jwks_algorithm_opens_a_session,

@@ -10,248 +10,23 @@
 //! except under `CI=true`, where they fail (`tests/run.sh` installs it).
 
 use std::fs;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use switchboard_tests::mcp::{self, Answer, McpSession};
+use switchboard_tests::mcp::{Answer, McpSession};
+use switchboard_tests::nginx::{
+    instance_of, start_mcp, try_start_mcp, Cluster, ALLOWED_ORIGIN, NAMES, PUBLIC_HOST,
+};
 use switchboard_tests::{
     backend_seen_id, echoed_args, suite, try_open_session, workspace_root, Body, Events,
-    OpenOptions, Proxy, Session, Target, TempDir, SESSION_NOT_FOUND, WAIT,
+    OpenOptions, Session, Target, SESSION_NOT_FOUND, WAIT,
 };
 
 const BACKEND: &str = env!("CARGO_BIN_EXE_test-backend");
 const ALICE: (&str, &str) = ("alice", "alice-token-0123456789abcdef");
 const BOB: (&str, &str) = ("bob", "bob-token-fedcba9876543210xyz");
-/// The public name clients use; the instances allow it (`--allow-host`) and put it in
-/// their endpoint URLs (`--public-url`), and nginx must pass it through.
-const PUBLIC_HOST: &str = "mcp.example.test";
-const ALLOWED_ORIGIN: &str = "https://app.example.test";
-const NAMES: [&str; 3] = ["a", "b", "c"];
 
-// ---------------------------------------------------------------------------------------
-// nginx as a plain process
-// ---------------------------------------------------------------------------------------
-
-/// `$SWITCHBOARD_NGINX`, else `nginx` on `PATH` or in the sbin directories Debian uses.
-fn nginx_binary() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("SWITCHBOARD_NGINX") {
-        return Some(PathBuf::from(p));
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/usr/local/sbin", "/sbin"].map(PathBuf::from))
-        .map(|dir| dir.join("nginx"))
-        .find(|p| p.is_file())
-}
-
-/// The binary, or `None` after a loud skip message; under `CI=true` a missing nginx fails.
-fn nginx_or_skip(test: &str) -> Option<PathBuf> {
-    let found = nginx_binary();
-    if found.is_none() {
-        let msg = "nginx is not installed: `tests/run.sh` installs it (apt-get install nginx), or set SWITCHBOARD_NGINX";
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("{msg}");
-        }
-        // Past the harness's capture (which takes `eprintln!`), in one write.
-        let text = format!("\n**********\nSKIPPED: {test}: {msg}\n**********\n");
-        let _ = std::io::Write::write_all(&mut std::io::stderr(), text.as_bytes());
-    }
-    found
-}
-
-/// A running nginx in its own prefix directory; dropping it stops it.
-struct Nginx {
-    child: Child,
-    addr: SocketAddr,
-    dir: TempDir,
-}
-
-impl Nginx {
-    /// Starts nginx in front of `instances` (name, address) with the committed recipe.
-    fn start(binary: &PathBuf, instances: &[(&str, SocketAddr)]) -> Nginx {
-        let recipe = workspace_root().join("tests/nginx");
-        let dir = TempDir::new("nginx");
-        let prefix = dir.path().to_path_buf();
-        let mut last = String::new();
-        for _attempt in 0..5 {
-            let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-                .and_then(|l| l.local_addr())
-                .expect("a free port")
-                .port();
-            let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-            let conf = top_level_config(&prefix, &recipe, addr, instances);
-            let conf_path = prefix.join("nginx.conf");
-            fs::write(&conf_path, conf).expect("write nginx.conf");
-            let log = fs::File::create(prefix.join("stderr.log")).expect("nginx stderr log");
-            let mut child = Command::new(binary)
-                .arg("-p")
-                .arg(&prefix)
-                .arg("-c")
-                .arg(&conf_path)
-                .arg("-e")
-                .arg(prefix.join("error.log"))
-                .args(["-g", "daemon off;"])
-                .stdin(Stdio::null())
-                .stdout(Stdio::from(log.try_clone().expect("dup log")))
-                .stderr(Stdio::from(log))
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
-            let deadline = Instant::now() + WAIT;
-            loop {
-                if let Some(status) = child.try_wait().ok().flatten() {
-                    last = format!(
-                        "nginx exited: {status}\n{}\n{}",
-                        fs::read_to_string(prefix.join("stderr.log")).unwrap_or_default(),
-                        fs::read_to_string(prefix.join("error.log")).unwrap_or_default()
-                    );
-                    break;
-                }
-                let health =
-                    switchboard_tests::http::request(addr, "GET", "/health", &[], Body::None, WAIT);
-                if matches!(&health, Ok(r) if r.status == 200) {
-                    return Nginx { child, addr, dir };
-                }
-                if Instant::now() > deadline {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    last = format!("nginx did not answer /health with 200: {health:?}");
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(25));
-            }
-            if !last.contains("in use") {
-                break;
-            }
-        }
-        panic!("nginx did not start: {last}");
-    }
-
-    fn error_log(&self) -> String {
-        fs::read_to_string(self.dir.file("error.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) has no memory-safety preconditions; the pid is our own unreaped
-        // child. SIGTERM is nginx's fast shutdown.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            let log = self.error_log();
-            let lines: Vec<&str> = log.lines().collect();
-            let tail = &lines[lines.len().saturating_sub(40)..];
-            eprintln!(
-                "--- nginx error.log (last {}) ---\n{}\n---",
-                tail.len(),
-                tail.join("\n")
-            );
-        }
-    }
-}
-
-/// The deployment-specific part, as `tests/nginx/README.md` shows it: the upstreams (every
-/// instance, and each by its name) and the server's address. Everything else is the recipe,
-/// included.
-fn top_level_config(
-    prefix: &std::path::Path,
-    recipe: &std::path::Path,
-    listen: SocketAddr,
-    instances: &[(&str, SocketAddr)],
-) -> String {
-    let p = prefix.display();
-    let all: String = instances
-        .iter()
-        .map(|(_, addr)| format!("        server {addr};\n"))
-        .collect();
-    let each: String = instances
-        .iter()
-        .map(|(name, addr)| {
-            format!("    upstream switchboard_{name} {{\n        server {addr};\n        keepalive 16;\n    }}\n")
-        })
-        .collect();
-    format!(
-        r#"worker_processes 1;
-pid {p}/nginx.pid;
-error_log {p}/error.log info;
-events {{
-    worker_connections 1024;
-}}
-http {{
-    access_log {p}/access.log;
-    client_body_temp_path {p}/client_body_temp;
-    proxy_temp_path {p}/proxy_temp;
-    fastcgi_temp_path {p}/fastcgi_temp;
-    uwsgi_temp_path {p}/uwsgi_temp;
-    scgi_temp_path {p}/scgi_temp;
-
-    include {recipe}/switchboard.conf;
-
-    upstream switchboard {{
-{all}        keepalive 16;
-    }}
-{each}
-    server {{
-        listen {listen};
-        include {recipe}/switchboard-locations.conf;
-    }}
-}}
-"#,
-        recipe = recipe.display(),
-    )
-}
-
-// ---------------------------------------------------------------------------------------
-// The cluster: three instances and nginx
-// ---------------------------------------------------------------------------------------
-
-struct Cluster {
-    /// `a`, `b`, `c`, in that order.
-    instances: Vec<Proxy>,
-    nginx: Nginx,
-}
-
-impl Cluster {
-    /// `None` when nginx is missing (after a skip message).
-    fn start(target: Target, test: &str) -> Option<Cluster> {
-        let binary = nginx_or_skip(test)?;
-        let instances: Vec<Proxy> = NAMES
-            .iter()
-            .map(|name| {
-                Proxy::builder(target)
-                    .args(["--instance", name])
-                    .args(["--allow-host", PUBLIC_HOST])
-                    .args(["--public-url", &format!("http://{PUBLIC_HOST}")])
-                    .args(["--allow-origin", ALLOWED_ORIGIN])
-                    .tokens(&[ALICE, BOB])
-                    .backend([BACKEND])
-                    .start()
-            })
-            .collect();
-        let upstreams: Vec<(&str, SocketAddr)> = NAMES
-            .iter()
-            .zip(&instances)
-            .map(|(name, p)| (*name, p.addr))
-            .collect();
-        let nginx = Nginx::start(&binary, &upstreams);
-        Some(Cluster { instances, nginx })
-    }
-
-    fn instance(&self, name: &str) -> &Proxy {
-        let i = NAMES.iter().position(|n| *n == name).expect("a, b or c");
-        &self.instances[i]
-    }
-}
-
-/// The instance a session id names.
 /// POSTs `ping` (JSON) to `target` at `addr` with `auth`.
 fn post_ping(
     addr: SocketAddr,
@@ -273,18 +48,6 @@ fn post_ping(
     .unwrap_or_else(|e| panic!("POST {target} to {addr}: {e}"))
 }
 
-fn instance_of(sid: &str) -> &str {
-    let (name, uuid) = sid
-        .split_once('.')
-        .unwrap_or_else(|| panic!("session id {sid:?} names no instance"));
-    assert_eq!(uuid.len(), 36, "{sid:?}: the uuid part");
-    assert!(
-        NAMES.contains(&name),
-        "{sid:?} names an instance that does not run"
-    );
-    name
-}
-
 /// A legacy session opened at `addr` with the public Host header.
 fn open_legacy(addr: SocketAddr, token: &str) -> Session {
     let options = OpenOptions {
@@ -301,44 +64,6 @@ fn open_legacy(addr: SocketAddr, token: &str) -> Session {
     );
     s.initialize();
     s
-}
-
-/// A Streamable session started at `addr` with the public Host header; `None` when the
-/// initialize is answered `status` instead (a refusal, e.g. 503 while no instance is up).
-fn try_start_mcp(addr: SocketAddr, token: &str) -> Result<McpSession, u16> {
-    let auth = format!("Bearer {token}");
-    let headers = [("Authorization", auth.as_str()), ("Host", PUBLIC_HOST)];
-    let answer = mcp::post(addr, "/mcp", &headers, &mcp::initialize_body(1));
-    if answer.status() != 200 {
-        return Err(answer.status());
-    }
-    let sid = match &answer {
-        Answer::Whole(r) => r.header("mcp-session-id").map(str::to_owned),
-        Answer::Stream(e) => e.head.header("mcp-session-id").map(str::to_owned),
-    }
-    .expect("the initialize answer carries Mcp-Session-Id");
-    let (_, response) = answer.response();
-    let session = McpSession {
-        addr,
-        sid,
-        token: Some(token.to_owned()),
-        path: "/mcp".to_owned(),
-        initialize_result: response["result"].clone(),
-    };
-    assert!(
-        session.initialize_result.is_object(),
-        "initialize: {response}"
-    );
-    let r = session.post_with(
-        &[("Host", PUBLIC_HOST)],
-        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-    );
-    assert_eq!(r.status(), 202);
-    Ok(session)
-}
-
-fn start_mcp(addr: SocketAddr, token: &str) -> McpSession {
-    try_start_mcp(addr, token).unwrap_or_else(|status| panic!("initialize on /mcp: {status}"))
 }
 
 /// A delayed echo call: the test backend answers after `ms`, from its own thread.
@@ -402,7 +127,12 @@ fn mcp_stream_call(s: &McpSession, body: &Value) -> Events {
 /// three instances, and every answer reaches its own session and no other.
 fn sessions_spread_and_stay_isolated(target: Target) {
     let started = Instant::now();
-    let Some(cluster) = Cluster::start(target, "sessions_spread_and_stay_isolated") else {
+    let Some(cluster) = Cluster::start(
+        target,
+        "sessions_spread_and_stay_isolated",
+        BACKEND,
+        &[ALICE, BOB],
+    ) else {
         return;
     };
     let addr = cluster.nginx.addr;
@@ -510,8 +240,12 @@ fn sessions_spread_and_stay_isolated(target: Target) {
 /// (or through nginx with another instance's name) it gets the SPEC section 1 404, while
 /// its own instance serves it. Origin and Authorization pass through nginx.
 fn a_sid_sent_to_another_instance_is_not_found(target: Target) {
-    let Some(cluster) = Cluster::start(target, "a_sid_sent_to_another_instance_is_not_found")
-    else {
+    let Some(cluster) = Cluster::start(
+        target,
+        "a_sid_sent_to_another_instance_is_not_found",
+        BACKEND,
+        &[ALICE, BOB],
+    ) else {
         return;
     };
     let (a, b) = (cluster.instance("a"), cluster.instance("b"));
@@ -602,8 +336,12 @@ fn a_sid_sent_to_another_instance_is_not_found(target: Target) {
 /// end and their next requests get the SPEC section 1 404 through nginx, so they start new
 /// sessions, which land on survivors; every other session's calls finish without error.
 fn killed_instance_clients_move_to_survivors(target: Target) {
-    let Some(mut cluster) = Cluster::start(target, "killed_instance_clients_move_to_survivors")
-    else {
+    let Some(mut cluster) = Cluster::start(
+        target,
+        "killed_instance_clients_move_to_survivors",
+        BACKEND,
+        &[ALICE, BOB],
+    ) else {
         return;
     };
     let addr = cluster.nginx.addr;

@@ -4,11 +4,14 @@
 //! against the real `mcp-server-time`, the built-in demo server, and `test-backend
 //! --fail-second-initialize` (a server that, like the Go SDK's, rejects a second handshake),
 //! one client at a time and several of both transports at once. Every SDK client numbers
-//! its requests from 0, so concurrent clients always send colliding ids.
+//! its requests from 0, so concurrent clients always send colliding ids. Against
+//! `test-backend`, clients of both transports keep their sessions and subscriptions while
+//! the backend is killed and restarted (SPEC 12, `tests/python/sdk_restart.py`).
 //!
 //! Needs `SWITCHBOARD_PYTHON` pointing at a Python with `mcp` (and `mcp-server-time` beside
 //! it); `tests/run.sh` sets that up. Without it the tests skip loudly, or fail when `CI=true`.
 
+use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -65,28 +68,22 @@ fn mcp_server_time(python: &Path) -> PathBuf {
     }
 }
 
-/// Runs `sdk_client.py` with one SDK client per `(transport, args)` (`sse` or `mcp`), all at
-/// once; returns each client's summary in order.
-fn sdk_clients(python: &Path, proxy: &Proxy, tool: &str, clients: &[(&str, Value)]) -> Vec<Value> {
-    let script = workspace_root().join("tests/python/sdk_client.py");
-    let url = format!("http://{}", proxy.addr);
-    let out_path = proxy.dir().file("sdk-stdout.txt");
-    let err_path = proxy.dir().file("sdk-stderr.txt");
+/// Runs `tests/python/SCRIPT ARGS...` against `proxy` (waiting at most 150 s) and returns
+/// the one JSON line it prints; fails with its stderr when it fails.
+fn run_script(python: &Path, proxy: &Proxy, script: &str, args: &[String]) -> Value {
+    const LIMIT: Duration = Duration::from_secs(150);
+    let path = workspace_root().join("tests/python").join(script);
+    let out_path = proxy.dir().file(&format!("{script}-stdout.txt"));
+    let err_path = proxy.dir().file(&format!("{script}-stderr.txt"));
     let mut child = Command::new(python)
-        .arg(&script)
-        .arg(&url)
-        .arg(tool)
-        .args(
-            clients
-                .iter()
-                .map(|(transport, args)| format!("{transport}={args}")),
-        )
+        .arg(&path)
+        .args(args)
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&out_path).expect("stdout file"))
         .stderr(std::fs::File::create(&err_path).expect("stderr file"))
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
-    let deadline = Instant::now() + Duration::from_secs(90);
+    let deadline = Instant::now() + LIMIT;
     let status = loop {
         if let Some(s) = child.try_wait().expect("wait for the SDK client") {
             break s;
@@ -95,8 +92,9 @@ fn sdk_clients(python: &Path, proxy: &Proxy, tool: &str, clients: &[(&str, Value
             let _ = child.kill();
             let _ = child.wait();
             panic!(
-                "the SDK client did not finish within 90 s:\n{}",
-                std::fs::read_to_string(&err_path).unwrap_or_default()
+                "{script} did not finish within {LIMIT:?}:\n{}\n--- proxy log ---\n{}",
+                std::fs::read_to_string(&err_path).unwrap_or_default(),
+                proxy.log()
             );
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -105,10 +103,23 @@ fn sdk_clients(python: &Path, proxy: &Proxy, tool: &str, clients: &[(&str, Value
     let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
     assert!(
         status.success(),
-        "the SDK client failed ({status}):\n{stderr}\n--- stdout ---\n{stdout}"
+        "{script} failed ({status}):\n{stderr}\n--- stdout ---\n{stdout}\n--- proxy log ---\n{}",
+        proxy.log()
     );
-    let summary: Value = serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("SDK client output is not JSON ({e}): {stdout:?}\n{stderr}"));
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("{script} output is not JSON ({e}): {stdout:?}\n{stderr}"))
+}
+
+/// Runs `sdk_client.py` with one SDK client per `(transport, args)` (`sse` or `mcp`), all at
+/// once; returns each client's summary in order.
+fn sdk_clients(python: &Path, proxy: &Proxy, tool: &str, clients: &[(&str, Value)]) -> Vec<Value> {
+    let mut args = vec![format!("http://{}", proxy.addr), tool.to_owned()];
+    args.extend(
+        clients
+            .iter()
+            .map(|(transport, args)| format!("{transport}={args}")),
+    );
+    let summary = run_script(python, proxy, "sdk_client.py", &args);
     let got = summary["clients"].as_array().cloned().unwrap_or_default();
     assert_eq!(got.len(), clients.len(), "{summary}");
     for (got, (transport, _)) in got.iter().zip(clients) {
@@ -227,7 +238,121 @@ fn sdk_clients_share_a_server_that_rejects_a_second_initialize(target: Target) {
     );
 }
 
+/// SPEC 12 with the real SDK clients: two legacy (`sse_client`) and two Streamable
+/// (`streamable_http_client`) clients, each subscribed to a uri of its own and with a call in
+/// flight, while the backend is killed (SIGKILL to the pid `/health` reports). Each keeps its
+/// one session (no second initialize, no second subscribe, one session id on every request),
+/// gets -32603 `backend restarted` for the call in flight, gets its answers from the new
+/// process, hears the three `list_changed`, and its subscription, renewed by the proxy, still
+/// delivers `resources/updated` (the new process knows only the subscriptions sent to it).
+fn sdk_sessions_survive_a_killed_backend(target: Target) {
+    let Some(python) = python() else { return };
+    let p = Proxy::builder(target).backend([BACKEND]).record().start();
+    let transports = ["sse", "mcp", "sse", "mcp"];
+    let mut args = vec![
+        format!("http://{}", p.addr),
+        p.record_path().display().to_string(),
+        "test://switchboard/doc".to_owned(),
+    ];
+    args.extend(transports.map(String::from));
+    let report = run_script(&python, &p, "sdk_restart.py", &args);
+
+    let pids = report["pids"].as_array().expect("pids");
+    assert!(
+        pids.len() == 2 && pids[0] != pids[1],
+        "a new backend process: {report}"
+    );
+    let clients = report["clients"].as_array().expect("clients");
+    assert_eq!(clients.len(), transports.len(), "{report}");
+    let uris: Vec<&str> = clients.iter().filter_map(|c| c["uri"].as_str()).collect();
+    for (index, (c, transport)) in clients.iter().zip(transports).enumerate() {
+        assert_eq!(c["transport"], transport, "{c}");
+        let uri = c["uri"].as_str().unwrap_or_else(|| panic!("{c}"));
+        let sessions = c["sessions"].as_array().expect("sessions");
+        assert_eq!(
+            sessions.len(),
+            1,
+            "{transport}: one session on every request: {c}"
+        );
+        let sent = |m: &str| {
+            c["methods"]
+                .as_array()
+                .expect("methods")
+                .iter()
+                .filter(|x| *x == m)
+                .count()
+        };
+        assert_eq!(sent("initialize"), 1, "{transport}: no new initialize: {c}");
+        assert_eq!(
+            sent("resources/subscribe"),
+            1,
+            "{transport}: the client subscribed once: {c}"
+        );
+        assert_eq!(
+            c["in_flight"],
+            json!({"code": -32603, "message": "backend restarted"}),
+            "{transport}: the call in flight: {c}"
+        );
+        assert_eq!(
+            c["echo"],
+            json!({"after": "restart", "transport": transport, "index": index}),
+            "{transport}: a call after the restart: {c}"
+        );
+        assert_eq!(
+            c["touched"],
+            json!([{"uri": uri, "notified": true}, {"uri": uri, "notified": true}]),
+            "{transport}: both processes held the subscription: {c}"
+        );
+        let updated = format!("notifications/resources/updated {uri}");
+        let heard = |when: &str| -> Vec<&str> {
+            c[when]
+                .as_array()
+                .expect("notifications")
+                .iter()
+                .filter_map(Value::as_str)
+                .collect()
+        };
+        assert_eq!(heard("before"), [updated.as_str()], "{transport}: {c}");
+        let after = heard("after");
+        for want in [
+            "notifications/tools/list_changed",
+            "notifications/resources/list_changed",
+            "notifications/prompts/list_changed",
+            updated.as_str(),
+        ] {
+            assert_eq!(
+                after.iter().filter(|m| **m == want).count(),
+                1,
+                "{transport}: after the restart, {want} once: {c}"
+            );
+        }
+        assert_eq!(after.len(), 4, "{transport}: nothing else: {c}");
+    }
+    // The sessions were distinct, and each subscription reached both processes.
+    let sids: BTreeSet<&str> = clients
+        .iter()
+        .filter_map(|c| c["sessions"][0].as_str())
+        .collect();
+    assert_eq!(sids.len(), clients.len(), "{report}");
+    assert_eq!(
+        p.recorded_initializes(),
+        2,
+        "one initialize per backend process"
+    );
+    for uri in &uris {
+        let subscribes = p
+            .recorded()
+            .iter()
+            .filter(|l| l.contains("\"resources/subscribe\"") && l.contains(&format!("\"{uri}\"")))
+            .count();
+        assert_eq!(subscribes, 2, "{uri}: subscribed on each backend process");
+    }
+    let (_, health) = p.health();
+    assert_eq!(health["backend"]["restarts"], json!(1), "{health}");
+}
+
 suite!(
+    sdk_sessions_survive_a_killed_backend,
     sdk_through_proxy_to_mcp_server_time,
     sdk_through_proxy_to_the_demo_server,
     sdk_clients_share_a_server_that_rejects_a_second_initialize,

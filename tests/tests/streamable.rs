@@ -768,6 +768,80 @@ fn client_hang_up_mid_request(target: Target) {
 /// with -32603 and nothing else changes for the client: the same Streamable and legacy
 /// sessions work against the restarted backend without initializing again, and the legacy
 /// stream hears that the lists may have changed.
+/// SPEC 12: a client whose connection drops mid-request resumes with Last-Event-ID and
+/// gets what it missed, progress produced after the drop and the response included, exactly
+/// once, without sending the request again; ids that name no stream of the session are 400.
+fn a_dropped_stream_resumes_with_last_event_id(target: Target) {
+    let p = proxy(target, &[]);
+    let a = start(&p, ALICE);
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "delay", "arguments": {"ms": 1500}, "_meta": {"progressToken": "tok"}}});
+    let version = ("MCP-Protocol-Version", "2025-11-25");
+    let mut events = stream(
+        raw(
+            &p,
+            ALICE.1,
+            Some(&a.sid),
+            &[STREAM_ONLY, version],
+            &call.to_string(),
+        ),
+        "a slow call",
+    );
+    let primed = events.priming_id(WAIT);
+    p.wait_recorded("the slow call", |l| l.contains("\"ms\":1500"));
+    events.shutdown();
+    drop(events);
+    // Progress for the dropped stream, produced while its client is away.
+    let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": format!("{}|s:tok", a.sid), "progress": 1}});
+    a.call(json!(8), "emit", json!({"lines": [progress]}));
+    let auth = bearer(ALICE.1);
+    let resume = |last: &str| {
+        request_events(
+            p.addr,
+            "GET",
+            "/mcp",
+            &[
+                ("Authorization", auth.as_str()),
+                ("Mcp-Session-Id", a.sid.as_str()),
+                ("Accept", "text/event-stream"),
+                ("Last-Event-ID", last),
+            ],
+            b"",
+        )
+    };
+    let mut resumed = resume(&primed).unwrap_or_else(|r| panic!("resume refused: {}", r.text()));
+    let got = resumed
+        .rest_until_closed(Duration::from_secs(30))
+        .expect("the resumed stream ends after the response");
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[0]["method"], json!("notifications/progress"), "{got:?}");
+    assert_eq!(got[0]["params"]["progressToken"], json!("tok"), "{got:?}");
+    assert_eq!(
+        (got[1]["id"].clone(), echoed_args(&got[1])["ms"].clone()),
+        (json!(7), json!(1500))
+    );
+    for bad in ["999.1", "not-an-id"] {
+        match resume(bad) {
+            Err(r) => assert_eq!(r.status, 400, "{bad}: {}", r.text()),
+            Ok(e) => panic!("{bad}: a stream opened ({})", e.head.status),
+        }
+    }
+    // Another principal's session cannot name it: 404.
+    let bob = bearer(BOB.1);
+    let foreign = request_events(
+        p.addr,
+        "GET",
+        "/mcp",
+        &[
+            ("Authorization", bob.as_str()),
+            ("Mcp-Session-Id", a.sid.as_str()),
+            ("Accept", "text/event-stream"),
+            ("Last-Event-ID", primed.as_str()),
+        ],
+        b"",
+    );
+    assert_eq!(foreign.err().map(|r| r.status), Some(404));
+}
+
 fn backend_exit_keeps_sessions(target: Target) {
     let p = proxy(target, &[]);
     let a = start(&p, ALICE);
@@ -1114,6 +1188,7 @@ fn hostile_ids_are_refused_at_once(target: Target) {
 }
 
 suite!(
+    a_dropped_stream_resumes_with_last_event_id,
     backend_exit_keeps_sessions,
     hostile_ids_are_refused_at_once,
     post_refusals_follow_spec_order,

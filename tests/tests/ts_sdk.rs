@@ -5,6 +5,9 @@
 //! client on `/sse` keeps calling with the same ids (and, on the demo, the same progress
 //! token): every side must get exactly its own answers and nothing of the others'.
 //!
+//! Against `test-backend`, SDK clients keep their sessions and subscriptions while the
+//! backend is killed and restarted (SPEC 12, `tests/node/restart-client.mjs`).
+//!
 //! Needs the pinned Node packages (`tests/run.sh` installs them into `tests/node`) and, for
 //! `mcp-server-time`, `SWITCHBOARD_PYTHON`; without them the tests skip loudly, or fail
 //! when `CI=true`.
@@ -29,6 +32,11 @@ const ROUNDS_BUDGET: Duration = Duration::from_secs(60);
 
 /// How long the SDK clients may take in all (the script gives up after 60 s itself).
 const SDK_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// How long `restart-client.mjs` may take in all (it gives up after 150 s itself).
+const RESTART_TIMEOUT: Duration = Duration::from_secs(180);
+
+const BACKEND: &str = env!("CARGO_BIN_EXE_test-backend");
 
 /// One `tools/call`.
 #[derive(Clone)]
@@ -421,7 +429,150 @@ fn ts_sdk_to_the_demo_backend_beside_a_legacy_client(target: Target) {
     }
 }
 
+/// SPEC 12 with the real TypeScript SDK client (`tests/node/restart-client.mjs`): two
+/// Streamable clients, each subscribed to a uri of its own and with a call in flight, while
+/// the backend is killed (SIGKILL to the pid `/health` reports). Each keeps its one session
+/// (no second initialize or subscribe, one `Mcp-Session-Id` on every request), gets -32603
+/// `backend restarted` for the call in flight, gets its answers from the new process, hears
+/// the three `list_changed`, and its subscription, renewed by the proxy, still delivers
+/// `resources/updated` (the new process knows only the subscriptions sent to it).
+fn ts_sdk_session_survives_a_killed_backend(target: Target) {
+    const CLIENTS: usize = 2;
+    let Some(node) = node("TypeScript SDK interop") else {
+        return;
+    };
+    let _turn = node::one_at_a_time();
+    let p = Proxy::builder(target).backend([BACKEND]).record().start();
+    let script = node.file("restart-client.mjs");
+    let run = node.spawn(
+        "node",
+        [
+            script.display().to_string(),
+            format!("http://{}", p.addr),
+            p.record_path().display().to_string(),
+            "test://switchboard/doc".to_owned(),
+            CLIENTS.to_string(),
+        ],
+        p.dir().path(),
+        "ts-restart",
+    );
+    let out = run.wait(RESTART_TIMEOUT);
+    assert!(
+        out.status.success(),
+        "the TypeScript SDK clients failed ({}):\n{}\n--- proxy log ---\n{}",
+        out.status,
+        out.transcript(),
+        p.log()
+    );
+    let report: Value = serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "the SDK clients' output is not JSON ({e}):\n{}",
+            out.transcript()
+        )
+    });
+    let pids = report["pids"].as_array().expect("pids");
+    assert!(
+        pids.len() == 2 && pids[0] != pids[1],
+        "a new backend process: {report}"
+    );
+    let clients = report["clients"].as_array().expect("clients");
+    assert_eq!(clients.len(), CLIENTS, "{report}");
+    let mut sids = BTreeSet::new();
+    for c in clients {
+        let name = c["name"].as_str().unwrap_or_else(|| panic!("{c}"));
+        let uri = c["uri"].as_str().unwrap_or_else(|| panic!("{c}"));
+        assert_eq!(
+            c["errors"],
+            json!([]),
+            "{name}: the SDK reported errors: {c}"
+        );
+        let sid = c["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name}: no session: {c}"));
+        assert_eq!(
+            c["sessionIds"],
+            json!([sid]),
+            "{name}: one session on every request: {c}"
+        );
+        assert!(
+            sids.insert(sid.to_owned()),
+            "a session id came twice: {sid}"
+        );
+        assert_eq!(
+            c["sent"],
+            json!([
+                "initialize",
+                "notifications/initialized",
+                "tools/list",
+                "resources/subscribe",
+                "tools/call",
+                "tools/call",
+                "tools/call",
+                "tools/call"
+            ]),
+            "{name}: no new initialize or subscribe: {c}"
+        );
+        assert_eq!(
+            c["inFlight"]["code"],
+            json!(-32603),
+            "{name}: the call in flight: {c}"
+        );
+        let message = c["inFlight"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.ends_with("backend restarted"),
+            "{name}: the call in flight: {c}"
+        );
+        assert_eq!(
+            c["echo"],
+            json!({"after": "restart", "client": name}),
+            "{name}: a call after the restart: {c}"
+        );
+        assert_eq!(
+            c["touched"],
+            json!([{"uri": uri, "notified": true}, {"uri": uri, "notified": true}]),
+            "{name}: both processes held the subscription: {c}"
+        );
+        let updated = format!("notifications/resources/updated {uri}");
+        assert_eq!(c["before"], json!([updated]), "{name}: {c}");
+        let after: BTreeSet<&str> = c["after"]
+            .as_array()
+            .expect("after")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert_eq!(
+            after,
+            BTreeSet::from([
+                "notifications/tools/list_changed",
+                "notifications/resources/list_changed",
+                "notifications/prompts/list_changed",
+                updated.as_str(),
+            ]),
+            "{name}: after the restart: {c}"
+        );
+        assert_eq!(
+            c["after"].as_array().map(Vec::len),
+            Some(4),
+            "{name}: each once: {c}"
+        );
+        let subscribes = p
+            .recorded()
+            .iter()
+            .filter(|l| l.contains("\"resources/subscribe\"") && l.contains(&format!("\"{uri}\"")))
+            .count();
+        assert_eq!(subscribes, 2, "{uri}: subscribed on each backend process");
+    }
+    assert_eq!(
+        p.recorded_initializes(),
+        2,
+        "one initialize per backend process"
+    );
+    let (_, health) = p.health();
+    assert_eq!(health["backend"]["restarts"], json!(1), "{health}");
+}
+
 suite!(
+    ts_sdk_session_survives_a_killed_backend,
     ts_sdk_to_mcp_server_time_beside_a_legacy_client,
     ts_sdk_to_the_demo_backend_beside_a_legacy_client,
 );

@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use super::sessions::SessionNumber;
-use crate::config::Restart;
 use crate::output::{BackendId, RequestId};
+use crate::settings::Restart;
 use crate::supervise::{AfterExit, Exit, Signal, Supervisor};
 
 /// Whose line is queued for the backend, which decides how much room it may take.

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::backend::LineFrom;
-use super::sessions::Kind;
+use super::resume::StreamKey;
+use super::sessions::{Kind, SessionNumber};
 use super::Hub;
 use crate::metrics::DropReason;
 use crate::output::{Frame, StreamId};
@@ -112,16 +113,20 @@ impl Hub {
         }
         self.metrics.broadcasts += 1;
         let frame: Arc<[u8]> = Arc::from(sse::message_event(message));
-        let streams: Vec<StreamId> = self
+        // Legacy streams share one frame; each GET stream numbers its own event.
+        let targets: Vec<Result<StreamId, (SessionNumber, StreamKey)>> = self
             .sessions
             .iter()
-            .filter_map(|(_, s)| match &s.kind {
-                Kind::Legacy { stream, .. } => Some(*stream),
-                Kind::Mcp(m) => m.get_stream,
+            .filter_map(|(number, s)| match &s.kind {
+                Kind::Legacy { stream, .. } => Some(Ok(*stream)),
+                Kind::Mcp(m) => m.get_stream.map(|key| Err((number, key))),
             })
             .collect();
-        for stream in streams {
-            self.send(now, stream, Frame::Shared(frame.clone()));
+        for target in targets {
+            match target {
+                Ok(stream) => self.send(now, stream, Frame::Shared(frame.clone())),
+                Err((number, key)) => self.send_event(now, number, key, message),
+            }
         }
     }
 

@@ -5,12 +5,13 @@ use std::time::{Duration, Instant};
 
 use super::backend::{LineFrom, Phase, StopStep};
 use super::mcp::Ending;
-use super::sessions::{Kind, Session, SessionNumber};
+use super::sessions::{Kind, SessionNumber};
 use super::{Hub, EXIT_DRAIN};
-use crate::config::OnBackendExit;
 use crate::http::Rejection;
 use crate::output::Frame;
 use crate::output::{BackendId, CloseReason, Event, Output};
+use crate::routed_id::SessionId;
+use crate::settings::OnBackendExit;
 use crate::supervise::{AfterExit, Exit};
 use crate::{sse, streamable};
 
@@ -200,7 +201,7 @@ impl Hub {
         }
     }
 
-    /// Every POST waiting for room is refused, every `/health` request answered.
+    /// Every POST waiting for the backend is refused, every `/health` request answered.
     fn settle_waiting(&mut self, now: Instant, rejection: Rejection) {
         for post in self.posts.take_all() {
             self.refuse(post.request, rejection, post.cors.as_deref());
@@ -245,15 +246,17 @@ impl Hub {
             CloseReason::BackendExited => Ending::BackendExited,
             _ => Ending::Shutdown,
         };
-        for (number, session) in self.sessions.close_all() {
+        let live: Vec<(SessionNumber, SessionId)> =
+            self.sessions.iter().map(|(n, s)| (n, s.id)).collect();
+        for (number, id) in live {
+            self.close_kind(now, number, ending);
             self.metrics.sessions_closed += 1;
-            let id = session.id;
-            self.close_kind(now, number, session, ending);
             self.log(Event::SessionClosed {
                 session: id,
                 reason,
             });
         }
+        self.sessions.close_all();
         self.streams.clear();
     }
 
@@ -261,14 +264,16 @@ impl Hub {
     /// flight are answered (and cancelled at the backend), and the uris only it watched are
     /// unsubscribed.
     pub(super) fn end_session(&mut self, now: Instant, number: SessionNumber, reason: CloseReason) {
+        if self.sessions.get(number).is_none() {
+            return;
+        }
+        self.close_kind(now, number, Ending::Deleted);
         let Some((session, released)) = self.sessions.close(number) else {
             return;
         };
         self.metrics.sessions_closed += 1;
-        let id = session.id;
-        self.close_kind(now, number, session, Ending::Deleted);
         self.log(Event::SessionClosed {
-            session: id,
+            session: session.id,
             reason,
         });
         for uri in released {
@@ -277,17 +282,18 @@ impl Hub {
         }
     }
 
-    fn close_kind(
-        &mut self,
-        now: Instant,
-        number: SessionNumber,
-        session: Session,
-        ending: Ending,
-    ) {
+    /// Ends what a session holds while it is still in the table: its stream, or its
+    /// requests in flight and streams.
+    fn close_kind(&mut self, now: Instant, number: SessionNumber, ending: Ending) {
         self.backend.forget(number);
-        match session.kind {
-            Kind::Legacy { stream, .. } => self.end_stream(stream),
-            Kind::Mcp(m) => self.end_mcp(now, number, session.id, m, ending),
+        let legacy = match self.sessions.get(number).map(|s| &s.kind) {
+            Some(Kind::Legacy { stream, .. }) => Some(*stream),
+            Some(Kind::Mcp(_)) => None,
+            None => return,
+        };
+        match legacy {
+            Some(stream) => self.end_stream(stream),
+            None => self.end_mcp(now, number, ending),
         }
     }
 }

@@ -7,24 +7,25 @@ use std::time::Instant;
 
 use super::backend::LineFrom;
 use super::dispatch::Delivery;
+use super::resume::{Carries, EventLog, StreamKey};
 use super::sessions::{Kind, SessionNumber};
-use super::streams::Role;
 use super::{Hub, Payload, Request};
 use crate::auth::Principal;
 use crate::http::{self, Rejection, Response};
 use crate::message;
 use crate::metrics::DropReason;
-use crate::output::{CloseReason, Event, Frame, RequestId, StreamId};
+use crate::output::{CloseReason, Event, RequestId};
 use crate::routed_id::SessionId;
 use crate::router::Checked;
-use crate::sse;
 use crate::streamable::{self, Accepts, IdKey};
 
 /// A Streamable session's own state beside the sessions table's.
 #[derive(Debug, Default)]
 pub(crate) struct McpSession {
-    /// The standalone GET stream, at most one.
-    pub(crate) get_stream: Option<StreamId>,
+    /// The standalone GET stream, at most one (its client may be away).
+    pub(crate) get_stream: Option<StreamKey>,
+    /// Every stream's events, for resumption.
+    pub(crate) log: EventLog,
     /// Requests whose answer an HTTP exchange waits for, by id.
     pub(crate) in_flight: BTreeMap<IdKey, InFlight>,
     /// Progress tokens of requests in flight, to the ids of the requests carrying each, in
@@ -35,9 +36,9 @@ pub(crate) struct McpSession {
 }
 
 impl McpSession {
-    /// Whether it may expire: no request in flight and no stream open.
+    /// Whether it may expire: no request in flight and no stream with its client there.
     pub(crate) fn is_quiet(&self) -> bool {
-        self.get_stream.is_none() && self.in_flight.is_empty()
+        self.in_flight.is_empty() && self.log.attached().next().is_none()
     }
 }
 
@@ -47,7 +48,7 @@ pub(crate) struct InFlight {
     /// The HTTP exchange that gets the answer.
     request: RequestId,
     /// Its SSE stream, when the answer is a stream (else a JSON body).
-    stream: Option<StreamId>,
+    stream: Option<StreamKey>,
     /// The id as the client wrote it.
     raw_id: String,
     /// Its progress token, if it carries one.
@@ -76,12 +77,19 @@ pub(super) struct McpPost {
     principal: Principal,
     msg: Checked,
     accepts: Accepts,
+    /// A 2025-11-25 client: its streams open with a priming event.
+    priming: bool,
 }
 
 impl McpPost {
     /// The session it names (`None`: one it starts).
     pub(super) fn session(&self) -> Option<SessionNumber> {
         self.session
+    }
+
+    /// The message it carries.
+    pub(super) fn message(&self) -> &Checked {
+        &self.msg
     }
 }
 
@@ -124,6 +132,7 @@ impl Hub {
             principal: req.principal,
             msg,
             accepts,
+            priming: req.mcp.protocol_version.as_deref().map(str::trim) == Some("2025-11-25"),
         })
     }
 
@@ -142,6 +151,7 @@ impl Hub {
             principal,
             msg,
             accepts,
+            priming,
         } = post;
         let number = match session {
             Some(number) if self.sessions.mcp(number).is_some() => number,
@@ -177,15 +187,16 @@ impl Hub {
         }
         self.touch(number, now);
         let stream_answer = accepts.event_stream && (msg.token.is_some() || !accepts.json);
-        self.await_answer(now, request, cors, (number, sid), &msg, stream_answer);
+        let stream = stream_answer.then_some(priming);
+        self.await_answer(now, request, cors, (number, sid), &msg, stream);
         // Now that the answer has somewhere to go: the line for the backend, or the
         // proxy's own answer (a cached initialize).
         self.client_message(now, number, sid, &msg);
         Ok(())
     }
 
-    /// Registers request `msg` in flight: its stream (when the answer is one), its
-    /// timeout, its progress token.
+    /// Registers request `msg` in flight: its stream (when the answer is one, primed or
+    /// not), its timeout, its progress token.
     fn await_answer(
         &mut self,
         now: Instant,
@@ -193,15 +204,17 @@ impl Hub {
         cors: &Option<String>,
         (number, sid): (SessionNumber, SessionId),
         msg: &Checked,
-        stream_answer: bool,
+        stream: Option<bool>,
     ) {
         let key = msg.id.as_ref().expect("a request").key.clone();
-        let stream = stream_answer.then(|| StreamId(self.mint()));
-        if let Some(stream) = stream {
-            let head = decorate(http::sse_head(), sid, cors);
-            let role = Role::Request(key.clone());
-            self.start_stream(now, request, (stream, head), number, role);
-        }
+        let stream = stream.map(|priming| {
+            let carries = Carries::Request(key.clone(), msg.raw_id().to_owned());
+            let stream = self.open_mcp_stream(now, request, (number, sid), cors, carries);
+            if priming {
+                self.prime(now, number, stream);
+            }
+            stream
+        });
         if let Some(timeout) = self.settings.request_timeout {
             let timer = (number, key.clone());
             self.sessions.request_timers.set(timer, now + timeout);
@@ -255,15 +268,19 @@ impl Hub {
             return Err(Rejection::NotAcceptable);
         }
         let (number, sid) = self.named_mcp_session(req)?;
-        let stream = StreamId(self.mint());
-        let head = decorate(http::sse_head(), sid, &req.cors);
-        self.start_stream(now, request, (stream, head), number, Role::Get);
+        if self.insufficient_scope(request, (&req.grant, &req.cors), None) {
+            return Ok(());
+        }
+        if let Some(last) = &req.mcp.last_event_id {
+            return self.resume(now, request, req, (number, sid), last);
+        }
+        let key = self.open_mcp_stream(now, request, (number, sid), &req.cors, Carries::Get);
         let old = self
             .sessions
             .mcp_mut(number)
-            .and_then(|m| m.get_stream.replace(stream));
+            .and_then(|m| m.get_stream.replace(key));
         if let Some(old) = old {
-            self.end_stream(old);
+            self.drop_stream(number, old);
         }
         self.touch(number, now);
         Ok(())
@@ -278,6 +295,9 @@ impl Hub {
         req: &Request,
     ) -> Result<(), Rejection> {
         let (number, sid) = self.named_mcp_session(req)?;
+        if self.insufficient_scope(request, (&req.grant, &req.cors), None) {
+            return Ok(());
+        }
         self.end_session(now, number, CloseReason::Deleted);
         self.respond(request, decorate(streamable::deleted(), sid, &req.cors));
         Ok(())
@@ -322,7 +342,7 @@ impl Hub {
             return;
         };
         match entry.stream {
-            Some(stream) => self.end_stream(stream),
+            Some(key) => self.drop_stream(number, key),
             None => {
                 let sid = self.sessions.get(number).expect("in flight").id;
                 let message = streamable::error_message(&entry.raw_id, -32800, "Request cancelled");
@@ -369,8 +389,7 @@ impl Hub {
                 let Some(entry) = key.and_then(|key| self.take_in_flight(number, &key)) else {
                     return self.drop_message(DropReason::NotInFlight, None);
                 };
-                let sid = self.sessions.get(number).expect("delivered to").id;
-                self.answer(now, sid, entry, message);
+                self.answer(now, number, entry, message);
                 self.touch(number, now);
             }
             Delivery::Progress { token } => {
@@ -380,8 +399,7 @@ impl Hub {
                 self.progress(now, number, key, message);
             }
             Delivery::Update => {
-                let frame = Frame::Owned(sse::message_event(&message));
-                self.send_to_get_stream(now, number, frame, "notifications/resources/updated");
+                self.send_to_get_stream(now, number, &message, "notifications/resources/updated");
             }
         }
     }
@@ -410,33 +428,35 @@ impl Hub {
             target = stream.or(target);
         }
         match target {
-            Some(stream) => self.send(now, stream, Frame::Owned(sse::message_event(&message))),
+            Some(key) => self.send_event(now, number, key, &message),
             None => self.drop_message(DropReason::NoStream, Some("notifications/progress")),
         }
     }
 
-    /// A notification for the session's GET stream, if it has one open.
-    fn send_to_get_stream(
+    /// A notification for the session's GET stream, if it has one (its client there or,
+    /// within the resume window, away).
+    pub(super) fn send_to_get_stream(
         &mut self,
         now: Instant,
         number: SessionNumber,
-        frame: Frame,
+        message: &[u8],
         method: &str,
     ) {
         match self.sessions.mcp(number).and_then(|m| m.get_stream) {
-            Some(stream) => self.send(now, stream, frame),
+            Some(key) => self.send_event(now, number, key, message),
             None => self.drop_message(DropReason::NoStream, Some(method)),
         }
     }
 
     /// Gives `entry` its answer: the JSON body, or the last event of its stream.
-    fn answer(&mut self, now: Instant, sid: SessionId, entry: InFlight, message: Vec<u8>) {
+    fn answer(&mut self, now: Instant, number: SessionNumber, entry: InFlight, message: Vec<u8>) {
         match entry.stream {
-            Some(stream) => {
-                self.send(now, stream, Frame::Owned(sse::message_event(&message)));
-                self.end_stream(stream);
+            Some(key) => {
+                self.send_event(now, number, key, &message);
+                self.finish_stream(now, number, key);
             }
             None => {
+                let sid = self.sessions.get(number).expect("answered while live").id;
                 let response = decorate(streamable::json_answer(message), sid, &entry.cors);
                 self.respond(entry.request, response);
             }
@@ -454,7 +474,7 @@ impl Hub {
             self.queue_line(line, LineFrom::Cancellation);
         }
         let message = streamable::error_message(&entry.raw_id, -32001, "request timed out");
-        self.answer(now, sid, entry, message);
+        self.answer(now, number, entry, message);
         self.touch(number, now);
     }
 
@@ -484,30 +504,29 @@ impl Hub {
         };
         let in_flight = std::mem::take(&mut m.in_flight);
         m.tokens.clear();
-        let sid = self.sessions.get(number).expect("live").id;
         for (key, entry) in in_flight {
             self.sessions.request_timers.remove(&(number, key));
             let message = streamable::error_message(&entry.raw_id, -32603, "backend restarted");
-            self.answer(now, sid, entry, message);
+            self.answer(now, number, entry, message);
         }
         self.touch(number, now);
     }
 
-    /// Answers every request of a Streamable session still in flight and ends its streams.
-    pub(super) fn end_mcp(
-        &mut self,
-        now: Instant,
-        number: SessionNumber,
-        sid: SessionId,
-        mut m: McpSession,
-        ending: Ending,
-    ) {
+    /// Answers every request of an ending Streamable session still in flight (cancelled at
+    /// the backend when the session is deleted) and ends its streams; nothing is kept.
+    pub(super) fn end_mcp(&mut self, now: Instant, number: SessionNumber, ending: Ending) {
         let text = match ending {
             Ending::Deleted => "session deleted",
             Ending::BackendExited => "backend restarted",
             Ending::Shutdown => "proxy shutting down",
         };
-        for (key, entry) in std::mem::take(&mut m.in_flight) {
+        let sid = self.sessions.get(number).expect("ending while live").id;
+        let Some(m) = self.sessions.mcp_mut(number) else {
+            return;
+        };
+        let in_flight = std::mem::take(&mut m.in_flight);
+        m.tokens.clear();
+        for (key, entry) in in_flight {
             self.sessions.request_timers.remove(&(number, key));
             if let Ending::Deleted = ending {
                 if let Some(line) = streamable::cancel_line(&sid, &entry.raw_id, text) {
@@ -515,16 +534,21 @@ impl Hub {
                 }
             }
             let message = streamable::error_message(&entry.raw_id, -32603, text);
-            self.answer(now, sid, entry, message);
+            self.answer(now, number, entry, message);
         }
-        if let Some(stream) = m.get_stream.take() {
-            self.end_stream(stream);
+        let keys = self
+            .sessions
+            .mcp(number)
+            .map(|m| m.log.keys())
+            .unwrap_or_default();
+        for key in keys {
+            self.drop_stream(number, key);
         }
     }
 }
 
 /// Adds the session header (and CORS headers) to an answer of `sid`.
-fn decorate(mut response: Response, sid: SessionId, cors: &Option<String>) -> Response {
+pub(super) fn decorate(mut response: Response, sid: SessionId, cors: &Option<String>) -> Response {
     response.headers.push((
         "mcp-session-id",
         std::borrow::Cow::Owned(sid.as_str().to_owned()),

@@ -3,14 +3,16 @@
 //!
 //! | part | owns |
 //! |---|---|
-//! | [`backend`] | the process: spawn, restart backoff, stdin budget, pings, `/health` waiters, the stop sequence |
-//! | [`sessions`] | the one table of live sessions (principal, kind, subscriptions, creation order) and the Streamable timers |
-//! | [`streams`] | open SSE streams and their keep-alives |
-//! | [`post`] | POSTs waiting for room in the backend's stdin |
+//! | `backend` | the process: spawn, restart backoff, stdin budget, pings, `/health` waiters, the stop sequence |
+//! | `sessions` | the one table of live sessions (principal, kind, subscriptions, creation order) and the Streamable timers (request, idle, resume window) |
+//! | `streams` | open SSE streams and their keep-alives |
+//! | `resume` | each Streamable session's event log: numbered events kept for resumption |
+//! | `post` | POSTs waiting for a restarted backend |
 //! | `router` | the message-level rules (SPEC sections 2 and 3), returning decisions |
 //!
-//! The hub's own files say what each input does: [`post`] and [`mcp`] the two transports'
-//! requests, [`dispatch`] a backend line, [`lifecycle`] the backend's and the proxy's life.
+//! The hub's own files say what each input does: `post` and `mcp` the two transports'
+//! requests, `resumption` their streams (numbered, kept, resumed), `dispatch` a backend
+//! line, `lifecycle` the backend's and the proxy's life.
 //!
 //! Every input takes `now`; after each one the shell drains [`Hub::poll_output`] and
 //! performs every [`Output`] in order, then sleeps until its next input or
@@ -25,14 +27,17 @@ mod dispatch;
 mod lifecycle;
 mod mcp;
 mod post;
+mod resume;
+mod resumption;
 mod sessions;
-mod settings;
 mod streams;
 
 use std::collections::VecDeque;
 use std::time::Instant;
 
-pub use settings::{Payload, Request, Settings, TableSizes, EXIT_DRAIN, STDIN_QUEUE};
+pub use crate::http::{Payload, Request};
+pub use crate::settings::{Settings, EXIT_DRAIN, RESUME_GLOBAL, STDIN_QUEUE};
+pub use resume::MAX_FINISHED_KEPT;
 
 use backend::{BackendProcess, LineFrom, Phase};
 use post::WaitingPosts;
@@ -46,6 +51,28 @@ use crate::routed_id::SessionId;
 use crate::router::Router;
 use crate::supervise::Health;
 
+/// What [`Hub::table_sizes`] counts (for tests).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TableSizes {
+    /// Streams open (legacy, GET and request streams).
+    pub streams: usize,
+    /// Streamable requests in flight.
+    pub in_flight: usize,
+    /// Progress tokens of requests in flight (one per request carrying one).
+    pub progress_tokens: usize,
+    /// Request timeout timers.
+    pub request_timers: usize,
+    /// Idle expiry timers.
+    pub idle_timers: usize,
+    /// Subscriptions, as (session, uri) pairs in the per-session and the per-uri sets.
+    pub subscriptions: (usize, usize),
+    /// Resume window timers of dropped or answered Streamable streams.
+    pub resume_timers: usize,
+    /// Bytes of Streamable events kept for resumption, over every session.
+    pub resume_bytes: usize,
+}
+
 /// The owner loop's state; see the [module docs](self) for the loop contract.
 #[derive(Debug)]
 pub struct Hub {
@@ -56,6 +83,8 @@ pub struct Hub {
     streams: Streams,
     posts: WaitingPosts,
     metrics: Metrics,
+    /// Bytes of Streamable events kept for resumption, over every session.
+    resume_bytes: usize,
     outputs: VecDeque<Output>,
     next_id: u64,
 }
@@ -70,6 +99,7 @@ impl Hub {
             streams: Streams::new(settings.keepalive),
             posts: WaitingPosts::default(),
             metrics: Metrics::default(),
+            resume_bytes: 0,
             settings,
             outputs: VecDeque::new(),
             next_id: 1,
@@ -110,6 +140,7 @@ impl Hub {
             match timer {
                 SessionTimer::Request(number, key) => self.request_timed_out(now, number, &key),
                 SessionTimer::Idle(number) => self.idle_check(now, number),
+                SessionTimer::Resume(number, key) => self.resume_expired(now, number, key),
             }
         }
         while let Some(post) = self.posts.take_due(now) {
@@ -148,6 +179,10 @@ impl Hub {
                 self.health(now, id);
                 Ok(())
             }
+            Endpoint::ResourceMetadata => {
+                self.resource_metadata(id);
+                Ok(())
+            }
             Endpoint::Metrics => {
                 let text = self.metrics_text().into_bytes();
                 self.respond(id, Response::text(200, "text/plain; version=0.0.4", text));
@@ -157,6 +192,15 @@ impl Hub {
         if let Err(rejection) = result {
             self.refuse(id, rejection, cors.as_deref());
         }
+        id
+    }
+
+    /// The shell could not start what would serve a new connection (a thread), so its
+    /// request was never read: the answer for it comes as [`Output::Respond`] (503 with
+    /// `Retry-After`, the connection closed), counted like every refusal.
+    pub fn handle_unserved(&mut self, _now: Instant) -> RequestId {
+        let id = RequestId(self.mint());
+        self.refuse(id, Rejection::Overloaded, None);
         id
     }
 
@@ -177,19 +221,7 @@ impl Hub {
         };
         match state.role {
             Role::Legacy => self.end_session(now, state.session, reason),
-            Role::Get => {
-                if let Some(m) = self.sessions.mcp_mut(state.session) {
-                    if m.get_stream == Some(stream) {
-                        m.get_stream = None;
-                    }
-                }
-                self.touch(state.session, now);
-            }
-            Role::Request(key) => {
-                // A disconnect is not a cancellation: the late answer is dropped.
-                self.take_in_flight(state.session, &key);
-                self.touch(state.session, now);
-            }
+            Role::Mcp(key) => self.mcp_stream_closed(now, state.session, key),
         }
     }
 
@@ -226,7 +258,10 @@ impl Hub {
     /// bounded by the streams, requests in flight and sessions that are live, never by how
     /// many requests came before (SPEC section 6, item 6).
     pub fn pending_timers(&self) -> usize {
-        self.streams.timers() + self.sessions.request_timers.len() + self.sessions.idle_timers.len()
+        self.streams.timers()
+            + self.sessions.request_timers.len()
+            + self.sessions.idle_timers.len()
+            + self.sessions.resume_timers.len()
     }
 
     /// Live sessions.
@@ -248,6 +283,8 @@ impl Hub {
             request_timers: self.sessions.request_timers.len(),
             idle_timers: self.sessions.idle_timers.len(),
             subscriptions: self.sessions.subscription_count(),
+            resume_timers: self.sessions.resume_timers.len(),
+            resume_bytes: self.resume_bytes,
             ..TableSizes::default()
         };
         for (_, session) in self.sessions.iter() {
@@ -278,6 +315,20 @@ impl Hub {
 
     // -----------------------------------------------------------------------------------
     // What every part's decisions come down to
+
+    /// The protected resource metadata (RFC 9728), readable from any origin.
+    fn resource_metadata(&mut self, request: RequestId) {
+        let response = match &self.settings.oauth {
+            Some(oauth) => {
+                let mut response = Response::json(200, oauth.document().into_bytes());
+                let any = std::borrow::Cow::Borrowed("*");
+                response.headers.push(("access-control-allow-origin", any));
+                response
+            }
+            None => Rejection::NotFound.response(),
+        };
+        self.respond(request, response);
+    }
 
     fn health(&mut self, now: Instant, request: RequestId) {
         if !self.backend.is_up() {

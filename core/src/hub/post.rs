@@ -12,12 +12,12 @@ use super::mcp::McpPost;
 use super::sessions::{Kind, SessionNumber};
 use super::streams::Role;
 use super::{Hub, Payload, Request};
-use crate::config::OnBackendExit;
-use crate::http::{self, Endpoint, Rejection};
+use crate::http::{self, Endpoint, Grant, Rejection};
 use crate::message;
 use crate::output::{Event, Frame, RequestId, StreamId};
 use crate::routed_id::SessionId;
 use crate::router::{Checked, Forward, RESPONSE_ID_AT};
+use crate::settings::OnBackendExit;
 use crate::sse;
 
 /// A POST checked in full, ready to act on.
@@ -33,6 +33,15 @@ pub(super) enum Prepared {
 }
 
 impl Prepared {
+    /// The id of the request it carries, as the client wrote it.
+    fn request_id(&self) -> Option<&str> {
+        let msg = match self {
+            Prepared::Legacy { msg, .. } => msg,
+            Prepared::Mcp(post) => post.message(),
+        };
+        msg.id.is_some().then(|| msg.raw_id())
+    }
+
     /// The session it is for (`None`: one it starts).
     fn session(&self) -> Option<SessionNumber> {
         match self {
@@ -92,6 +101,9 @@ impl Hub {
         request: RequestId,
         req: Request,
     ) -> Result<(), Rejection> {
+        if self.insufficient_scope(request, (&req.grant, &req.cors), None) {
+            return Ok(());
+        }
         self.check_new_session()?;
         let sid = SessionId::mint(self.settings.instance.as_ref(), req.entropy);
         let stream = StreamId(self.mint());
@@ -118,6 +130,41 @@ impl Hub {
         Ok(())
     }
 
+    /// SPEC section 9: a token without a scope every request needs (`--required-scope`)
+    /// gets 403 `insufficient_scope` with the scopes to ask for, and a JSON-RPC error under
+    /// the request's id when it has one. True if `request` was refused so.
+    pub(super) fn insufficient_scope(
+        &mut self,
+        request: RequestId,
+        (grant, cors): (&Grant, &Option<String>),
+        id: Option<&str>,
+    ) -> bool {
+        let Some(oauth) = self.settings.oauth.clone() else {
+            return false;
+        };
+        let missing = oauth.missing_scopes(&grant.scopes);
+        if missing.is_empty() {
+            return false;
+        }
+        self.metrics.rejected(&Rejection::InsufficientScope);
+        let url = grant.metadata_url.clone().unwrap_or_default();
+        let mut response = Rejection::InsufficientScope.response();
+        if let Some(id) = id {
+            let body =
+                crate::streamable::error_message(id, -32001, "Forbidden: insufficient scope");
+            response.body = std::borrow::Cow::Owned(body);
+        }
+        let challenge = oauth.insufficient_scope(&url, &missing);
+        response
+            .headers
+            .push(("www-authenticate", std::borrow::Cow::Owned(challenge)));
+        if let Some(origin) = cors {
+            http::add_cors(&mut response, origin);
+        }
+        self.respond(request, response);
+        true
+    }
+
     /// Whether a session may open now: 503 while the backend is down or past
     /// `--max-sessions`.
     pub(super) fn check_new_session(&self) -> Result<(), Rejection> {
@@ -135,11 +182,14 @@ impl Hub {
         request: RequestId,
         req: Request,
     ) -> Result<(), Rejection> {
-        let cors = req.cors.clone();
+        let (cors, grant) = (req.cors.clone(), req.grant.clone());
         let prepared = match req.endpoint {
             Endpoint::McpPost => Prepared::Mcp(self.prepare_mcp(req)?),
             _ => self.prepare_legacy(req)?,
         };
+        if self.insufficient_scope(request, (&grant, &cors), prepared.request_id()) {
+            return Ok(());
+        }
         let post = Post {
             request,
             cors,

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::deadlines::Deadlines;
 use super::mcp::McpSession;
+use super::resume::StreamKey;
 use crate::auth::Principal;
 use crate::http::Rejection;
 use crate::output::StreamId;
@@ -50,6 +51,8 @@ pub(crate) enum SessionTimer {
     Request(SessionNumber, IdKey),
     /// The session may have been idle for `--session-idle`.
     Idle(SessionNumber),
+    /// A dropped (or finished) stream's `--resume-window` passed.
+    Resume(SessionNumber, StreamKey),
 }
 
 /// The sessions part.
@@ -65,6 +68,8 @@ pub(crate) struct Sessions {
     pub(crate) request_timers: Deadlines<(SessionNumber, IdKey)>,
     /// Idle checks, at most one per Streamable session.
     pub(crate) idle_timers: Deadlines<SessionNumber>,
+    /// Ends of the resume windows of dropped and finished Streamable streams.
+    pub(crate) resume_timers: Deadlines<(SessionNumber, StreamKey)>,
 }
 
 impl Sessions {
@@ -77,6 +82,7 @@ impl Sessions {
             max,
             request_timers: Deadlines::default(),
             idle_timers: Deadlines::default(),
+            resume_timers: Deadlines::default(),
         }
     }
 
@@ -141,6 +147,7 @@ impl Sessions {
         self.subscribers.clear();
         self.request_timers.clear();
         self.idle_timers.clear();
+        self.resume_timers.clear();
         std::mem::take(&mut self.by_number).into_iter().collect()
     }
 
@@ -262,18 +269,26 @@ impl Sessions {
 
     /// The timers' next deadline.
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
-        [self.request_timers.next(), self.idle_timers.next()]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.request_timers.next(),
+            self.idle_timers.next(),
+            self.resume_timers.next(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
-    /// The next timer due at `now`: request timeouts first, then idle checks.
+    /// The next timer due at `now`: request timeouts first, then idle checks, then resume
+    /// windows.
     pub(crate) fn take_due(&mut self, now: Instant) -> Option<SessionTimer> {
         if let Some((_, (number, key))) = self.request_timers.pop_due(now) {
             return Some(SessionTimer::Request(number, key));
         }
-        let (_, number) = self.idle_timers.pop_due(now)?;
-        Some(SessionTimer::Idle(number))
+        if let Some((_, number)) = self.idle_timers.pop_due(now) {
+            return Some(SessionTimer::Idle(number));
+        }
+        let (_, (number, key)) = self.resume_timers.pop_due(now)?;
+        Some(SessionTimer::Resume(number, key))
     }
 }

@@ -4,20 +4,18 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use super::deadlines::Deadlines;
+use super::resume::StreamKey;
 use super::sessions::SessionNumber;
 use crate::output::{Frame, Output, StreamId};
 use crate::sse;
-use crate::streamable::IdKey;
 
 /// What a stream carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Role {
     /// A legacy session's `/sse` stream.
     Legacy,
-    /// A Streamable session's standalone GET stream.
-    Get,
-    /// The answer stream of the Streamable request with this id.
-    Request(IdKey),
+    /// A Streamable session's stream (its GET stream or a request's) of this number.
+    Mcp(StreamKey),
 }
 
 #[derive(Debug)]

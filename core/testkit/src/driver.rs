@@ -224,6 +224,14 @@ impl Driver {
         id
     }
 
+    /// The shell could not start what would serve a new connection.
+    pub fn unserved(&mut self) -> RequestId {
+        let id = self.hub.handle_unserved(self.now);
+        self.pending.insert(id);
+        self.drain();
+        id
+    }
+
     /// The client of `stream` hangs up.
     pub fn hang_up(&mut self, stream: StreamId) {
         if let Some(s) = self.streams.get_mut(&stream) {
@@ -479,10 +487,26 @@ impl Driver {
     }
 }
 
-/// A stream frame is the endpoint event, a keep-alive comment or one `message` event
-/// holding one JSON object with no raw newline.
+/// An event without its `id:` line (Streamable streams number their events).
+pub fn without_id(frame: &[u8]) -> &[u8] {
+    match frame.strip_prefix(b"id: ") {
+        Some(rest) => rest
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(frame, |at| &rest[at + 1..]),
+        None => frame,
+    }
+}
+
+/// A stream frame is the endpoint event, a keep-alive comment, a priming event (an id and
+/// empty data) or one `message` event (with or without an id) holding one JSON object
+/// with no raw newline.
 fn check_frame(frame: &[u8]) {
     if frame == switchboard_core::sse::KEEPALIVE || frame.starts_with(b"event: endpoint\ndata: ") {
+        return;
+    }
+    let frame = without_id(frame);
+    if frame == b"data: \n\n" {
         return;
     }
     let data = frame

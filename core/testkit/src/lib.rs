@@ -8,6 +8,8 @@
 //!   and the transcript the snapshot tests compare;
 //! - [`model`]: the one reference model, run on operations from the fuzzer
 //!   (`session_ops`) or from seeded generators (`core/tests/model.rs`);
+//! - [`resume_model`]: resumable streams and the fair share (SPEC sections 7 and 12) as
+//!   properties checked after every step of seeded sequences (`core/tests/resume_properties.rs`);
 //! - [`fuzz`]: the message-level properties of the `client_body` and `backend_line`
 //!   fuzz targets, judged on the hub's outputs read back by [`routing`].
 #![forbid(unsafe_code)]
@@ -15,5 +17,6 @@
 pub mod driver;
 pub mod fuzz;
 pub mod model;
+pub mod resume_model;
 pub mod routing;
 pub mod scenario;

@@ -837,6 +837,8 @@ impl Model {
             max_inflight: MAX_INFLIGHT,
             // The model's backend exits end every session (keep-sessions has its scenarios).
             on_backend_exit: switchboard_core::config::OnBackendExit::CloseSessions,
+            // A hang-up ends the request's wait (resumption has its scenarios).
+            resume_window: None,
             ..Settings::default()
         };
         let mut driver = Driver::new(settings);
@@ -919,6 +921,9 @@ impl Model {
             request_timers: pendings().filter(|p| p.deadline.is_some()).count(),
             idle_timers: sizes.idle_timers,
             subscriptions: (subs, subs),
+            // The model runs without resumption: nothing is kept.
+            resume_timers: 0,
+            resume_bytes: 0,
         };
         assert_eq!(sizes, expected, "the hub's tables after {op:?}");
         let mcp_sessions = self.live.values().filter(|s| s.mcp().is_some()).count();
@@ -969,39 +974,61 @@ impl Model {
     fn collect(&mut self, client: bool) -> StepOut {
         let records = self.driver_records();
         let mut out = StepOut::default();
-        let mut broadcast: Option<(Arc<[u8]>, BTreeSet<StreamId>)> = None;
+        // A broadcast is one list_changed reaching every legacy stream (one shared frame)
+        // and every GET stream (each its own numbered event), consecutively.
+        let mut broadcast: Option<(Vec<u8>, BTreeSet<StreamId>)> = None;
         let all = self.broadcast_streams();
-        let flush = |broadcast: &mut Option<(Arc<[u8]>, BTreeSet<StreamId>)>,
+        let flush = |broadcast: &mut Option<(Vec<u8>, BTreeSet<StreamId>)>,
                      actions: &mut Vec<Action>| {
-            if let Some((frame, reached)) = broadcast.take() {
+            if let Some((data, reached)) = broadcast.take() {
                 assert_eq!(
                     reached, all,
                     "a broadcast reached other than every legacy and GET stream"
                 );
                 actions.push(Action::Broadcast {
-                    message: Arc::from(message_data(&frame)),
+                    message: Arc::from(data),
                 });
             }
         };
         for output in records {
-            match output {
-                Output::ToStream {
-                    stream,
-                    frame: Frame::Shared(shared),
-                } => {
-                    let same = broadcast
-                        .as_ref()
-                        .is_some_and(|(f, _)| Arc::ptr_eq(f, &shared));
-                    if !same {
-                        flush(&mut broadcast, &mut out.actions);
-                        broadcast = Some((shared.clone(), BTreeSet::new()));
-                    }
-                    let (_, reached) = broadcast.as_mut().expect("set above");
-                    assert!(
-                        reached.insert(stream),
-                        "a broadcast reached {stream:?} twice"
-                    );
+            let broadcast_frame = match &output {
+                Output::ToStream { stream, frame } => {
+                    let data = match frame {
+                        Frame::Shared(shared) => Some(message_data(shared).to_vec()),
+                        _ => None,
+                    };
+                    let on_get = matches!(self.streams.get(stream), Some((_, Role::Get)));
+                    let listed = |d: &[u8]| {
+                        LIST_CHANGED.iter().any(|m| {
+                            d == format!(r#"{{"jsonrpc":"2.0","method":"{m}"}}"#).as_bytes()
+                        })
+                    };
+                    let is_event = frame.as_ref() != switchboard_core::sse::KEEPALIVE;
+                    data.or_else(|| {
+                        if !(on_get && is_event) {
+                            return None;
+                        }
+                        let d = message_data(frame.as_ref());
+                        listed(d).then(|| d.to_vec())
+                    })
+                    .map(|d| (*stream, d))
                 }
+                _ => None,
+            };
+            if let Some((stream, data)) = broadcast_frame {
+                let same = broadcast.as_ref().is_some_and(|(d, _)| *d == data);
+                if !same {
+                    flush(&mut broadcast, &mut out.actions);
+                    broadcast = Some((data, BTreeSet::new()));
+                }
+                let (_, reached) = broadcast.as_mut().expect("set above");
+                assert!(
+                    reached.insert(stream),
+                    "a broadcast reached {stream:?} twice"
+                );
+                continue;
+            }
+            match output {
                 Output::ToStream { stream, frame } => {
                     flush(&mut broadcast, &mut out.actions);
                     let bytes = frame.as_ref();
@@ -1667,6 +1694,7 @@ impl Model {
                 content_type: Some("application/json".into()),
                 accept: Some(accept.into()),
                 protocol_version: None,
+                last_event_id: None,
             },
             ..Admitted::new(endpoint, principal, "")
         };
@@ -2668,7 +2696,7 @@ impl Model {
 
 /// The data of a `message` event frame.
 fn message_data(frame: &[u8]) -> &[u8] {
-    frame
+    crate::driver::without_id(frame)
         .strip_prefix(b"event: message\ndata: ")
         .and_then(|r| r.strip_suffix(b"\n\n"))
         .unwrap_or_else(|| panic!("not a message event: {}", String::from_utf8_lossy(frame)))

@@ -268,6 +268,7 @@ fn is_proxy_line(line: &[u8]) -> bool {
 
 /// The data of an SSE `message` event.
 pub(crate) fn message_data(frame: &[u8]) -> &[u8] {
+    let frame = crate::driver::without_id(frame);
     let frame = frame
         .strip_prefix(b"event: message\ndata: ")
         .unwrap_or(frame);

@@ -28,12 +28,13 @@
 //! | `health` | `GET /health` |
 //! | `metrics [PREFIX]` | `GET /metrics`, showing the sample lines that start with PREFIX |
 //! | `sigterm` | SIGTERM for the proxy |
+//! | `unserved` | the shell could not start a thread for a new connection (its request unread) |
 //! | `mcp-init A alice {...}` | `POST /mcp` without a session as `alice` (an `initialize`): the new session is A |
 //! | `mcp-post A {...}` | `POST /mcp` with A's `Mcp-Session-Id`, accepting JSON and SSE; an answer stream is `A@LINE` |
 //! | `mcp-get A`, `mcp-delete A` | `GET /mcp` (the stream `A/get`), `DELETE /mcp` for A |
-//! | `mcp-raw METHOD [A] [key=value ...] [{...}]` | any `/mcp` request: `as=bob`, `session=none\|B\|text`, `accept=json\|sse\|both\|any\|none\|TYPE`, `type=json\|none\|TYPE`, `version=V`, `origin=O`, `body=too-large` |
-//! | `hangup S`, `stall S` with a stream name | `A`, `A/get`, `A@12` |
-//! | `with FLAG VALUE` | before any other command: `restart never`, `keepalive 10s`, `ping-interval 5s`, `ping-timeout 2s`, `grace 1s`, `session-buffer 8192`, `max-sessions 2`, `stdin-queue 2`, `restart-wait 1s`, `on-backend-exit close-sessions`, `instance a` (ids are minted as `a.<uuid>`, `<A>` still expands to the whole id and transcripts show it as `a.<A>`); `spawn-fails N` makes the first N starts fail |
+//! | `mcp-raw METHOD [A] [key=value ...] [{...}]` | any `/mcp` request: `as=bob`, `session=none\|B\|text`, `accept=json\|sse\|both\|any\|none\|TYPE`, `type=json\|none\|TYPE`, `version=V`, `last-event-id=ID`, `origin=O`, `body=too-large` |
+//! | `hangup S`, `stall S` with a stream name | `A`, `A/get`, `A@12`, `A/resume@12` |
+//! | `with FLAG VALUE` | before any other command: `restart never`, `keepalive 10s`, `ping-interval 5s`, `ping-timeout 2s`, `grace 1s`, `session-buffer 8192`, `max-sessions 2`, `stdin-queue 2`, `restart-wait 1s`, `on-backend-exit close-sessions`, `resume-window 0s` (no resumption), `resume-buffer 1KiB`, `instance a` (ids are minted as `a.<uuid>`, `<A>` still expands to the whole id and transcripts show it as `a.<A>`); `spawn-fails N` makes the first N starts fail |
 //!
 //! The transcript shows each command, then what followed, indented:
 //!
@@ -118,6 +119,8 @@ pub enum Command {
     Metrics(String),
     /// `sigterm`.
     Sigterm,
+    /// `unserved`: the shell could not start a thread for a new connection.
+    Unserved,
     /// `with FLAG VALUE`, before any other command: a setting of the hub.
     With(String, String),
     /// A request on `/mcp`.
@@ -153,6 +156,8 @@ pub struct McpHeaderOptions {
     pub content_type: Option<String>,
     /// `MCP-Protocol-Version`.
     pub version: Option<String>,
+    /// `Last-Event-ID`.
+    pub last_event_id: Option<String>,
     /// `Origin`, for CORS.
     pub origin: Option<String>,
 }
@@ -165,6 +170,7 @@ impl McpHeaderOptions {
             accept: Some("application/json, text/event-stream".to_owned()),
             content_type: Some("application/json".to_owned()),
             version: None,
+            last_event_id: None,
             origin: None,
         }
     }
@@ -234,6 +240,7 @@ fn parse_mcp_raw(rest: &str) -> Option<Command> {
                 }
             }
             "version" => command.headers.version = Some(value.to_owned()),
+            "last-event-id" => command.headers.last_event_id = Some(value.to_owned()),
             "origin" => command.headers.origin = Some(value.to_owned()),
             "body" if value == "too-large" => command.body = Some(TOO_LARGE.to_owned()),
             _ => return None,
@@ -253,16 +260,17 @@ fn parse_mcp_raw(rest: &str) -> Option<Command> {
 const TOO_LARGE: &str = "\0too-large";
 
 /// A stream's name in a script: `A` (a legacy session's stream), `A/get` (a Streamable
-/// session's GET stream) or `A@12` (the answer stream of the request on line 12).
+/// session's GET stream), `A@12` (the answer stream of the request on line 12) or
+/// `A/resume@12` (the stream of the GET with `Last-Event-ID` on line 12).
 fn stream_name(text: &str) -> Option<String> {
     let label = text.split(['/', '@']).next()?;
     let rest = &text[label.len()..];
+    let line = |n: &str| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
     let ok = is_label(label)
         && (rest.is_empty()
             || rest == "/get"
-            || rest
-                .strip_prefix('@')
-                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())));
+            || rest.strip_prefix('@').is_some_and(line)
+            || rest.strip_prefix("/resume@").is_some_and(line));
     ok.then(|| text.to_owned())
 }
 
@@ -421,6 +429,7 @@ fn parse_command(line: &str) -> Option<Command> {
         "health" => Command::Health,
         "metrics" => Command::Metrics(rest.to_owned()),
         "sigterm" => Command::Sigterm,
+        "unserved" => Command::Unserved,
         "with" => {
             let (flag, value) = rest.split_once(' ')?;
             Command::With(flag.to_owned(), value.to_owned())
@@ -631,6 +640,10 @@ fn apply_setting(settings: &mut Settings, flag: &str, value: &str) -> Option<()>
         }
         "stdin-queue" => settings.stdin_queue = value.parse().ok()?,
         "restart-wait" => settings.restart_wait = duration(value).ok()?,
+        "resume-window" => {
+            settings.resume_window = Some(duration(value).ok()?).filter(|d| !d.is_zero())
+        }
+        "resume-buffer" => settings.resume_buffer = size(value).ok()?,
         "on-backend-exit" => {
             settings.on_backend_exit = match value {
                 "keep-sessions" => OnBackendExit::KeepSessions,
@@ -775,6 +788,7 @@ impl Runner {
                 content_type: command.headers.content_type.clone(),
                 accept: command.headers.accept.clone(),
                 protocol_version: command.headers.version.clone(),
+                last_event_id: command.headers.last_event_id.clone(),
             },
             cors: command.headers.origin.clone(),
             ..Admitted::new(endpoint, principal, "")
@@ -782,6 +796,9 @@ impl Runner {
         let request = self.driver.send(admitted.into_request(body, || entropy));
         if let Some(label) = &command.label {
             let name = match command.method {
+                "GET" if command.headers.last_event_id.is_some() => {
+                    format!("{label}/resume@{}", self.line_number)
+                }
                 "GET" => format!("{label}/get"),
                 _ => format!("{label}@{}", self.line_number),
             };
@@ -931,6 +948,7 @@ impl Runner {
                 d.shutdown();
                 None
             }
+            Command::Unserved => Some(d.unserved()),
             Command::With(..) => unreachable!("handled before the hub starts"),
             Command::Mcp(command) => Some(self.mcp(command)),
         }
@@ -1041,11 +1059,7 @@ impl Runner {
                 {
                     format!("endpoint {}", String::from_utf8_lossy(url))
                 } else {
-                    let data = bytes
-                        .strip_prefix(b"event: message\ndata: ")
-                        .and_then(|r| r.strip_suffix(b"\n\n"))
-                        .unwrap_or(bytes);
-                    render_bytes(data)
+                    render_event(bytes)
                 };
                 format!("-> {}: {shown}", self.stream_label(*stream))
             }
@@ -1123,4 +1137,24 @@ pub fn render_bytes(bytes: &[u8]) -> String {
         }
     }
     text
+}
+
+/// A stream's event as a transcript shows it: `[id] data`, `(priming)` for a priming event.
+fn render_event(bytes: &[u8]) -> String {
+    let event = crate::driver::without_id(bytes);
+    let id = (event.len() < bytes.len())
+        .then(|| String::from_utf8_lossy(&bytes[4..bytes.len() - event.len() - 1]));
+    let data = match event {
+        b"data: \n\n" => "(priming)".to_owned(),
+        event => render_bytes(
+            event
+                .strip_prefix(b"event: message\ndata: ")
+                .and_then(|r| r.strip_suffix(b"\n\n"))
+                .unwrap_or(event),
+        ),
+    };
+    match id {
+        Some(id) => format!("[{id}] {data}"),
+        None => data,
+    }
 }

@@ -2,12 +2,14 @@
 //! stdin/stdout, with tools that make it misbehave on purpose (answer late and out of order,
 //! emit arbitrary lines, flood, crash, log).
 //!
-//! Usage: `test-backend [--fail-second-initialize] [--fail-first-initialize] [--slow-restart MARKER]`
+//! Usage: `test-backend [--fail-second-initialize] [--fail-first-initialize] [--slow-restart MARKER]
+//! [--protocol-version VERSION]`
 //!
 //! - `--fail-first-initialize`: the first `initialize` is answered with an error, 300 ms late.
 //! - `--slow-restart MARKER`: the first process creates the file MARKER; any process that
 //!   finds it (a restart) sleeps 2 s before reading stdin, so an outage is observable.
-//! - `initialize`: protocolVersion `2024-11-05`, capabilities `{tools:{}, resources:{subscribe:true}}`.
+//! - `--protocol-version VERSION`: `initialize` answers this protocolVersion instead.
+//! - `initialize`: protocolVersion `2024-11-05` (unless given), capabilities `{tools:{}, resources:{subscribe:true}}`.
 //!   With `--fail-second-initialize` every later `initialize` is answered with an error, as
 //!   servers built on the official Go SDK do.
 //! - `tools/call` tools: `echo` (content[0] is the arguments as JSON text, content[1] the id
@@ -17,22 +19,35 @@
 //!   `notifications/progress` with the request's `_meta.progressToken` as given, then the
 //!   result), `flood {bytes}` (one garbage line of that many bytes, then the result),
 //!   `exit {code}` (exits at once, no answer), `stderr {text}` (writes the text to stderr),
-//!   `env {name}` (the variable's value as text), `responses` (the responses this process has received to its own requests).
-//! - `resources/subscribe`, `resources/unsubscribe`, `ping`: `{}`. Unknown methods: -32601.
+//!   `env {name}` (the variable's value as text), `responses` (the responses this process has received to its own requests),
+//!   `touch {uri}` (a `notifications/resources/updated` for `uri` when this process holds a
+//!   subscription to it, then the result: `{"uri", "notified": bool}` as text),
+//!   `gated_progress {gate}` (one `notifications/progress` (1 of 2) at once; then, from its
+//!   own thread, once the file `gate` exists, a second one (2 of 2) and the result, and then
+//!   it removes `gate`, so a test knows both lines were written; after 30 s without the file,
+//!   an error instead).
+//! - `resources/subscribe`, `resources/unsubscribe` (each process keeps its own set of
+//!   subscribed uris, so a restarted process knows only the subscriptions sent to it),
+//!   `ping`: `{}`. Unknown methods: -32601.
 //! - Responses (to requests it emitted, e.g. `sampling/createMessage`) are recorded.
 //! - `TEST_BACKEND_RECORD=path`: every received line is appended verbatim to `path`.
 //!
 //! It exits 0 when stdin closes.
 
+use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, Write};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 /// How long a restarted process sleeps before reading stdin, with `--slow-restart`.
 const SLOW_RESTART_MS: u64 = 2_000;
+
+/// How long `gated_progress` waits for its gate file, at most.
+const GATE_WAIT: Duration = Duration::from_secs(30);
 
 /// stdout shared by the main loop and the delayed-reply threads; one line per lock.
 #[derive(Clone)]
@@ -88,6 +103,8 @@ fn tools() -> Value {
         tool("stderr", "Writes `text` to stderr.", json!({"text": {"type": "string"}})),
         tool("env", "Returns the value of the environment variable `name`.", json!({"name": {"type": "string"}})),
         tool("responses", "Lists the responses received to this server's own requests.", json!({})),
+        tool("touch", "Notifies `resources/updated` for `uri` if this process holds a subscription to it.", json!({"uri": {"type": "string"}})),
+        tool("gated_progress", "Sends progress 1 of 2; once the file `gate` exists, progress 2 of 2 and the result.", json!({"gate": {"type": "string"}})),
     ]})
 }
 
@@ -97,6 +114,9 @@ struct Backend {
     fail_first_initialize: bool,
     initializes: u64,
     responses: Vec<Value>,
+    /// The uris this process was asked to watch (`resources/subscribe`).
+    subscriptions: BTreeSet<String>,
+    protocol_version: String,
 }
 
 impl Backend {
@@ -136,14 +156,23 @@ impl Backend {
                     result(
                         id,
                         json!({
-                            "protocolVersion": "2024-11-05",
+                            "protocolVersion": self.protocol_version,
                             "capabilities": {"tools": {}, "resources": {"subscribe": true}},
                             "serverInfo": {"name": "test-backend", "version": "0.1.0"},
                         }),
                     )
                 }
             }
-            "ping" | "resources/subscribe" | "resources/unsubscribe" => result(id, json!({})),
+            "ping" => result(id, json!({})),
+            "resources/subscribe" | "resources/unsubscribe" => {
+                let uri = params.get("uri").and_then(Value::as_str).unwrap_or("");
+                if method == "resources/subscribe" {
+                    self.subscriptions.insert(uri.to_owned());
+                } else {
+                    self.subscriptions.remove(uri);
+                }
+                result(id, json!({}))
+            }
             "tools/list" => result(id, tools()),
             "tools/call" => match self.call(id, &params) {
                 Some(reply) => reply,
@@ -197,6 +226,43 @@ impl Backend {
                 }));
                 Some(result(id, text_result(&args, id)))
             }
+            "gated_progress" => {
+                let token = params
+                    .get("_meta")
+                    .and_then(|m| m.get("progressToken"))
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                let progress = move |n: u64| {
+                    json!({
+                        "jsonrpc": "2.0",
+                        "method": "notifications/progress",
+                        "params": {"progressToken": token, "progress": n, "total": 2, "message": format!("step {n}")},
+                    })
+                };
+                self.out.send(&progress(1));
+                let gate = args.get("gate").and_then(Value::as_str).map(PathBuf::from);
+                let out = self.out.clone();
+                let (id, reply) = (id.clone(), result(id, text_result(&args, id)));
+                std::thread::spawn(move || {
+                    let opened = gate.as_ref().is_some_and(|gate| {
+                        let deadline = Instant::now() + GATE_WAIT;
+                        while !gate.exists() && Instant::now() < deadline {
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
+                        gate.exists()
+                    });
+                    if !opened {
+                        out.send(&error(&id, -32603, "the gate was never opened"));
+                        return;
+                    }
+                    out.send(&progress(2));
+                    out.send(&reply);
+                    if let Some(gate) = gate {
+                        let _ = std::fs::remove_file(gate);
+                    }
+                });
+                None
+            }
             "flood" => {
                 let bytes = args.get("bytes").and_then(Value::as_u64).unwrap_or(0) as usize;
                 self.out.line(&"x".repeat(bytes));
@@ -226,6 +292,22 @@ impl Backend {
                     json!({"content": [{"type": "text", "text": list.to_string()}], "isError": false}),
                 ))
             }
+            "touch" => {
+                let uri = args.get("uri").and_then(Value::as_str).unwrap_or("");
+                let notified = self.subscriptions.contains(uri);
+                if notified {
+                    self.out.send(&json!({
+                        "jsonrpc": "2.0",
+                        "method": "notifications/resources/updated",
+                        "params": {"uri": uri},
+                    }));
+                }
+                let text = json!({"uri": uri, "notified": notified}).to_string();
+                Some(result(
+                    id,
+                    json!({"content": [{"type": "text", "text": text}], "isError": false}),
+                ))
+            }
             _ => Some(error(id, -32602, &format!("Unknown tool: {name}"))),
         }
     }
@@ -235,12 +317,20 @@ fn main() {
     let mut fail_second_initialize = false;
     let mut fail_first_initialize = false;
     let mut slow_restart: Option<String> = None;
+    let mut protocol_version = "2024-11-05".to_owned();
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--fail-second-initialize" => fail_second_initialize = true,
             "--fail-first-initialize" => fail_first_initialize = true,
             "--slow-restart" => slow_restart = args.next(),
+            "--protocol-version" => match args.next() {
+                Some(version) => protocol_version = version,
+                None => {
+                    eprintln!("test-backend: --protocol-version needs a value");
+                    std::process::exit(2);
+                }
+            },
             other => {
                 eprintln!("test-backend: unknown argument {other:?}");
                 std::process::exit(2);
@@ -268,6 +358,8 @@ fn main() {
         fail_first_initialize,
         initializes: 0,
         responses: Vec::new(),
+        subscriptions: BTreeSet::new(),
+        protocol_version,
     };
     let stdin = io::stdin();
     let mut input = stdin.lock();

@@ -1,27 +1,60 @@
-//! What the hub is told: its settings, and the admitted HTTP requests that are its inputs.
+//! What the hub is told at start: every setting it decides with, from the one CLI
+//! definition ([`Config::settings`](crate::config::Config::settings)) or a test.
 
 use std::time::Duration;
 
-use crate::auth::Principal;
-use crate::config::{OnBackendExit, Restart};
-use crate::http::{Endpoint, McpHeaders};
+#[cfg(feature = "cli")]
+use clap::ValueEnum;
+
 use crate::routed_id::Instance;
+
+/// When the supervisor restarts the backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "cli", derive(ValueEnum))]
+pub enum Restart {
+    /// Restart after a non-zero exit or a signal; a clean exit (0) shuts the proxy down.
+    #[default]
+    OnFailure,
+    /// Restart after every exit.
+    Always,
+    /// Never restart: the proxy exits with the backend's status.
+    Never,
+}
+
+/// What a backend exit that will be restarted does to live sessions (SPEC section 12).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "cli", derive(ValueEnum))]
+pub enum OnBackendExit {
+    /// Sessions stay live: requests in flight get -32603, new ones wait for the new
+    /// process, which is initialized with the cached handshake and resubscribed.
+    #[default]
+    KeepSessions,
+    /// Every session is closed; clients start again.
+    CloseSessions,
+}
 
 /// Client lines the hub lets wait in the backend's stdin queue by default, shared fairly
 /// among the sessions that have lines queued (SPEC section 12). The proxy's own lines may
 /// use as much again.
 pub const STDIN_QUEUE: usize = 1024;
 
+/// Bytes of Streamable events the whole proxy keeps for resumption, at most.
+pub const RESUME_GLOBAL: usize = 64 << 20;
+
 /// At exit, how long answers already under way get to reach their clients.
 pub const EXIT_DRAIN: Duration = Duration::from_secs(1);
 
-/// What the hub needs from the command line; see [`Config::settings`](crate::config::Config::settings).
+/// What the hub needs from the command line.
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// Most live sessions.
     pub max_sessions: usize,
     /// Byte budget of each stream's queue in the shell.
     pub session_buffer: usize,
+    /// How long a dropped Streamable stream's events are kept; `None`: no resumption.
+    pub resume_window: Option<Duration>,
+    /// Bytes of Streamable events kept per session for resumption.
+    pub resume_buffer: usize,
     /// Idle time after which a stream gets a keep-alive comment.
     pub keepalive: Duration,
     /// Interval of health pings.
@@ -50,6 +83,8 @@ pub struct Settings {
     pub endpoint_prefix: String,
     /// The `--instance` name every minted session id starts with, if any.
     pub instance: Option<Instance>,
+    /// The OAuth resource server (`--oauth-issuer`): its metadata and scope rules.
+    pub oauth: Option<std::sync::Arc<crate::oauth::ResourceServer>>,
 }
 
 impl Default for Settings {
@@ -57,6 +92,8 @@ impl Default for Settings {
         Settings {
             max_sessions: 10_000,
             session_buffer: 4 << 20,
+            resume_window: Some(Duration::from_secs(60)),
+            resume_buffer: 1 << 20,
             keepalive: Duration::from_secs(30),
             ping_interval: Duration::from_secs(30),
             ping_timeout: Duration::from_secs(10),
@@ -70,53 +107,7 @@ impl Default for Settings {
             max_inflight: 256,
             endpoint_prefix: String::new(),
             instance: None,
+            oauth: None,
         }
     }
-}
-
-/// An HTTP request the gate admitted ([`crate::http::Gate::admit`]), with its body and
-/// fresh randomness for a session it may create.
-#[derive(Debug, Clone)]
-pub struct Request {
-    /// What it asks for.
-    pub endpoint: Endpoint,
-    /// Who asks.
-    pub principal: Principal,
-    /// The session `session_id` names, as sent (empty when none), for `/messages`.
-    pub session: String,
-    /// The Streamable HTTP headers, for `/mcp`.
-    pub mcp: McpHeaders,
-    /// The browser origin to answer with CORS headers, when present and allowed.
-    pub cors: Option<String>,
-    /// The body as far as the shell read it.
-    pub body: Payload,
-    /// 16 random bytes from the OS, for the id of a session this request may create.
-    pub entropy: [u8; 16],
-}
-
-/// A request body as the shell read it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Payload {
-    /// The whole body (empty for none).
-    Bytes(Vec<u8>),
-    /// Longer than `--max-body`; the rest was not read.
-    TooLarge,
-}
-
-/// What [`Hub::table_sizes`](super::Hub::table_sizes) counts (for tests).
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TableSizes {
-    /// Streams open (legacy, GET and request streams).
-    pub streams: usize,
-    /// Streamable requests in flight.
-    pub in_flight: usize,
-    /// Progress tokens of requests in flight (one per request carrying one).
-    pub progress_tokens: usize,
-    /// Request timeout timers.
-    pub request_timers: usize,
-    /// Idle expiry timers.
-    pub idle_timers: usize,
-    /// Subscriptions, as (session, uri) pairs in the per-session and the per-uri sets.
-    pub subscriptions: (usize, usize),
 }

@@ -1,0 +1,305 @@
+//! The events of a Streamable session's SSE streams, kept so that a client whose
+//! connection dropped can resume a stream with `Last-Event-ID` (SPEC section 12): every
+//! event is numbered within its stream, and the most recent ones are kept within a byte
+//! budget per session and one for the whole proxy, oldest first out.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use crate::output::StreamId;
+use crate::streamable::IdKey;
+
+/// A stream's number within its session; with an event's position it makes the event id
+/// `<stream>.<position>`.
+pub(crate) type StreamKey = u32;
+
+/// What a Streamable stream carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Carries {
+    /// The session's standalone GET stream.
+    Get,
+    /// The answer to this request (its key, and its id as the client wrote it).
+    Request(IdKey, String),
+}
+
+/// One stream of the session, open or dropped.
+#[derive(Debug)]
+pub(crate) struct StreamLog {
+    pub(crate) carries: Carries,
+    /// The shell's stream it is written to now; `None` while its client is away.
+    pub(crate) attached: Option<StreamId>,
+    /// Its response was written: nothing follows, the stream ends after a replay.
+    pub(crate) finished: bool,
+    /// The position of the next event (the first is 1; 0 is the priming event).
+    next: u64,
+    /// Events up to this position are gone (evicted).
+    gone_through: u64,
+}
+
+/// An event to replay: its id and the event without its id line.
+pub(crate) type Replayed = (String, Arc<[u8]>);
+
+/// What a session remembers of a request stream whose events expired.
+#[derive(Debug, Clone)]
+struct Expired {
+    /// The request's id as the client wrote it.
+    raw_id: String,
+    /// The position of its answer, when the answer was written before the events went.
+    answered_at: Option<u64>,
+}
+
+/// Why a `Last-Event-ID` cannot be replayed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Unreplayable {
+    /// It names no stream of this session.
+    Unknown,
+    /// Its stream's request, whose events are gone: the raw id to answer -32001 under.
+    Lost(Option<String>),
+    /// An expired stream resumed at or after its answer: the client has it; nothing more
+    /// comes (a second, contradictory answer would break "at most once").
+    Answered,
+}
+
+/// A session's event log.
+#[derive(Debug, Default)]
+pub(crate) struct EventLog {
+    streams: BTreeMap<StreamKey, StreamLog>,
+    /// Kept events, oldest first: (stream, position, the event without its id line).
+    kept: VecDeque<(StreamKey, u64, Arc<[u8]>)>,
+    bytes: usize,
+    next_key: StreamKey,
+    /// Request streams whose events expired, with the raw id of their request, until the
+    /// session ends (at most [`MAX_EXPIRED`]).
+    expired: BTreeMap<StreamKey, Expired>,
+}
+
+/// Expired request streams a session remembers, at most (the oldest are forgotten; resuming
+/// one of those is then a 400, not a -32001).
+const MAX_EXPIRED: usize = 1024;
+
+/// Answered streams a session keeps for a client that may have missed their end, at most
+/// (the oldest go first): what a session holds stays bounded by what is live, not by how
+/// many requests it made within the window.
+pub const MAX_FINISHED_KEPT: usize = 64;
+
+/// The byte budgets events are kept within.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Budget {
+    /// Per session (`--resume-buffer`).
+    pub(crate) session: usize,
+    /// For the whole proxy.
+    pub(crate) global: usize,
+}
+
+/// An event id as sent: `<stream>.<position>`.
+pub(crate) fn event_id(key: StreamKey, position: u64) -> String {
+    format!("{key}.{position}")
+}
+
+/// Reads an event id; `None` for anything this proxy never sent.
+pub(crate) fn parse_event_id(text: &str) -> Option<(StreamKey, u64)> {
+    let (key, position) = text.trim().split_once('.')?;
+    let digits = |s: &str| !s.is_empty() && s.len() <= 19 && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(key) || !digits(position) {
+        return None;
+    }
+    Some((key.parse().ok()?, position.parse().ok()?))
+}
+
+impl EventLog {
+    /// A new stream carrying `carries`, written to `attached`.
+    pub(crate) fn open(&mut self, carries: Carries, attached: StreamId) -> StreamKey {
+        self.next_key += 1;
+        let key = self.next_key;
+        let log = StreamLog {
+            carries,
+            attached: Some(attached),
+            finished: false,
+            next: 1,
+            gone_through: 0,
+        };
+        self.streams.insert(key, log);
+        key
+    }
+
+    pub(crate) fn get(&self, key: StreamKey) -> Option<&StreamLog> {
+        self.streams.get(&key)
+    }
+
+    pub(crate) fn get_mut(&mut self, key: StreamKey) -> Option<&mut StreamLog> {
+        self.streams.get_mut(&key)
+    }
+
+    /// Keeps `event` as the next of stream `key`, evicting the oldest events past the
+    /// budgets (`global` is the proxy's total, kept by the caller). Its id.
+    pub(crate) fn push(
+        &mut self,
+        key: StreamKey,
+        event: Arc<[u8]>,
+        budget: Budget,
+        global: &mut usize,
+    ) -> Option<String> {
+        let log = self.streams.get_mut(&key)?;
+        let position = log.next;
+        log.next += 1;
+        let size = event.len();
+        self.kept.push_back((key, position, event));
+        self.bytes += size;
+        *global += size;
+        while self.bytes > budget.session || *global > budget.global {
+            let Some((old_key, old_position, old)) = self.kept.pop_front() else {
+                break;
+            };
+            self.bytes -= old.len();
+            *global -= old.len();
+            if let Some(log) = self.streams.get_mut(&old_key) {
+                log.gone_through = log.gone_through.max(old_position);
+            }
+        }
+        Some(event_id(key, position))
+    }
+
+    /// The events of stream `key` after `position`, with their ids.
+    pub(crate) fn replay(
+        &self,
+        key: StreamKey,
+        position: u64,
+    ) -> Result<Vec<Replayed>, Unreplayable> {
+        let Some(log) = self.streams.get(&key) else {
+            return match self.expired.get(&key) {
+                Some(e) if e.answered_at.is_some_and(|at| position >= at) => {
+                    Err(Unreplayable::Answered)
+                }
+                Some(e) => Err(Unreplayable::Lost(Some(e.raw_id.clone()))),
+                None => Err(Unreplayable::Unknown),
+            };
+        };
+        if position >= log.next {
+            return Err(Unreplayable::Unknown);
+        }
+        // A request's answer may be among the lost events; a GET stream carries
+        // notifications, and what is left of them is replayed.
+        let position = match &log.carries {
+            Carries::Request(_, raw_id) if position < log.gone_through => {
+                return Err(Unreplayable::Lost(Some(raw_id.clone())));
+            }
+            _ => position.max(log.gone_through),
+        };
+        Ok(self
+            .kept
+            .iter()
+            .filter(|(k, p, _)| *k == key && *p > position)
+            .map(|(k, p, event)| (event_id(*k, *p), event.clone()))
+            .collect())
+    }
+
+    /// Forgets stream `key` and its events; a request stream is remembered as expired
+    /// (its request's raw id) when `expired_id` is given.
+    pub(crate) fn forget(
+        &mut self,
+        key: StreamKey,
+        expired_id: Option<String>,
+        global: &mut usize,
+    ) {
+        let answered_at = self
+            .streams
+            .remove(&key)
+            .filter(|log| log.finished)
+            .map(|log| log.next - 1);
+        let mut freed = 0;
+        self.kept.retain(|(k, _, event)| {
+            let keep = *k != key;
+            if !keep {
+                freed += event.len();
+            }
+            keep
+        });
+        self.bytes -= freed;
+        *global -= freed;
+        if let Some(raw_id) = expired_id {
+            self.remember_expired(key, raw_id, answered_at);
+        }
+    }
+
+    /// Remembers stream `key` as expired: its request's raw id to answer a resumption
+    /// with, and where its answer was, if it was written.
+    fn remember_expired(&mut self, key: StreamKey, raw_id: String, answered_at: Option<u64>) {
+        if self.expired.len() >= MAX_EXPIRED {
+            self.expired.pop_first();
+        }
+        let expired = Expired {
+            raw_id,
+            answered_at,
+        };
+        self.expired.insert(key, expired);
+    }
+
+    /// The oldest answered stream with no client, when more than [`MAX_FINISHED_KEPT`]
+    /// are kept.
+    pub(crate) fn finished_past_limit(&self) -> Option<StreamKey> {
+        let mut finished = self
+            .streams
+            .iter()
+            .filter(|(_, log)| log.finished && log.attached.is_none());
+        let oldest = finished.next().map(|(key, _)| *key);
+        (finished.count() + 1 > MAX_FINISHED_KEPT)
+            .then_some(oldest)
+            .flatten()
+    }
+
+    /// Every stream's number.
+    pub(crate) fn keys(&self) -> Vec<StreamKey> {
+        self.streams.keys().copied().collect()
+    }
+
+    /// Streams with a client attached.
+    pub(crate) fn attached(&self) -> impl Iterator<Item = (StreamKey, StreamId)> + '_ {
+        self.streams
+            .iter()
+            .filter_map(|(key, log)| log.attached.map(|s| (*key, s)))
+    }
+
+    /// Bytes kept.
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replays_one_stream_within_its_budget() {
+        let budget = Budget {
+            session: 10,
+            global: 100,
+        };
+        let mut global = 0;
+        let mut log = EventLog::default();
+        let a = log.open(Carries::Get, StreamId(1));
+        let b = log.open(
+            Carries::Request(IdKey::of("1").unwrap(), "1".into()),
+            StreamId(2),
+        );
+        for (key, event) in [(a, "aaaa"), (b, "bbbb"), (a, "cccc")] {
+            log.push(key, Arc::from(event.as_bytes()), budget, &mut global);
+        }
+        // 12 bytes against a budget of 10: the oldest event went.
+        assert_eq!((log.bytes(), global), (8, 8));
+        // The GET stream lost its first event: what is left is replayed.
+        let replayed = log.replay(a, 0).unwrap();
+        assert_eq!(replayed.len(), 1);
+        assert_eq!(replayed[0].0, "1.2");
+        assert_eq!(log.replay(b, 0).unwrap()[0].0, "2.1");
+        assert_eq!(log.replay(3, 0), Err(Unreplayable::Unknown));
+        log.forget(b, Some("1".into()), &mut global);
+        assert_eq!(log.replay(b, 1), Err(Unreplayable::Lost(Some("1".into()))));
+        log.forget(a, None, &mut global);
+        assert_eq!(global, 0);
+        assert_eq!(parse_event_id("12.3"), Some((12, 3)));
+        assert_eq!(parse_event_id("12"), None);
+        assert_eq!(parse_event_id("-1.2"), None);
+    }
+}
