@@ -3,6 +3,7 @@
 
 mod backend;
 mod fetch;
+mod memory;
 mod server;
 mod session;
 mod supervisor;
@@ -108,6 +109,9 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
         busy: AtomicUsize::new(0),
         stopping: AtomicBool::new(false),
     });
+    if let Err(e) = memory::start() {
+        tracing::warn!("cannot start the thread that trims free memory: {e}");
+    }
     let listening = Arc::new(server::Listening::new(listener, server.clone()));
     let _ = stop_tx.send(listening.clone());
     thread::Builder::new()

@@ -132,6 +132,7 @@ impl Supervisor {
                 recv(self.closed) -> stream => {
                     now = Instant::now();
                     if let Ok(stream) = stream {
+                        crate::memory::churned();
                         self.streams.remove(&stream);
                         self.hub.handle_stream_closed(now, stream, StreamEnd::ClientGone);
                     }
@@ -207,6 +208,7 @@ impl Supervisor {
     fn execute(&mut self, now: Instant, output: Output) -> Option<(i32, Duration)> {
         match output {
             Output::Respond { request, response } => {
+                crate::memory::churned();
                 if let Some(reply) = self.replies.remove(&request) {
                     let _ = reply.send(Reply::Full(response));
                 }
@@ -237,6 +239,7 @@ impl Supervisor {
                 }
             }
             Output::EndStream { stream } => {
+                crate::memory::churned();
                 self.streams.remove(&stream);
             }
             Output::SpawnBackend { backend } => {

@@ -38,6 +38,10 @@
 //! bottleneck. `--idle N` opens N more sessions that stay idle during the run and reports
 //! the first `--pid`'s VmRSS/VmHWM with them open (and `/health`'s session count).
 //!
+//! `--soak ROUNDS` (with `--url` and `--pid`) churns sessions of both transports for memory
+//! that must stay flat, and `--soak-report FILE [--svg OUT]` renders its lines
+//! (`tests/soak.sh`; see `loadgen/soak.rs`).
+//!
 //! Every loop is bounded by its count and by `--timeout` (default 120 s).
 
 use std::borrow::Cow;
@@ -58,10 +62,15 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio::time::timeout_at;
 
+#[path = "loadgen/soak.rs"]
+mod soak;
+
 const USAGE: &str = "usage: loadgen (--url http://127.0.0.1:PORT[/base] | --direct CMD) \
 [-s SESSIONS] [-c CALLS] [-k INFLIGHT] [--idle N] [--pid PID]... [--timeout SECS] \
 [--threads N] [--open-concurrency N] [--drain-ms MS] [--transport sse|mcp] [--tag KEY=VALUE]... \
-[--json]\n       loadgen --report FILE";
+[--json]\n       loadgen --url URL --soak ROUNDS [-s S] [-c C] [-k K] --pid PID [--budget SECS] \
+[--idle-wait SECS] [--tag KEY=VALUE]...\n       loadgen --report FILE\n       \
+loadgen --soak-report FILE [--svg FILE]";
 
 /// How many examples of each problem are kept for the report.
 const EXAMPLES: usize = 8;
@@ -95,6 +104,14 @@ struct Options {
     tags: Vec<(String, String)>,
     json: bool,
     report: Option<String>,
+    /// `--soak ROUNDS`: rounds of session churn (see `soak`).
+    soak: Option<usize>,
+    /// The soak's time budget: no round starts later.
+    budget: Duration,
+    /// How long the soak waits after its load for threads and descriptors to settle.
+    idle_wait: Duration,
+    soak_report: Option<String>,
+    svg: Option<String>,
 }
 
 fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Options, String> {
@@ -114,6 +131,11 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Options, String>
         tags: Vec::new(),
         json: false,
         report: None,
+        soak: None,
+        budget: Duration::from_secs(3600),
+        idle_wait: Duration::from_secs(30),
+        soak_report: None,
+        svg: None,
     };
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
@@ -148,11 +170,16 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Options, String>
             }
             "--json" => o.json = true,
             "--report" => o.report = Some(value()?),
+            "--soak" => o.soak = Some(num(&arg, value()?)?),
+            "--budget" => o.budget = Duration::from_secs_f64(num(&arg, value()?)?),
+            "--idle-wait" => o.idle_wait = Duration::from_secs_f64(num(&arg, value()?)?),
+            "--soak-report" => o.soak_report = Some(value()?),
+            "--svg" => o.svg = Some(value()?),
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
     }
-    if o.report.is_some() {
+    if o.report.is_some() || o.soak_report.is_some() {
         return Ok(o);
     }
     if o.url.is_some() == o.direct.is_some() {
@@ -170,6 +197,12 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Options, String>
     if o.calls > 100_000_000 || o.sessions > 100_000 || o.inflight > 10_000 || o.idle > 100_000 {
         return Err("-s/-c/-k/--idle out of range".to_owned());
     }
+    if o.soak.is_some() && (o.url.is_none() || o.pids.is_empty() || o.idle > 0) {
+        return Err("--soak needs --url and --pid, and takes no --idle".to_owned());
+    }
+    if o.soak.is_some_and(|r| r > 1_000_000) {
+        return Err("--soak: at most 1,000,000 rounds".to_owned());
+    }
     Ok(o)
 }
 
@@ -186,6 +219,15 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("loadgen: --report {path}: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if let Some(path) = &options.soak_report {
+        return match soak::report(path, options.svg.as_deref()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("loadgen: --soak-report {path}: {e}");
                 ExitCode::FAILURE
             }
         };
@@ -208,6 +250,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if options.soak.is_some() {
+        let code = runtime.block_on(soak::run(&options));
+        runtime.shutdown_timeout(Duration::from_millis(100));
+        return ExitCode::from(code);
+    }
     let outcome = runtime.block_on(run(options.clone()));
     // Idle sockets and aborted tasks go with the runtime, without waiting for them.
     runtime.shutdown_timeout(Duration::from_millis(100));
@@ -277,6 +324,9 @@ struct Run {
     problems: Problems,
     /// Set when the run is over (or timed out): workers stop sending.
     stop: AtomicBool,
+    /// `--soak`: id `calls + 1` of a session is its call of the tool `hang`, which the echo
+    /// backend never answers: an error (cancelled, timed out) is its only right answer.
+    hang: bool,
 }
 
 enum Slot {
@@ -391,7 +441,7 @@ impl Run {
             return;
         };
         let id = match call_id(CallRef::Plain(raw_id.get())) {
-            Some(id) if id <= self.calls => id,
+            Some(id) if id <= self.calls + u64::from(self.hang) => id,
             _ => {
                 return self.problems.violation(format!(
                     "session {}: id {} was never sent on this session: {}",
@@ -412,7 +462,15 @@ impl Run {
                 preview(data)
             ));
         }
-        if id > 0 {
+        if self.hang && id == self.calls + 1 {
+            if reply.error.is_none() {
+                return self.problems.violation(format!(
+                    "session {} id {id}: the never-answered call got a result: {}",
+                    session.index,
+                    preview(data)
+                ));
+            }
+        } else if id > 0 {
             match reply.result.as_ref() {
                 Some(result) => {
                     let tok = result.structured.as_ref().and_then(|a| a.tok.as_deref());
@@ -1362,6 +1420,7 @@ async fn run(o: Options) -> Outcome {
         calls: o.calls,
         problems: Problems::default(),
         stop: AtomicBool::new(false),
+        hang: false,
     });
     let mut outcome = Outcome {
         mode: match (&o.direct, o.transport) {
@@ -2601,6 +2660,7 @@ mod tests {
             calls: 3,
             problems: Problems::default(),
             stop: AtomicBool::new(false),
+            hang: false,
         }
     }
 

@@ -5,6 +5,8 @@
 //! - `tools/call`: the raw id spliced back verbatim (never parsed as a number) and the
 //!   request's `params.arguments` echoed raw as `structuredContent`, next to a fixed text
 //!   content, about 300 bytes in all for the load generator's ~170-byte call.
+//! - `tools/call` of the tool `hang`: never answered (the soak's cancelled and timed-out
+//!   calls, `loadgen --soak`).
 //! - `ping` and any request for `resources/*` subscriptions: `{}`; other requests: -32601.
 //! - Notifications and responses: no answer.
 
@@ -26,6 +28,8 @@ struct Message<'a> {
 
 #[derive(Deserialize)]
 struct Params<'a> {
+    #[serde(borrow)]
+    name: Option<Cow<'a, str>>,
     #[serde(borrow)]
     arguments: Option<&'a RawValue>,
 }
@@ -53,6 +57,10 @@ pub fn answer(line: &[u8], out: &mut Vec<u8>) -> Kind {
     let (Some(id), Some(method)) = (message.id, message.method.as_deref()) else {
         return Kind::Silent;
     };
+    let params = message.params;
+    if method == "tools/call" && params.as_ref().and_then(|p| p.name.as_deref()) == Some("hang") {
+        return Kind::Silent;
+    }
     out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
     out.extend_from_slice(id.get().as_bytes());
     match method {
@@ -60,10 +68,7 @@ pub fn answer(line: &[u8], out: &mut Vec<u8>) -> Kind {
             out.extend_from_slice(br#","result":{"content":[{"type":"text","text":""#);
             out.extend_from_slice(CALL_TEXT.as_bytes());
             out.extend_from_slice(br#""}],"structuredContent":"#);
-            let arguments = message
-                .params
-                .and_then(|p| p.arguments)
-                .map_or("{}", RawValue::get);
+            let arguments = params.and_then(|p| p.arguments).map_or("{}", RawValue::get);
             out.extend_from_slice(arguments.as_bytes());
             out.extend_from_slice(br#","isError":false}}"#);
             Kind::Call
@@ -121,5 +126,9 @@ mod tests {
         let other = br#"{"jsonrpc":"2.0","id":7,"method":"tools/list"}"#;
         assert_eq!(answer(other, &mut out), Kind::Request);
         assert!(String::from_utf8_lossy(&out).contains("-32601"));
+        out.clear();
+        let hang = br#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"hang"}}"#;
+        assert_eq!(answer(hang, &mut out), Kind::Silent);
+        assert!(out.is_empty());
     }
 }
