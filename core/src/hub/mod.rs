@@ -8,11 +8,14 @@
 //! | `streams` | open SSE streams and their keep-alives |
 //! | `resume` | each Streamable session's event log: numbered events kept for resumption |
 //! | `post` | POSTs waiting for a restarted backend |
+//! | `keys` | the key sets: their fetches, refreshes and backoff (SPEC section 9) |
+//! | `limits` | the rate limits' token buckets (SPEC section 10) |
 //! | `router` | the message-level rules (SPEC sections 2 and 3), returning decisions |
 //!
 //! The hub's own files say what each input does: `post` and `mcp` the two transports'
 //! requests, `resumption` their streams (numbered, kept, resumed), `dispatch` a backend
-//! line, `lifecycle` the backend's and the proxy's life.
+//! line, `fetching` what a key set fetch brought, `lifecycle` the backend's and the proxy's
+//! life.
 //!
 //! Every input takes `now`; after each one the shell drains [`Hub::poll_output`] and
 //! performs every [`Output`] in order, then sleeps until its next input or
@@ -24,6 +27,7 @@
 mod backend;
 mod deadlines;
 mod dispatch;
+mod fetching;
 mod keys;
 mod lifecycle;
 mod limits;
@@ -49,7 +53,7 @@ use streams::{Role, Streams};
 
 use crate::http::{self, Endpoint, Rejection, Response};
 use crate::metrics::{self, DropReason, Metrics, ShellGauges};
-use crate::output::{BackendId, Event, FetchId, Frame, Output, RequestId, StreamEnd, StreamId};
+use crate::output::{BackendId, Event, Frame, Output, RequestId, StreamEnd, StreamId};
 use crate::routed_id::SessionId;
 use crate::router::Router;
 use crate::supervise::Health;
@@ -160,44 +164,6 @@ impl Hub {
         }
         self.streams.handle_timeout(now, &mut self.outputs);
         self.key_timeouts(now);
-    }
-
-    /// What an [`Output::Fetch`] brought (its status, `Cache-Control` and body), or why it
-    /// failed.
-    pub fn handle_fetched(
-        &mut self,
-        now: Instant,
-        fetch: FetchId,
-        result: Result<Fetched, String>,
-    ) {
-        match self.keys.fetched(now, fetch, result) {
-            keys::Learned::Keys { url, keys } => {
-                self.log(Event::KeysFetched { url, keys });
-                let sets = self.keys.sets().into();
-                self.outputs.push_back(Output::UseKeys { sets });
-            }
-            keys::Learned::Discovered { metadata, jwks } => {
-                self.log(Event::KeySetDiscovered { metadata, jwks });
-                self.key_timeouts(now);
-            }
-            keys::Learned::Failed { url, why } => self.log(Event::KeysFailed { url, why }),
-            keys::Learned::Nothing => self.key_timeouts(now),
-        }
-    }
-
-    /// Fetches every key set (or metadata) due at `now`.
-    fn key_timeouts(&mut self, now: Instant) {
-        loop {
-            let next = &mut self.next_id;
-            let due = self.keys.start_due(now, || {
-                *next += 1;
-                FetchId(*next - 1)
-            });
-            let Some((fetch, url)) = due else {
-                break;
-            };
-            self.outputs.push_back(Output::Fetch { fetch, url });
-        }
     }
 
     /// An admitted HTTP request; its answer comes as [`Output::Respond`] or
