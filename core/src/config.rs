@@ -132,6 +132,11 @@ pub struct Config {
     #[cfg_attr(feature = "cli", arg(long = "required-scope", value_name = "SCOPE"))]
     pub required_scopes: Vec<String>,
 
+    /// A scope a `tools/call` of TOOL needs, TOOL=SCOPE (repeatable; TOOL may end in `*`;
+    /// with --oauth-issuer): without it, 403 insufficient_scope.
+    #[cfg_attr(feature = "cli", arg(long = "tool-scope", value_name = "TOOL=SCOPE", value_parser = parse_tool_scope))]
+    pub tool_scopes: Vec<(String, String)>,
+
     /// Requests one principal may make, as N/s, N/min or N/h (a bucket of N refilled
     /// continuously); past it 429 with Retry-After.
     #[cfg_attr(feature = "cli", arg(long, value_name = "N/PERIOD", value_parser = parse_rate))]
@@ -419,6 +424,12 @@ impl Config {
                     problem: format!("{url} must be https (or http to a loopback host)"),
                 });
             }
+        }
+        if !self.tool_scopes.is_empty() && self.oauth_issuers.is_empty() {
+            return Err(ConfigError {
+                flag: "--tool-scope",
+                problem: "needs --oauth-issuer (scopes come with its tokens)".to_owned(),
+            });
         }
         if let Some(name) = &self.instance {
             Instance::new(name).map_err(|problem| ConfigError {
@@ -720,6 +731,7 @@ impl Config {
                 .flat_map(|s| s.split_ascii_whitespace().map(str::to_owned))
                 .collect(),
             required: self.required_scopes.clone(),
+            tool_scopes: self.tool_scopes.clone(),
             name: self.resource_name.clone(),
             public_url,
             base_path: self.base_path().to_owned(),
@@ -741,6 +753,16 @@ pub fn parse_tool_rate(text: &str) -> Result<(String, crate::settings::Rate), St
         return Err(format!("{text:?} names no tool"));
     }
     Ok((tool.to_owned(), rate.parse()?))
+}
+
+/// `TOOL=SCOPE` (a flag's value).
+pub fn parse_tool_scope(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((tool, scope)) if !tool.is_empty() && !scope.is_empty() && !scope.contains(' ') => {
+            Ok((tool.to_owned(), scope.to_owned()))
+        }
+        _ => Err(format!("{text:?} is not TOOL=SCOPE")),
+    }
 }
 
 /// `1500ms` as `1.5s`, for messages.

@@ -823,6 +823,7 @@ mod tests {
             issuers: vec!["http://127.0.0.1:9000".into()],
             scopes: vec!["mcp".into()],
             required: vec!["mcp".into()],
+            tool_scopes: Vec::new(),
             name: "Switchboard".into(),
             public_url: None,
             base_path: String::new(),

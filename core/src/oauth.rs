@@ -20,6 +20,8 @@ pub struct ResourceServer {
     pub scopes: Vec<String>,
     /// Scopes every request needs (`--required-scope`).
     pub required: Vec<String>,
+    /// Scopes a call of a tool needs (`--tool-scope`): tool pattern, scope.
+    pub tool_scopes: Vec<(String, String)>,
     /// `resource_name` (`--resource-name`).
     pub name: String,
     /// `--public-url` without a trailing slash, if given: the origin of metadata URLs.
@@ -105,13 +107,18 @@ impl ResourceServer {
         out
     }
 
-    /// The required scopes `granted` lacks.
-    pub fn missing_scopes(&self, granted: &[String]) -> Vec<String> {
-        self.required
-            .iter()
-            .filter(|s| !granted.contains(s))
-            .cloned()
-            .collect()
+    /// Every scope a request needs: the required ones, and those of the tool it calls.
+    pub fn needed_scopes(&self, tool: Option<&str>) -> Vec<String> {
+        let mut needed = self.required.clone();
+        let of_tool = self.tool_scopes.iter().filter(|(pattern, _)| {
+            tool.is_some_and(|tool| crate::settings::tool_matches(pattern, tool))
+        });
+        for (_, scope) in of_tool {
+            if !needed.contains(scope) {
+                needed.push(scope.clone());
+            }
+        }
+        needed
     }
 }
 
@@ -150,6 +157,10 @@ mod tests {
             issuers: vec!["https://idp.example/realms/a".into()],
             scopes: vec!["mcp:tools".into(), "mcp:read".into()],
             required: vec!["mcp:tools".into()],
+            tool_scopes: vec![
+                ("get_time".into(), "time:read".into()),
+                ("admin_*".into(), "admin".into()),
+            ],
             name: "Switchboard".into(),
             public_url: None,
             base_path: "/p".into(),
@@ -182,7 +193,13 @@ mod tests {
             s.audiences(),
             ["https://mcp.example", "https://mcp.example/"]
         );
-        assert_eq!(s.missing_scopes(&["mcp:read".into()]), ["mcp:tools"]);
+        assert_eq!(s.needed_scopes(None), ["mcp:tools"]);
+        assert_eq!(
+            s.needed_scopes(Some("get_time")),
+            ["mcp:tools", "time:read"]
+        );
+        assert_eq!(s.needed_scopes(Some("get_times")), ["mcp:tools"]);
+        assert_eq!(s.needed_scopes(Some("admin_reset")), ["mcp:tools", "admin"]);
         assert!(fetchable("http://127.0.0.1:9000/jwks"));
         assert!(fetchable("http://localhost/jwks"));
         assert!(!fetchable("http://idp.example/jwks"));

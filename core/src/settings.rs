@@ -98,6 +98,15 @@ pub struct Settings {
     pub max_sessions_per_principal: usize,
 }
 
+/// Whether a tool pattern of `--tool-scope` or `--tool-rate-limit` names `tool`: the
+/// name, or a prefix ending in `*`.
+pub fn tool_matches(pattern: &str, tool: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => tool.starts_with(prefix),
+        None => tool == pattern,
+    }
+}
+
 /// A rate: `tokens` per `period`, refilled continuously (`N/s`, `N/min`, `N/h`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rate {

@@ -81,6 +81,12 @@ fn absurd_values_are_refused_naming_the_flag(target: Target) {
         (&["--instance", ""][..], "--instance"),
         (&["--instance", "a.b"][..], "--instance"),
         (&["--instance", &"a".repeat(33)][..], "--instance"),
+        (&["--tool-scope", "get_time=time:read"][..], "--tool-scope"),
+        (&["--tool-scope", "get_time"][..], "--tool-scope"),
+        (
+            &["--tool-rate-limit", "get_time=3/fortnight"][..],
+            "--tool-rate-limit",
+        ),
     ] {
         let out = run_to_exit(target, args);
         let stderr = String::from_utf8_lossy(&out.stderr);

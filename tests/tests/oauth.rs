@@ -210,8 +210,67 @@ fn keys_rotate_floods_are_bounded_outages_are_503(target: Target) {
     );
 }
 
+/// `POST /mcp` of a `tools/call` of `tool` in `session`, with `token`.
+fn call(p: &Proxy, token: &str, session: &str, tool: &str) -> Response {
+    let auth = format!("Bearer {token}");
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                      "params": {"name": tool, "arguments": {}}});
+    p.request(
+        "POST",
+        "/mcp",
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("Authorization", &auth),
+            ("Mcp-Session-Id", session),
+        ],
+        Body::json(&body.to_string()),
+    )
+}
+
+/// SPEC section 10's per-tool scopes: a call of a tool whose scope the token lacks gets 403
+/// `insufficient_scope` naming that scope (so the client can step up), before the backend;
+/// the same call with a token that has it goes through, and other tools need nothing more.
+fn tool_scopes_gate_calls(target: Target) {
+    let Some(idp) = oidc_provider("per-tool scopes") else {
+        return;
+    };
+    let p = Proxy::builder(target)
+        .backend([BACKEND])
+        .args(["--oauth-issuer", idp.issuer(), "--resource", RESOURCE])
+        .args(["--tool-scope", "get_time=time:read"])
+        .start();
+    p.wait_health(200, WAIT);
+    let plain = idp.token(RESOURCE, "mcp:tools");
+    let opened = initialize(&p, &plain);
+    assert_eq!(opened.status, 200, "{}", opened.text());
+    let session = opened
+        .header("mcp-session-id")
+        .expect("a session")
+        .to_owned();
+
+    let refused = call(&p, &plain, &session, "get_time");
+    assert_eq!(refused.status, 403, "{}", refused.text());
+    let challenge = refused.header("www-authenticate").unwrap_or_default();
+    assert!(
+        challenge.contains(r#"error="insufficient_scope""#)
+            && challenge.contains(r#"scope="time:read""#)
+            && challenge.contains("resource_metadata="),
+        "{challenge}"
+    );
+    assert_eq!(refused.json()["id"], json!(7), "{}", refused.text());
+    assert_eq!(refused.json()["error"]["code"], json!(-32001));
+
+    let other = call(&p, &plain, &session, "echo");
+    assert_eq!(other.status, 200, "another tool: {}", other.text());
+    let stepped_up = idp.token(RESOURCE, "mcp:tools time:read");
+    let allowed = call(&p, &stepped_up, &session, "get_time");
+    assert_eq!(allowed.status, 200, "with the scope: {}", allowed.text());
+}
+
 suite!(
     python_sdk_signs_in_by_discovery,
     ts_sdk_signs_in_by_discovery,
     keys_rotate_floods_are_bounded_outages_are_503,
+    tool_scopes_gate_calls,
 );

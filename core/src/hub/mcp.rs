@@ -268,7 +268,7 @@ impl Hub {
             return Err(Rejection::NotAcceptable);
         }
         let (number, sid) = self.named_mcp_session(req)?;
-        if self.insufficient_scope(request, (&req.grant, &req.cors), None) {
+        if self.insufficient_scope(request, (&req.grant, &req.cors), (None, None)) {
             return Ok(());
         }
         if let Some(last) = &req.mcp.last_event_id {
@@ -295,7 +295,7 @@ impl Hub {
         req: &Request,
     ) -> Result<(), Rejection> {
         let (number, sid) = self.named_mcp_session(req)?;
-        if self.insufficient_scope(request, (&req.grant, &req.cors), None) {
+        if self.insufficient_scope(request, (&req.grant, &req.cors), (None, None)) {
             return Ok(());
         }
         self.end_session(now, number, CloseReason::Deleted);

@@ -107,7 +107,7 @@ impl Hub {
         request: RequestId,
         req: Request,
     ) -> Result<(), Rejection> {
-        if self.insufficient_scope(request, (&req.grant, &req.cors), None) {
+        if self.insufficient_scope(request, (&req.grant, &req.cors), (None, None)) {
             return Ok(());
         }
         self.check_new_session(&req.principal)?;
@@ -136,20 +136,21 @@ impl Hub {
         Ok(())
     }
 
-    /// SPEC section 9: a token without a scope every request needs (`--required-scope`)
-    /// gets 403 `insufficient_scope` with the scopes to ask for, and a JSON-RPC error under
-    /// the request's id when it has one. True if `request` was refused so.
+    /// SPEC sections 9 and 10: a token without a scope the request needs (`--required-scope`,
+    /// and `--tool-scope` for a call of `tool`) gets 403 `insufficient_scope` with every
+    /// scope to ask for, and a JSON-RPC error under the request's id when it has one. True
+    /// if `request` was refused so.
     pub(super) fn insufficient_scope(
         &mut self,
         request: RequestId,
         (grant, cors): (&Grant, &Option<String>),
-        id: Option<&str>,
+        (id, tool): (Option<&str>, Option<&str>),
     ) -> bool {
         let Some(oauth) = self.settings.oauth.clone() else {
             return false;
         };
-        let missing = oauth.missing_scopes(&grant.scopes);
-        if missing.is_empty() {
+        let needed = oauth.needed_scopes(tool);
+        if needed.iter().all(|scope| grant.scopes.contains(scope)) {
             return false;
         }
         self.metrics.rejected(&Rejection::InsufficientScope);
@@ -160,7 +161,7 @@ impl Hub {
                 crate::streamable::error_message(id, -32001, "Forbidden: insufficient scope");
             response.body = std::borrow::Cow::Owned(body);
         }
-        let challenge = oauth.insufficient_scope(&url, &missing);
+        let challenge = oauth.insufficient_scope(&url, &needed);
         response
             .headers
             .push(("www-authenticate", std::borrow::Cow::Owned(challenge)));
@@ -199,12 +200,8 @@ impl Hub {
             return false;
         }
         let tool_rate = msg.tool.as_deref().and_then(|tool| {
-            let rule = self.settings.tool_rate_limits.iter().find(|(pattern, _)| {
-                match pattern.strip_suffix('*') {
-                    Some(prefix) => tool.starts_with(prefix),
-                    None => tool == pattern,
-                }
-            });
+            let rule = (self.settings.tool_rate_limits.iter())
+                .find(|(pattern, _)| crate::settings::tool_matches(pattern, tool));
             rule.map(|(_, rate)| (tool.to_owned(), *rate))
         });
         // A request refused by one limit does not count against the other.
@@ -249,7 +246,8 @@ impl Hub {
             Endpoint::McpPost => Prepared::Mcp(self.prepare_mcp(req)?),
             _ => self.prepare_legacy(req)?,
         };
-        if self.insufficient_scope(request, (&grant, &cors), prepared.request_id()) {
+        let (id, tool) = (prepared.request_id(), prepared.message().tool.as_deref());
+        if self.insufficient_scope(request, (&grant, &cors), (id, tool)) {
             return Ok(());
         }
         if self.rate_limited(now, request, (&principal, &cors), prepared.message()) {

@@ -36,7 +36,7 @@
 //! | `mcp-get A`, `mcp-delete A` | `GET /mcp` (the stream `A/get`), `DELETE /mcp` for A |
 //! | `mcp-raw METHOD [A] [key=value ...] [{...}]` | any `/mcp` request: `as=bob`, `session=none\|B\|text`, `accept=json\|sse\|both\|any\|none\|TYPE`, `type=json\|none\|TYPE`, `version=V`, `last-event-id=ID`, `origin=O`, `scopes=a,b` (the token's), `body=too-large` |
 //! | `hangup S`, `stall S` with a stream name | `A`, `A/get`, `A@12`, `A/resume@12` |
-//! | `with FLAG VALUE` | before any other command: `restart never`, `keepalive 10s`, `ping-interval 5s`, `ping-timeout 2s`, `grace 1s`, `session-buffer 8192`, `max-sessions 2`, `stdin-queue 2`, `restart-wait 1s`, `on-backend-exit close-sessions`, `resume-window 0s` (no resumption), `resume-buffer 1KiB`, `oauth-issuer URL`, `jwks-url URL` (key sources), `required-scope S` (an OAuth resource server at `http://127.0.0.1:8000/`), `rate-limit 2/min`, `tool-rate-limit T=1/min`, `max-sessions-per-principal 2`, `instance a` (ids are minted as `a.<uuid>`, `<A>` still expands to the whole id and transcripts show it as `a.<A>`); `spawn-fails N` makes the first N starts fail |
+//! | `with FLAG VALUE` | before any other command: `restart never`, `keepalive 10s`, `ping-interval 5s`, `ping-timeout 2s`, `grace 1s`, `session-buffer 8192`, `max-sessions 2`, `stdin-queue 2`, `restart-wait 1s`, `on-backend-exit close-sessions`, `resume-window 0s` (no resumption), `resume-buffer 1KiB`, `oauth-issuer URL`, `jwks-url URL` (key sources), `required-scope S`, `tool-scope T=S` (an OAuth resource server at `http://127.0.0.1:8000/`), `rate-limit 2/min`, `tool-rate-limit T=1/min`, `max-sessions-per-principal 2`, `instance a` (ids are minted as `a.<uuid>`, `<A>` still expands to the whole id and transcripts show it as `a.<A>`); `spawn-fails N` makes the first N starts fail |
 //!
 //! The transcript shows each command, then what followed, indented:
 //!
@@ -159,6 +159,8 @@ pub struct McpCommand {
 
 /// Where a scripted request's OAuth challenge points.
 const METADATA_URL: &str = "http://127.0.0.1:8000/.well-known/oauth-protected-resource/mcp";
+/// The same for the legacy transport's endpoints (a POST to `/messages` included).
+const LEGACY_METADATA_URL: &str = "http://127.0.0.1:8000/.well-known/oauth-protected-resource/sse";
 
 /// The headers of a scripted `/mcp` request; `session` (a label, or `"text"` in quotes)
 /// overrides the labelled session's id.
@@ -709,21 +711,12 @@ fn apply_setting(settings: &mut Settings, flag: &str, value: &str) -> Option<()>
                 .push((tool.to_owned(), rate.parse().ok()?));
         }
         "max-sessions-per-principal" => settings.max_sessions_per_principal = value.parse().ok()?,
-        "required-scope" => {
-            let oauth = settings.oauth.get_or_insert_with(|| {
-                std::sync::Arc::new(switchboard_core::oauth::ResourceServer {
-                    resource: "http://127.0.0.1:8000/".into(),
-                    issuers: vec!["http://127.0.0.1:9000".into()],
-                    scopes: Vec::new(),
-                    required: Vec::new(),
-                    name: "Switchboard".into(),
-                    public_url: None,
-                    base_path: String::new(),
-                })
-            });
-            std::sync::Arc::make_mut(oauth)
-                .required
-                .push(value.to_owned());
+        "required-scope" => oauth(settings).required.push(value.to_owned()),
+        "tool-scope" => {
+            let (tool, scope) = value.split_once('=')?;
+            oauth(settings)
+                .tool_scopes
+                .push((tool.to_owned(), scope.to_owned()));
         }
         "resume-window" => {
             settings.resume_window = Some(duration(value).ok()?).filter(|d| !d.is_zero())
@@ -956,13 +949,14 @@ impl Runner {
                     PostBody::Raw(text) => Payload::Bytes(unescape(&self.labels.expand(text))),
                     PostBody::TooLarge => Payload::TooLarge,
                 };
-                Some(self.driver.request(
-                    Endpoint::Messages,
-                    principal,
-                    sid.as_str(),
-                    body,
-                    [0; 16],
-                ))
+                let admitted = Admitted {
+                    grant: switchboard_core::http::Grant {
+                        scopes: Vec::new(),
+                        metadata_url: Some(LEGACY_METADATA_URL.to_owned()),
+                    },
+                    ..Admitted::new(Endpoint::Messages, principal, sid.as_str())
+                };
+                Some(self.driver.send(admitted.into_request(body, || [0; 16])))
             }
             Command::PostSid {
                 session,
@@ -1277,4 +1271,21 @@ fn render_event(bytes: &[u8]) -> String {
         Some(id) => format!("[{id}] {data}"),
         None => data,
     }
+}
+
+/// The scenario's resource server, made on first use: scopes need one.
+fn oauth(settings: &mut Settings) -> &mut switchboard_core::oauth::ResourceServer {
+    let oauth = settings.oauth.get_or_insert_with(|| {
+        std::sync::Arc::new(switchboard_core::oauth::ResourceServer {
+            resource: "http://127.0.0.1:8000/".into(),
+            issuers: vec!["http://127.0.0.1:9000".into()],
+            scopes: Vec::new(),
+            required: Vec::new(),
+            tool_scopes: Vec::new(),
+            name: "Switchboard".into(),
+            public_url: None,
+            base_path: String::new(),
+        })
+    });
+    std::sync::Arc::make_mut(oauth)
 }
