@@ -30,8 +30,9 @@ pub const TEST_CLIENT_ID: &str = "switchboard-tests";
 /// Its secret (`client_secret_post`).
 pub const TEST_CLIENT_SECRET: &str = "switchboard-tests-secret";
 
-/// How long the provider may take to print its issuer (Node start, an RSA key).
-const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the provider may take to print its issuer (Node start, an RSA key): generous,
+/// for a machine loaded by a parallel build and every test starting a provider at once.
+const START_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// How to start the provider; `Default` is a free port, RFC 8414 metadata served, no
 /// `Cache-Control` on the key set, account `alice`, one-hour tokens.
@@ -148,9 +149,11 @@ impl OidcProvider {
                 break serde_json::from_str(line)
                     .unwrap_or_else(|e| panic!("the OpenID provider printed {line:?}: {e}"));
             }
-            if run.has_exited() || Instant::now() >= deadline {
+            let exited = run.has_exited();
+            if exited || Instant::now() >= deadline {
+                let why = if exited { "exited" } else { "timed out" };
                 panic!(
-                    "the OpenID provider did not start (port {}):\n--- stdout ---\n{out}\n--- stderr ---\n{}",
+                    "the OpenID provider did not start ({why}; port {}):\n--- stdout ---\n{out}\n--- stderr ---\n{}",
                     options.port,
                     fs::read_to_string(&stderr).unwrap_or_default()
                 );
