@@ -19,7 +19,7 @@
 //! The Python tests need `SWITCHBOARD_PYTHON` (a Python with `mcp`, as `tests/run.sh` sets
 //! up) and the nginx test needs nginx; without them they skip loudly, or fail under `CI=true`.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use switchboard_tests::mcp::{self, Answer};
 use switchboard_tests::nginx::{instance_of, start_mcp, Cluster, NAMES, PUBLIC_HOST};
+use switchboard_tests::python::python;
 use switchboard_tests::{
     echoed_args, request_events, suite, workspace_root, Events, Forwarder, McpSession, Proxy,
     Recorded, Target,
@@ -43,36 +44,6 @@ const LONG: Duration = Duration::from_secs(30);
 // ---------------------------------------------------------------------------------------
 // The Python SDK client as a process
 // ---------------------------------------------------------------------------------------
-
-/// The Python to run the SDK with, or `None` (after saying why) when the test must skip.
-fn python() -> Option<PathBuf> {
-    let why = match std::env::var_os("SWITCHBOARD_PYTHON") {
-        None => "SWITCHBOARD_PYTHON is not set (run tests/run.sh)".to_owned(),
-        Some(p) => {
-            let p = PathBuf::from(p);
-            let probe = Command::new(&p)
-                .args(["-c", "import mcp.client.streamable_http"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .output();
-            match probe {
-                Ok(o) if o.status.success() => return Some(p),
-                Ok(o) => format!(
-                    "{} cannot import the mcp package: {}",
-                    p.display(),
-                    String::from_utf8_lossy(&o.stderr).trim()
-                ),
-                Err(e) => format!("cannot run SWITCHBOARD_PYTHON={}: {e}", p.display()),
-            }
-        }
-    };
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("the Python SDK resumption tests cannot run in CI: {why}");
-    }
-    let msg = format!("\n**********\nSKIPPED: Python SDK resumption test: {why}\n**********\n");
-    let _ = std::io::stderr().write_all(msg.as_bytes());
-    None
-}
 
 /// `resume_client.py` running: its stdout lines (one JSON object each) as they come.
 struct SdkClient {
