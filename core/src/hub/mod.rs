@@ -78,6 +78,8 @@ pub struct TableSizes {
     pub resume_timers: usize,
     /// Bytes of Streamable events kept for resumption, over every session.
     pub resume_bytes: usize,
+    /// Principals counted for `--max-sessions-per-principal` (those with a live session).
+    pub principals: usize,
 }
 
 /// The owner loop's state; see the [module docs](self) for the loop contract.
@@ -305,6 +307,7 @@ impl Hub {
             subscriptions: self.sessions.subscription_count(),
             resume_timers: self.sessions.resume_timers.len(),
             resume_bytes: self.resume_bytes,
+            principals: self.sessions.principals(),
             ..TableSizes::default()
         };
         for (_, session) in self.sessions.iter() {

@@ -162,6 +162,11 @@ impl Sessions {
         std::mem::take(&mut self.by_number).into_iter().collect()
     }
 
+    /// Principals with a live session (the per-principal counts kept).
+    pub(crate) fn principals(&self) -> usize {
+        self.per_principal.len()
+    }
+
     /// Live sessions of `principal`.
     pub(crate) fn of(&self, principal: &Principal) -> usize {
         self.per_principal.get(principal).copied().unwrap_or(0)

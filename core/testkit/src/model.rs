@@ -924,6 +924,10 @@ impl Model {
             // The model runs without resumption: nothing is kept.
             resume_timers: 0,
             resume_bytes: 0,
+            principals: (self.live.values())
+                .map(|s| &s.principal)
+                .collect::<BTreeSet<_>>()
+                .len(),
         };
         assert_eq!(sizes, expected, "the hub's tables after {op:?}");
         let mcp_sessions = self.live.values().filter(|s| s.mcp().is_some()).count();
