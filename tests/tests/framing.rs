@@ -361,14 +361,7 @@ fn ambiguous_requests_are_refused_and_closed(target: Target) {
     }
     // A barrier: once it reached the backend, so did everything forwarded before it.
     session.send(&serde_json::from_str(&marked("BARRIER")).expect("json"));
-    let deadline = Instant::now() + WAIT;
-    while !p.recorded().iter().any(|l| l.contains("BARRIER")) {
-        assert!(
-            Instant::now() < deadline,
-            "the barrier never reached the backend"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    p.wait_recorded("BARRIER", |l| l.contains("BARRIER"));
     let recorded = p.recorded();
     let reached = |mark: &str| recorded.iter().any(|l| l.contains(&format!("\"{mark}\"")));
     for (i, shape) in shapes.iter().enumerate() {
@@ -417,14 +410,7 @@ fn legitimate_trailers_are_consumed(target: Target) {
         received.extend_from_slice(&buf[..n]);
     }
     assert_eq!(statuses(&received), [202, 202]);
-    let deadline = Instant::now() + WAIT;
-    while !p.recorded().iter().any(|l| l.contains("AFTER-TRAILERS")) {
-        assert!(
-            Instant::now() < deadline,
-            "the request after the trailers was lost"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    p.wait_recorded("AFTER-TRAILERS", |l| l.contains("AFTER-TRAILERS"));
     assert!(p.recorded().iter().any(|l| l.contains("TRAILED")));
 }
 
@@ -513,14 +499,7 @@ fn pipelined_requests_are_answered_in_order_or_refused(target: Target) {
     assert_eq!(got, [202, 202, 202, 202, 202, 503], "{target:?}");
     assert!(closed, "{target:?} did not close after refusing");
     session.send(&serde_json::from_str(&marked("BARRIER")).expect("json"));
-    let deadline = Instant::now() + WAIT;
-    while !p.recorded().iter().any(|l| l.contains("BARRIER")) {
-        assert!(
-            Instant::now() < deadline,
-            "the barrier never reached the backend"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    p.wait_recorded("BARRIER", |l| l.contains("BARRIER"));
     let forwarded: Vec<String> = p
         .recorded()
         .iter()
