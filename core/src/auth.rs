@@ -5,6 +5,8 @@ use std::fmt;
 
 use subtle::ConstantTimeEq;
 
+use crate::principal::Credential;
+
 pub use crate::principal::{AuthFailure, Principal};
 
 /// A line of a token file that could not be read.
@@ -121,25 +123,25 @@ impl Auth {
             .map(|(principal, _)| principal)
     }
 
-    /// [`Auth::authenticate`], with the scopes the credential grants (a JWT's `scope` or
-    /// `scp`; none for static tokens and no auth).
+    /// [`Auth::authenticate`], with what the credential grants (a JWT's scopes and claims;
+    /// nothing for static tokens and no auth).
     pub fn identify(
         &self,
         authorization: Option<&[u8]>,
         now: u64,
-    ) -> Result<(Principal, Vec<String>), AuthFailure> {
+    ) -> Result<(Principal, Credential), AuthFailure> {
         let _ = now;
         if let Auth::None = self {
-            return Ok((Principal::anonymous(), Vec::new()));
+            return Ok((Principal::anonymous(), Credential::default()));
         }
         let token = authorization
             .and_then(bearer_token)
             .ok_or(AuthFailure::Missing)?;
         match self {
-            Auth::None => Ok((Principal::anonymous(), Vec::new())),
+            Auth::None => Ok((Principal::anonymous(), Credential::default())),
             Auth::Tokens(table) => table
                 .principal_for(token)
-                .map(|p| (p, Vec::new()))
+                .map(|p| (p, Credential::default()))
                 .ok_or(AuthFailure::UnknownToken),
             #[cfg(feature = "jwt")]
             Auth::Jwt(keys) => keys.current().identify(token, now),

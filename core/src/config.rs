@@ -133,7 +133,8 @@ pub struct Config {
     pub required_scopes: Vec<String>,
 
     /// A scope a `tools/call` of TOOL needs, TOOL=SCOPE (repeatable; TOOL may end in `*`;
-    /// with --oauth-issuer): without it, 403 insufficient_scope.
+    /// with --oauth-issuer): without it, 403 insufficient_scope, and the tool is left out
+    /// of that token's tools/list.
     #[cfg_attr(feature = "cli", arg(long = "tool-scope", value_name = "TOOL=SCOPE", value_parser = parse_tool_scope))]
     pub tool_scopes: Vec<(String, String)>,
 
@@ -151,6 +152,13 @@ pub struct Config {
     /// auth mode on, else none; 0: no cap); past it 429 for new sessions.
     #[cfg_attr(feature = "cli", arg(long, value_name = "N"))]
     pub max_sessions_per_principal: Option<usize>,
+
+    /// Authorization policy: a Cedar policy file in ToolHive's format (JSON or YAML). A
+    /// request no policy permits gets JSON-RPC error -32003 and never reaches the backend;
+    /// tools/list, prompts/list and resources/list show only what the caller may use.
+    /// Without it, everything is allowed.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE"))]
+    pub authz_config: Option<std::path::PathBuf>,
 
     /// Allow a non-loopback --listen address without authentication.
     #[cfg_attr(feature = "cli", arg(long))]
@@ -590,6 +598,7 @@ impl Config {
             configured_keys: self.jwt_jwks.is_some() || self.jwt_secret_file.is_some(),
             rate_limit: self.rate_limit,
             tool_rate_limits: self.tool_rate_limits.clone(),
+            policy: None,
             max_sessions_per_principal: self.max_sessions_per_principal.unwrap_or(
                 if self.auth_tokens.is_some()
                     || self.jwt_jwks.is_some()
@@ -602,6 +611,28 @@ impl Config {
                 },
             ),
         }
+    }
+
+    /// [`Config::settings`] with the files they name read by `read` and checked in full:
+    /// the `--authz-config` policy.
+    pub fn settings_with(
+        &self,
+        mut read: impl FnMut(&std::path::Path) -> std::io::Result<String>,
+    ) -> Result<crate::settings::Settings, String> {
+        let policy = match &self.authz_config {
+            Some(path) => {
+                let text = read(path)
+                    .map_err(|e| format!("cannot read --authz-config {}: {e}", path.display()))?;
+                let policy = crate::policy::Policy::parse(&text)
+                    .map_err(|e| format!("--authz-config {}: {e}", path.display()))?;
+                Some(std::sync::Arc::new(policy))
+            }
+            None => None,
+        };
+        Ok(crate::settings::Settings {
+            policy,
+            ..self.settings()
+        })
     }
 
     /// Where key sets are fetched from: each `--oauth-issuer`'s metadata, `--jwt-jwks-url`.

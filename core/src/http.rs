@@ -169,6 +169,8 @@ impl McpHeaders {
 pub struct Grant {
     /// The scopes the token grants (a JWT's `scope` or `scp`).
     pub scopes: Vec<String>,
+    /// The token's claims, when it is a JWT (for policies).
+    pub claims: Option<crate::principal::ClaimSet>,
     /// Where this endpoint's protected resource metadata is, when the proxy is an OAuth
     /// resource server: for the challenge of a 403 `insufficient_scope`.
     pub metadata_url: Option<String>,
@@ -302,7 +304,7 @@ impl Gate {
         &self,
         authorization: Option<&[u8]>,
         now: u64,
-    ) -> Result<(Principal, Vec<String>), Rejection> {
+    ) -> Result<(Principal, crate::principal::Credential), Rejection> {
         self.auth
             .identify(authorization, now)
             .map_err(|failure| match failure {
@@ -336,13 +338,14 @@ impl Gate {
         if authenticated && query.is_some_and(has_access_token) {
             return Err(Rejection::Unauthorized(AuthFailure::TokenInQuery));
         }
-        let (principal, scopes) = if authenticated {
+        let (principal, credential) = if authenticated {
             self.identify(head.authorization, now)?
         } else {
-            (Principal::anonymous(), Vec::new())
+            (Principal::anonymous(), Default::default())
         };
         let grant = Grant {
-            scopes,
+            scopes: credential.scopes,
+            claims: credential.claims,
             metadata_url: self.metadata_url(endpoint, head.host),
         };
         if checked {

@@ -122,6 +122,9 @@ impl std::fmt::Debug for JwtVerifier {
     }
 }
 
+/// Every claim of a token, as written.
+type ClaimSet = serde_json::Map<String, serde_json::Value>;
+
 /// The claims Switchboard reads. `aud` may be a string or an array.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 pub struct Claims {
@@ -282,12 +285,12 @@ impl JwtVerifier {
         self.identify(token, now).map(|(principal, _)| principal)
     }
 
-    /// The principal a token names and the scopes it grants, at `now`.
+    /// The principal a token names, with its scopes and claims, at `now`.
     pub fn identify(
         &self,
         token: &[u8],
         now: u64,
-    ) -> Result<(Principal, Vec<String>), AuthFailure> {
+    ) -> Result<(Principal, crate::principal::Credential), AuthFailure> {
         if self.pending {
             return Err(AuthFailure::KeysUnavailable);
         }
@@ -320,17 +323,22 @@ impl JwtVerifier {
         validation.validate_aud = false;
         validation.required_spec_claims.clear();
         let data =
-            jsonwebtoken::decode::<Claims>(token, &key.key, &validation).map_err(|e| {
-                match e.kind() {
-                    jsonwebtoken::errors::ErrorKind::InvalidSignature
-                    | jsonwebtoken::errors::ErrorKind::InvalidAlgorithm => {
-                        AuthFailure::BadSignature
-                    }
-                    _ => AuthFailure::Malformed,
-                }
+            jsonwebtoken::decode::<ClaimSet>(token, &key.key, &validation).map_err(|e| match e
+                .kind()
+            {
+                jsonwebtoken::errors::ErrorKind::InvalidSignature
+                | jsonwebtoken::errors::ErrorKind::InvalidAlgorithm => AuthFailure::BadSignature,
+                _ => AuthFailure::Malformed,
             })?;
-        let principal = check_claims(&data.claims, &self.policy, now)?;
-        Ok((principal, data.claims.scopes()))
+        let all = data.claims;
+        let claims = Claims::deserialize(serde_json::Value::Object(all.clone()))
+            .map_err(|_| AuthFailure::Malformed)?;
+        let principal = check_claims(&claims, &self.policy, now)?;
+        let credential = crate::principal::Credential {
+            scopes: claims.scopes(),
+            claims: Some(std::sync::Arc::new(all)),
+        };
+        Ok((principal, credential))
     }
 }
 

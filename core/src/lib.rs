@@ -77,6 +77,7 @@ pub(crate) mod message; // one-pass admission of a JSON-RPC object
 pub(crate) mod metrics; // counters, drop reasons, Prometheus text
 pub mod oauth; // the OAuth resource server: metadata, challenges, the resource
 pub mod output; // what a shell must do, ids it is told
+pub mod policy; // Cedar policies in ToolHive's format: the entities a request becomes
 pub mod principal; // who a caller is, why a credential was refused
 pub mod routed_id; // <sid>|n:<digits> / <sid>|s:<string>, session ids
 pub(crate) mod router; // the message-level rules, returning decisions

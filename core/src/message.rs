@@ -322,8 +322,12 @@ pub(crate) struct Params<'a> {
     pub(crate) capabilities: Option<&'a RawValue>,
     /// `params.uri` (subscriptions and `notifications/resources/updated`).
     pub(crate) uri: Option<&'a RawValue>,
-    /// `params.name` (the tool of a `tools/call`).
+    /// `params.name` (the tool of a `tools/call`, the prompt of a `prompts/get`).
     pub(crate) name: Option<&'a RawValue>,
+    /// `params.arguments` (of a `tools/call` or `prompts/get`), for policies.
+    pub(crate) arguments: Option<&'a RawValue>,
+    /// `params.ref` (of a `completion/complete`), for policies.
+    pub(crate) reference: Option<&'a RawValue>,
     /// `params._meta` names a protocol version (`io.modelcontextprotocol/protocolVersion`):
     /// a client of the 2026 revision that sends no session.
     pub(crate) meta_protocol_version: bool,
@@ -517,6 +521,8 @@ impl<'de> Visitor<'de> for ParamsSeed {
                 "capabilities" => out.capabilities = Some(raw_value(&mut map, self.deep)?),
                 "uri" => out.uri = Some(raw_value(&mut map, self.deep)?),
                 "name" => out.name = Some(raw_value(&mut map, self.deep)?),
+                "arguments" => out.arguments = Some(raw_value(&mut map, self.deep)?),
+                "ref" => out.reference = Some(raw_value(&mut map, self.deep)?),
                 _ => skip_value(&mut map, self.deep)?,
             }
             if !seen.insert(key) {

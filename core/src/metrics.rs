@@ -29,6 +29,10 @@ pub(crate) struct Metrics {
     pub(crate) delivered: u64,
     /// Messages broadcast to every live session.
     pub(crate) broadcasts: u64,
+    /// Requests the policy denied (answered -32003).
+    pub(crate) policy_denied: u64,
+    /// List entries the policy or the token's scopes hid from a list result.
+    pub(crate) entries_hidden: u64,
     /// Drops and proxy answers by reason and method (bounded labels).
     pub(crate) drops: BTreeMap<(DropReason, String), u64>,
     /// Refused HTTP requests by reason.
@@ -100,6 +104,18 @@ pub(crate) fn render(m: &Metrics, g: ShellGauges) -> String {
         &one(m.sessions_closed),
     );
     render_messages(&mut out, m);
+    out.metric(
+        "switchboard_policy_denied_total",
+        "counter",
+        "Requests denied by the authorization policy.",
+        &one(m.policy_denied),
+    );
+    out.metric(
+        "switchboard_list_entries_hidden_total",
+        "counter",
+        "Tools, prompts and resources hidden from list results by the policy or scopes.",
+        &one(m.entries_hidden),
+    );
     out.metric(
         "switchboard_backend_up",
         "gauge",

@@ -28,6 +28,14 @@ impl Principal {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// Who the caller is without its issuer: a JWT's `sub`, a static principal's name, or
+    /// `anonymous` (a policy's `Client::"<id>"`).
+    pub fn user_id(&self) -> &str {
+        self.0
+            .split_once('\0')
+            .map_or(&self.0, |(_, subject)| subject)
+    }
 }
 
 impl fmt::Debug for Principal {
@@ -43,6 +51,19 @@ impl fmt::Display for Principal {
             None => f.write_str(&self.0),
         }
     }
+}
+
+/// A JWT's claims, every one as the token wrote it (for policies: `claim_<name>`).
+pub type ClaimSet = Arc<serde_json::Map<String, serde_json::Value>>;
+
+/// What a credential grants besides who: its scopes (a JWT's `scope` or `scp`) and claims
+/// (none for static tokens and no auth).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Credential {
+    /// The scopes granted.
+    pub scopes: Vec<String>,
+    /// The token's claims, when it is a JWT.
+    pub claims: Option<ClaimSet>,
 }
 
 /// Why a caller was not authenticated (401).

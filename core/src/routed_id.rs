@@ -209,15 +209,24 @@ impl fmt::Display for SessionId {
 /// The client's string id is kept as written, escapes included, so a backend that echoes
 /// the id verbatim gives the client back its exact bytes.
 pub(crate) fn encode(session: &SessionId, id: RawId<'_>, out: &mut Vec<u8>) {
+    encode_marked(session, id, false, out)
+}
+
+/// [`encode`], and when `filtered` the id also says that the result is a list to filter
+/// for the session (SPEC section 10): `<sid>|fn:<digits>` or `<sid>|fs:<string>`. The
+/// proxy writes the kind before any byte of the client's id, so no client id can forge
+/// or hide the mark.
+pub(crate) fn encode_marked(session: &SessionId, id: RawId<'_>, filtered: bool, out: &mut Vec<u8>) {
     out.push(b'"');
     out.extend_from_slice(session.as_bytes());
+    out.extend_from_slice(if filtered { b"|f" } else { b"|" });
     match id {
         RawId::Int(digits) => {
-            out.extend_from_slice(b"|n:");
+            out.extend_from_slice(b"n:");
             out.extend_from_slice(digits.as_bytes());
         }
         RawId::Str(literal) => {
-            out.extend_from_slice(b"|s:");
+            out.extend_from_slice(b"s:");
             out.extend_from_slice(&literal.as_bytes()[1..literal.len() - 1]);
         }
     }
@@ -241,6 +250,8 @@ pub struct Decoded<'a> {
     pub original: Cow<'a, str>,
     /// Whether the original was an integer.
     pub is_integer: bool,
+    /// Whether its result is a list to filter for the session ([`encode_marked`]).
+    pub filtered: bool,
 }
 
 /// Decodes the raw JSON text of an id the backend echoed. `None` when it is not a routed
@@ -267,17 +278,22 @@ pub fn decode(raw: &str) -> Option<Decoded<'_>> {
     Some(Decoded {
         session,
         original: Cow::Owned(decoded.original.into_owned()),
-        is_integer: decoded.is_integer,
+        ..decoded
     })
 }
 
 /// `rest` is what follows `<sid>|`: raw string-literal text when `literal`, else a value.
 fn split_kind(session: SessionId, rest: &str, literal: bool) -> Option<Decoded<'_>> {
+    let (filtered, rest) = match rest.strip_prefix('f') {
+        Some(rest) => (true, rest),
+        None => (false, rest),
+    };
     if let Some(digits) = rest.strip_prefix("n:") {
         return is_integer_literal(digits).then_some(Decoded {
             session,
             original: Cow::Borrowed(digits),
             is_integer: true,
+            filtered,
         });
     }
     let text = rest.strip_prefix("s:")?;
@@ -295,6 +311,7 @@ fn split_kind(session: SessionId, rest: &str, literal: bool) -> Option<Decoded<'
         session,
         original: Cow::Owned(original),
         is_integer: false,
+        filtered,
     })
 }
 
@@ -338,6 +355,33 @@ mod tests {
                 (sid(), digits, true)
             );
         }
+    }
+
+    #[test]
+    fn marked_ids_round_trip_and_client_ids_cannot_forge_the_mark() {
+        let s = sid();
+        for (raw, id) in [
+            ("7", RawId::Int("7")),
+            (r#""fn:1""#, RawId::Str(r#""fn:1""#)),
+        ] {
+            for filtered in [false, true] {
+                let mut out = Vec::new();
+                encode_marked(&s, id, filtered, &mut out);
+                let text = String::from_utf8(out).unwrap();
+                let d = decode(&text).unwrap();
+                assert_eq!((d.original.as_ref(), d.filtered), (raw, filtered), "{text}");
+            }
+        }
+        // Whatever a client's string id holds comes after the proxy's `s:`.
+        for id in [r#""fs:x""#, r#""x|fn:2""#, r#""f""#, r#""\u0066n:1""#] {
+            let mut out = Vec::new();
+            encode(&s, RawId::Str(id), &mut out);
+            let d = decode(std::str::from_utf8(&out).unwrap()).unwrap();
+            assert!(!d.filtered, "{id}");
+            assert_eq!(d.original, id);
+        }
+        assert!(decode(&format!("\"{s}|f:1\"")).is_none());
+        assert!(decode(&format!("\"{s}|ff:1\"")).is_none());
     }
 
     #[test]

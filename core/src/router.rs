@@ -90,6 +90,12 @@ pub(crate) struct Checked {
     pub(crate) uri: Option<String>,
     /// The tool of a `tools/call` (`params.name`).
     pub(crate) tool: Option<String>,
+    /// `params.name` when a string (a prompt's, a tool's).
+    pub(crate) name: Option<String>,
+    /// Where `params.arguments` is, for policies.
+    arguments: Option<Range<usize>>,
+    /// Where `params.ref` is (a `completion/complete`'s), for policies.
+    reference: Option<Range<usize>>,
 }
 
 impl Checked {
@@ -116,6 +122,11 @@ impl Checked {
                 .then(|| msg.params.name.and_then(message::string_value))
                 .flatten()
                 .map(|s| s.into_owned()),
+            name: (msg.params.name)
+                .and_then(message::string_value)
+                .map(|s| s.into_owned()),
+            arguments: msg.params.arguments.map(|a| msg.span(a)),
+            reference: msg.params.reference.map(|r| msg.span(r)),
             method,
             text: String::new(),
         };
@@ -127,6 +138,16 @@ impl Checked {
         self.id
             .as_ref()
             .map_or("null", |id| &self.text[id.span.clone()])
+    }
+
+    /// `params.arguments` as JSON text.
+    pub(crate) fn arguments(&self) -> Option<&str> {
+        self.arguments.clone().map(|span| &self.text[span])
+    }
+
+    /// `params.ref` as JSON text.
+    pub(crate) fn reference(&self) -> Option<&str> {
+        self.reference.clone().map(|span| &self.text[span])
     }
 
     /// Whether it is a request for `method`.
@@ -171,6 +192,8 @@ pub(crate) enum Routed {
         message: Vec<u8>,
         /// Where the restored id is in `message`.
         id: Range<usize>,
+        /// Its routed id was marked: a list result to filter for the session.
+        filtered: bool,
     },
     /// Progress for a routed token of `session`, token restored.
     Progress {
@@ -328,8 +351,9 @@ impl Router {
         .into_bytes()
     }
 
-    /// What `msg` of `sid` becomes (subscriptions were decided by the hub).
-    pub(crate) fn forward(&mut self, sid: SessionId, msg: &Checked) -> Forward {
+    /// What `msg` of `sid` becomes (subscriptions were decided by the hub); `filtered`
+    /// marks its routed id so that its result is filtered for the session on the way back.
+    pub(crate) fn forward(&mut self, sid: SessionId, msg: &Checked, filtered: bool) -> Forward {
         match (msg.kind, msg.method.as_str()) {
             (Kind::Request, "initialize") => self.client_initialize(sid, msg),
             // The proxy alone completes the backend's one handshake: a client's
@@ -339,7 +363,10 @@ impl Router {
                 // SPEC 6.2: every id, progress token and cancelled request id a client
                 // sends carries its own sid.
                 let mut edits = Edits::default();
-                edits.route(sid, msg, msg.id.as_ref());
+                if let Some(id) = &msg.id {
+                    let routed = Patch::Routed(sid, id.raw(&msg.text), filtered);
+                    edits.push(id.span.clone(), routed);
+                }
                 edits.route(sid, msg, msg.token.as_ref());
                 edits.route(sid, msg, msg.cancels.as_ref());
                 Forward::Line(splice(&msg.text, edits, true))
@@ -440,6 +467,7 @@ impl Router {
             session: decoded.session,
             message: splice(msg.text, edits, false),
             id,
+            filtered: decoded.filtered,
         }
     }
 
@@ -657,7 +685,7 @@ pub(crate) const RESPONSE_ID_AT: usize = r#"{"jsonrpc":"2.0","id":"#.len();
 
 /// `{"jsonrpc":"2.0","id":<id>,"<member>":<value>}` without a newline, carriage returns in
 /// `value` (JSON whitespace) turned into spaces.
-fn response_line(id: &str, member: &str, value: &str) -> Vec<u8> {
+pub(crate) fn response_line(id: &str, member: &str, value: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(id.len() + value.len() + 40);
     out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
     out.extend_from_slice(id.as_bytes());
@@ -673,8 +701,9 @@ fn response_line(id: &str, member: &str, value: &str) -> Vec<u8> {
 /// What replaces a span of a message.
 #[derive(Debug)]
 enum Patch<'a> {
-    /// The routed id of this session's id (written straight into the output).
-    Routed(SessionId, RawId<'a>),
+    /// The routed id of this session's id (written straight into the output), marked
+    /// when its result is a list to filter.
+    Routed(SessionId, RawId<'a>, bool),
     Text(&'a [u8]),
     Owned(Vec<u8>),
 }
@@ -699,7 +728,10 @@ impl<'a> Edits<'a> {
     /// Routes an id-like value of `msg` for `sid`.
     fn route(&mut self, sid: SessionId, msg: &'a Checked, value: Option<&IdAt>) {
         if let Some(value) = value {
-            self.push(value.span.clone(), Patch::Routed(sid, value.raw(&msg.text)));
+            self.push(
+                value.span.clone(),
+                Patch::Routed(sid, value.raw(&msg.text), false),
+            );
         }
     }
 }
@@ -714,7 +746,9 @@ fn splice(text: &str, edits: Edits<'_>, line: bool) -> Vec<u8> {
     for (span, patch) in edits.into_iter().flatten() {
         out.extend_from_slice(&text.as_bytes()[at..span.start]);
         match patch {
-            Patch::Routed(sid, id) => routed_id::encode(&sid, id, &mut out),
+            Patch::Routed(sid, id, filtered) => {
+                routed_id::encode_marked(&sid, id, filtered, &mut out)
+            }
             Patch::Text(bytes) => out.extend_from_slice(bytes),
             Patch::Owned(bytes) => out.extend_from_slice(&bytes),
         }

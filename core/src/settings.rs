@@ -96,6 +96,8 @@ pub struct Settings {
     pub tool_rate_limits: Vec<(String, Rate)>,
     /// Live sessions one principal may hold, both transports together; 0 for no cap.
     pub max_sessions_per_principal: usize,
+    /// The authorization policy (`--authz-config`); `None` allows everything.
+    pub policy: Option<std::sync::Arc<crate::policy::Policy>>,
 }
 
 /// Whether a tool pattern of `--tool-scope` or `--tool-rate-limit` names `tool`: the
@@ -171,6 +173,7 @@ impl Default for Settings {
             rate_limit: None,
             tool_rate_limits: Vec::new(),
             max_sessions_per_principal: 0,
+            policy: None,
         }
     }
 }

@@ -65,6 +65,7 @@ fn init_logging(config: &Config) {
 
 fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
     let gate = config.gate(|path| std::fs::read_to_string(path))?;
+    let settings = config.settings_with(|path| std::fs::read_to_string(path))?;
     let me = std::env::current_exe()?;
     let command = config.backend_command(&me.to_string_lossy());
     let listen = config.listen_addr();
@@ -79,6 +80,7 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<Arc<server::Listening>>(1);
     let (mut supervisor, inputs, closed, shutdown) = Supervisor::new(
         config.clone(),
+        settings,
         command,
         Box::new(move || {
             if let Ok(listening) = stop_rx.try_recv() {

@@ -88,6 +88,7 @@ impl Supervisor {
     /// which streams report their end, and the shutdown request.
     pub fn new(
         config: Arc<Config>,
+        settings: switchboard_core::hub::Settings,
         command: Vec<String>,
         stop_accepting: Box<dyn FnOnce() + Send>,
     ) -> (Self, Sender<Input>, Sender<StreamId>, Sender<()>) {
@@ -95,7 +96,7 @@ impl Supervisor {
         let (closed_tx, closed) = crossbeam_channel::unbounded();
         let (shutdown_tx, shutdown) = crossbeam_channel::bounded(1);
         let supervisor = Supervisor {
-            hub: Hub::new(config.settings(), Instant::now()),
+            hub: Hub::new(settings, Instant::now()),
             config,
             command,
             replies: HashMap::new(),

@@ -48,6 +48,7 @@ fn init_logging(config: &Config) {
 
 fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
     let gate = config.gate(|path| std::fs::read_to_string(path))?;
+    let settings = config.settings_with(|path| std::fs::read_to_string(path))?;
     let me = std::env::current_exe()?;
     let command = config.backend_command(&me.to_string_lossy());
     let listen = config.listen_addr();
@@ -63,7 +64,7 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
             config.listening_line(listener.local_addr()?, &command)
         );
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
-        let (mut supervisor, inputs) = Supervisor::new(config.clone(), command, stop_tx);
+        let (mut supervisor, inputs) = Supervisor::new(config.clone(), settings, command, stop_tx);
         supervisor.use_key_store(gate.key_store());
         let server = Arc::new(Server {
             gate,

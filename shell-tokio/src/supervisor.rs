@@ -78,13 +78,14 @@ impl Supervisor {
     /// The loop, and the sender request handlers reach it by.
     pub fn new(
         config: Arc<Config>,
+        settings: switchboard_core::hub::Settings,
         command: Vec<String>,
         stop_accepting: oneshot::Sender<()>,
     ) -> (Self, mpsc::Sender<Input>) {
         let (inputs_tx, inputs) = mpsc::channel(1024);
         let (closed_tx, closed) = mpsc::unbounded_channel();
         let supervisor = Supervisor {
-            hub: Hub::new(config.settings(), Instant::now()),
+            hub: Hub::new(settings, Instant::now()),
             config,
             command,
             replies: HashMap::new(),

@@ -36,7 +36,14 @@ impl Hub {
                 session,
                 message,
                 id,
-            } => self.deliver_live(now, session, message, Delivery::Response { id }, None),
+                filtered,
+            } => {
+                let (message, id) = match filtered {
+                    true => self.filter_list(&session, message, id),
+                    false => (message, id),
+                };
+                self.deliver_live(now, session, message, Delivery::Response { id }, None)
+            }
             Routed::Progress {
                 session,
                 message,

@@ -141,9 +141,9 @@ impl Hub {
     pub(super) fn mcp_post(
         &mut self,
         now: Instant,
-        request: RequestId,
-        cors: &Option<String>,
+        (request, cors): (RequestId, &Option<String>),
         post: McpPost,
+        sender: super::post::Sender,
     ) -> Result<(), Rejection> {
         let McpPost {
             session,
@@ -162,7 +162,7 @@ impl Hub {
             self.touch(number, now);
             let response = decorate(streamable::notification_accepted(), sid, cors);
             self.respond(request, response);
-            self.client_message(now, number, sid, &msg);
+            self.client_message(now, (number, sid), &msg, sender);
             if let Some(cancels) = &msg.cancels {
                 self.cancelled_by_client(now, number, &cancels.key);
             }
@@ -191,7 +191,7 @@ impl Hub {
         self.await_answer(now, request, cors, (number, sid), &msg, stream);
         // Now that the answer has somewhere to go: the line for the backend, or the
         // proxy's own answer (a cached initialize).
-        self.client_message(now, number, sid, &msg);
+        self.client_message(now, (number, sid), &msg, sender);
         Ok(())
     }
 

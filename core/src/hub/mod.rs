@@ -24,6 +24,7 @@
 //! ([`RequestId`], [`StreamId`], [`BackendId`]); the shell keeps its own maps from those ids
 //! to senders, sockets and processes.
 
+mod authz;
 mod backend;
 mod deadlines;
 mod dispatch;

@@ -63,7 +63,17 @@ pub(super) struct Post {
     pub(super) request: RequestId,
     pub(super) cors: Option<String>,
     prepared: Prepared,
+    sender: Sender,
     deadline: Instant,
+}
+
+/// What the gate and the policy said of a POST's sender.
+#[derive(Debug, Default)]
+pub(super) struct Sender {
+    /// What its credential grants (the session keeps it, to filter its lists).
+    pub(super) grant: Grant,
+    /// The policy denies its message: the proxy answers -32003.
+    pub(super) forbidden: bool,
 }
 
 /// POSTs waiting for a restarted backend to be ready, in arrival order.
@@ -253,10 +263,12 @@ impl Hub {
         if self.rate_limited(now, request, (&principal, &cors), prepared.message()) {
             return Ok(());
         }
+        let forbidden = self.forbidden(&principal, &grant, prepared.message());
         let post = Post {
             request,
             cors,
             prepared,
+            sender: Sender { grant, forbidden },
             deadline: now + self.settings.restart_wait,
         };
         if self.is_ready() {
@@ -314,6 +326,7 @@ impl Hub {
             request,
             cors,
             prepared,
+            sender,
             ..
         } = post;
         if !self.backend.fits(prepared.session()) {
@@ -321,9 +334,9 @@ impl Hub {
         }
         let result = match prepared {
             Prepared::Legacy { session, msg } => {
-                self.legacy_post(now, request, &cors, session, &msg)
+                self.legacy_post(now, (request, &cors), session, &msg, sender)
             }
-            Prepared::Mcp(mcp) => self.mcp_post(now, request, &cors, mcp),
+            Prepared::Mcp(mcp) => self.mcp_post(now, (request, &cors), mcp, sender),
         };
         if let Err(rejection) = result {
             self.refuse(request, rejection, cors.as_deref());
@@ -333,17 +346,17 @@ impl Hub {
     fn legacy_post(
         &mut self,
         now: Instant,
-        request: RequestId,
-        cors: &Option<String>,
+        (request, cors): (RequestId, &Option<String>),
         session: SessionNumber,
         msg: &Checked,
+        sender: Sender,
     ) -> Result<(), Rejection> {
         let sid = self
             .sessions
             .get(session)
             .map(|s| s.id)
             .ok_or(Rejection::SessionNotFound)?;
-        self.client_message(now, session, sid, msg);
+        self.client_message(now, (session, sid), msg, sender);
         let mut response = http::accepted();
         if let Some(origin) = cors {
             http::add_cors(&mut response, origin);
@@ -352,16 +365,28 @@ impl Hub {
         Ok(())
     }
 
-    /// What an admitted message of session `number` does: subscriptions are recorded,
-    /// then the router's decision is carried out.
+    /// What an admitted message of session `number` does: a request the policy denies is
+    /// answered -32003; subscriptions are recorded, then the router's decision is carried
+    /// out.
     pub(super) fn client_message(
         &mut self,
         now: Instant,
-        number: SessionNumber,
-        sid: SessionId,
+        (number, sid): (SessionNumber, SessionId),
         msg: &Checked,
+        sender: Sender,
     ) {
         self.metrics.client_messages += 1;
+        if sender.forbidden {
+            self.metrics.policy_denied += 1;
+            let answer = msg.error(-32003, "forbidden by policy");
+            return self.answer_client(now, sid, msg, answer);
+        }
+        let filtered = self.filters(msg);
+        if filtered {
+            if let Some(session) = self.sessions.get_mut(number) {
+                session.grant = sender.grant;
+            }
+        }
         if msg.kind == message::Kind::Request {
             match (msg.method.as_str(), &msg.uri) {
                 ("resources/subscribe", Some(uri))
@@ -377,7 +402,7 @@ impl Hub {
                 _ => {}
             }
         }
-        match self.router.forward(sid, msg) {
+        match self.router.forward(sid, msg, filtered) {
             Forward::Line(line) => {
                 self.queue_line(line, LineFrom::Client(number));
                 self.track_legacy(number, msg);

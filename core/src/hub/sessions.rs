@@ -40,6 +40,9 @@ pub(crate) struct Session {
     pub(crate) id: SessionId,
     pub(crate) principal: Principal,
     pub(crate) kind: Kind,
+    /// What its latest request's credential granted (scopes, claims): the list results
+    /// of its requests are filtered for it.
+    pub(crate) grant: crate::http::Grant,
     /// The uris it watches (`resources/subscribe`).
     subscriptions: BTreeSet<String>,
 }
@@ -120,6 +123,7 @@ impl Sessions {
             id,
             principal,
             kind,
+            grant: Default::default(),
             subscriptions: BTreeSet::new(),
         };
         self.by_number.insert(number, session);

@@ -34,9 +34,9 @@
 //! | `mcp-init A alice {...}` | `POST /mcp` without a session as `alice` (an `initialize`): the new session is A |
 //! | `mcp-post A {...}` | `POST /mcp` with A's `Mcp-Session-Id`, accepting JSON and SSE; an answer stream is `A@LINE` |
 //! | `mcp-get A`, `mcp-delete A` | `GET /mcp` (the stream `A/get`), `DELETE /mcp` for A |
-//! | `mcp-raw METHOD [A] [key=value ...] [{...}]` | any `/mcp` request: `as=bob`, `session=none\|B\|text`, `accept=json\|sse\|both\|any\|none\|TYPE`, `type=json\|none\|TYPE`, `version=V`, `last-event-id=ID`, `origin=O`, `scopes=a,b` (the token's), `body=too-large` |
+//! | `mcp-raw METHOD [A] [key=value ...] [{...}]` | any `/mcp` request: `as=bob`, `session=none\|B\|text`, `accept=json\|sse\|both\|any\|none\|TYPE`, `type=json\|none\|TYPE`, `version=V`, `last-event-id=ID`, `origin=O`, `scopes=a,b` and `claims={...}` (the token's; JSON without spaces), `body=too-large` |
 //! | `hangup S`, `stall S` with a stream name | `A`, `A/get`, `A@12`, `A/resume@12` |
-//! | `with FLAG VALUE` | before any other command: `restart never`, `keepalive 10s`, `ping-interval 5s`, `ping-timeout 2s`, `grace 1s`, `session-buffer 8192`, `max-sessions 2`, `stdin-queue 2`, `restart-wait 1s`, `on-backend-exit close-sessions`, `resume-window 0s` (no resumption), `resume-buffer 1KiB`, `oauth-issuer URL`, `jwks-url URL` (key sources), `required-scope S`, `tool-scope T=S` (an OAuth resource server at `http://127.0.0.1:8000/`), `rate-limit 2/min`, `tool-rate-limit T=1/min`, `max-sessions-per-principal 2`, `instance a` (ids are minted as `a.<uuid>`, `<A>` still expands to the whole id and transcripts show it as `a.<A>`); `spawn-fails N` makes the first N starts fail |
+//! | `with FLAG VALUE` | before any other command: `restart never`, `keepalive 10s`, `ping-interval 5s`, `ping-timeout 2s`, `grace 1s`, `session-buffer 8192`, `max-sessions 2`, `stdin-queue 2`, `restart-wait 1s`, `on-backend-exit close-sessions`, `resume-window 0s` (no resumption), `resume-buffer 1KiB`, `oauth-issuer URL`, `jwks-url URL` (key sources), `required-scope S`, `tool-scope T=S` (an OAuth resource server at `http://127.0.0.1:8000/`), `rate-limit 2/min`, `tool-rate-limit T=1/min`, `max-sessions-per-principal 2`, `authz {...}` (a policy file, on one line), `instance a` (ids are minted as `a.<uuid>`, `<A>` still expands to the whole id and transcripts show it as `a.<A>`); `spawn-fails N` makes the first N starts fail |
 //!
 //! The transcript shows each command, then what followed, indented:
 //!
@@ -137,7 +137,7 @@ pub enum Command {
     /// `with FLAG VALUE`, before any other command: a setting of the hub.
     With(String, String),
     /// A request on `/mcp`.
-    Mcp(McpCommand),
+    Mcp(Box<McpCommand>),
 }
 
 /// A request on `/mcp` (`mcp-init`, `mcp-post`, `mcp-get`, `mcp-delete`, `mcp-raw`).
@@ -180,6 +180,8 @@ pub struct McpHeaderOptions {
     pub origin: Option<String>,
     /// The scopes the caller's token grants (`scopes=a,b`).
     pub scopes: Option<Vec<String>>,
+    /// The claims of the caller's token (`claims={...}`, JSON without spaces).
+    pub claims: Option<String>,
 }
 
 impl McpHeaderOptions {
@@ -193,6 +195,7 @@ impl McpHeaderOptions {
             last_event_id: None,
             origin: None,
             scopes: None,
+            claims: None,
         }
     }
 }
@@ -270,6 +273,10 @@ fn parse_mcp_raw(rest: &str) -> Option<Command> {
                     .map(str::to_owned);
                 command.headers.scopes = Some(scopes.collect());
             }
+            "claims" => {
+                serde_json::from_str::<serde_json::Value>(value).ok()?;
+                command.headers.claims = Some(value.to_owned());
+            }
             "body" if value == "too-large" => command.body = Some(TOO_LARGE.to_owned()),
             _ => return None,
         }
@@ -281,7 +288,7 @@ fn parse_mcp_raw(rest: &str) -> Option<Command> {
             .principal
             .get_or_insert_with(|| "anonymous".to_owned());
     }
-    Some(Command::Mcp(command))
+    Some(Command::Mcp(Box::new(command)))
 }
 
 /// The body text of `mcp-raw ... body=too-large`: a body over `--max-body`.
@@ -361,27 +368,27 @@ fn parse_command(line: &str) -> Option<Command> {
         "mcp-init" => {
             let (l, rest) = rest.split_once(' ')?;
             let (principal, body) = rest.split_once(' ')?;
-            Command::Mcp(McpCommand {
+            Command::Mcp(Box::new(McpCommand {
                 method: "POST",
                 label: Some(label(l)?),
                 creates: true,
                 principal: Some(principal.to_owned()),
                 headers: McpHeaderOptions::standard(),
                 body: Some(body.to_owned()),
-            })
+            }))
         }
         "mcp-post" => {
             let (l, body) = rest.split_once(' ')?;
-            Command::Mcp(McpCommand {
+            Command::Mcp(Box::new(McpCommand {
                 method: "POST",
                 label: Some(label(l)?),
                 creates: false,
                 principal: None,
                 headers: McpHeaderOptions::standard(),
                 body: Some(body.to_owned()),
-            })
+            }))
         }
-        "mcp-get" | "mcp-delete" => Command::Mcp(McpCommand {
+        "mcp-get" | "mcp-delete" => Command::Mcp(Box::new(McpCommand {
             method: if word == "mcp-get" { "GET" } else { "DELETE" },
             label: Some(label(rest)?),
             creates: false,
@@ -398,7 +405,7 @@ fn parse_command(line: &str) -> Option<Command> {
                 ..McpHeaderOptions::standard()
             },
             body: None,
-        }),
+        })),
         "mcp-raw" => parse_mcp_raw(rest)?,
         "post" | "post-raw" | "post-too-large" => {
             let (l, body) = rest.split_once(' ').unwrap_or((rest, ""));
@@ -730,6 +737,10 @@ fn apply_setting(settings: &mut Settings, flag: &str, value: &str) -> Option<()>
             }
         }
         "instance" => settings.instance = Some(Instance::new(value).ok()?),
+        "authz" => {
+            let policy = switchboard_core::policy::Policy::parse(value).ok()?;
+            settings.policy = Some(std::sync::Arc::new(policy));
+        }
         _ => return None,
     }
     Some(())
@@ -871,6 +882,8 @@ impl Runner {
             cors: command.headers.origin.clone(),
             grant: switchboard_core::http::Grant {
                 scopes: command.headers.scopes.clone().unwrap_or_default(),
+                claims: (command.headers.claims.as_deref())
+                    .map(|c| std::sync::Arc::new(serde_json::from_str(c).expect("checked"))),
                 metadata_url: Some(METADATA_URL.to_owned()),
             },
             ..Admitted::new(endpoint, principal, "")
@@ -952,6 +965,7 @@ impl Runner {
                 let admitted = Admitted {
                     grant: switchboard_core::http::Grant {
                         scopes: Vec::new(),
+                        claims: None,
                         metadata_url: Some(LEGACY_METADATA_URL.to_owned()),
                     },
                     ..Admitted::new(Endpoint::Messages, principal, sid.as_str())

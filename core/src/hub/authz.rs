@@ -1,0 +1,256 @@
+//! SPEC section 10's authorization on the way in and out: a request the policy denies is
+//! answered -32003 by the proxy and never reaches the backend; a list result is filtered
+//! for the session that asked, its routed id marked so that the way back needs no table.
+
+use std::ops::Range;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use super::Hub;
+use crate::auth::Principal;
+use crate::http::Grant;
+use crate::message::{self, Kind};
+use crate::policy::{Ask, Caller, Policy};
+use crate::routed_id::SessionId;
+use crate::router::{self, Checked, RESPONSE_ID_AT};
+
+/// The list methods whose results are filtered, never authorized (as in ToolHive).
+const LISTS: [&str; 4] = [
+    "tools/list",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+];
+
+/// The result members that hold a list's entries.
+const ENTRIES: [&str; 4] = ["tools", "prompts", "resources", "resourceTemplates"];
+
+/// A request's question to the policy, owning what it parsed.
+enum Question {
+    CallTool(String, Option<Map<String, Value>>),
+    GetPrompt(String, Option<Map<String, Value>>),
+    ReadResource(String),
+    Other(String),
+}
+
+impl Question {
+    /// What the policy is asked about `msg`; `None` for what always passes: responses,
+    /// notifications, `initialize`, `ping`, `logging/setLevel` and the lists.
+    fn of(msg: &Checked) -> Option<Question> {
+        let method = msg.method.as_str();
+        let passes = matches!(method, "initialize" | "ping" | "logging/setLevel");
+        if msg.kind != Kind::Request || passes || LISTS.contains(&method) {
+            return None;
+        }
+        let name = || msg.name.clone().unwrap_or_default();
+        let arguments = || msg.arguments().and_then(|a| serde_json::from_str(a).ok());
+        Some(match method {
+            "tools/call" => Question::CallTool(name(), arguments()),
+            "prompts/get" => Question::GetPrompt(name(), arguments()),
+            "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
+                Question::ReadResource(msg.uri.clone().unwrap_or_default())
+            }
+            "completion/complete" => {
+                completion(msg.reference()).unwrap_or_else(|| Question::Other(method.to_owned()))
+            }
+            _ => Question::Other(method.to_owned()),
+        })
+    }
+
+    fn ask(&self) -> Ask<'_> {
+        match self {
+            Question::CallTool(name, args) => Ask::CallTool(name, args.as_ref()),
+            Question::GetPrompt(name, args) => Ask::GetPrompt(name, args.as_ref()),
+            Question::ReadResource(uri) => Ask::ReadResource(uri),
+            Question::Other(method) => Ask::Other(method),
+        }
+    }
+}
+
+/// `completion/complete` asks for what its `ref` names: a prompt or a resource.
+fn completion(reference: Option<&str>) -> Option<Question> {
+    #[derive(Deserialize)]
+    struct Ref {
+        #[serde(rename = "type")]
+        kind: String,
+        name: Option<String>,
+        uri: Option<String>,
+    }
+    let r: Ref = serde_json::from_str(reference?).ok()?;
+    match r.kind.as_str() {
+        "ref/prompt" => Some(Question::GetPrompt(r.name?, None)),
+        "ref/resource" => Some(Question::ReadResource(r.uri?)),
+        _ => None,
+    }
+}
+
+/// What a list entry is checked by.
+#[derive(Deserialize)]
+struct Entry {
+    name: Option<String>,
+    uri: Option<String>,
+    #[serde(rename = "uriTemplate")]
+    uri_template: Option<String>,
+}
+
+fn caller<'a>(principal: &'a Principal, grant: &'a Grant) -> Caller<'a> {
+    Caller {
+        id: principal.user_id(),
+        claims: grant.claims.as_deref(),
+    }
+}
+
+impl Hub {
+    /// Whether the policy denies `msg` of `principal` (SPEC section 10).
+    pub(super) fn forbidden(&self, principal: &Principal, grant: &Grant, msg: &Checked) -> bool {
+        let Some(policy) = &self.settings.policy else {
+            return false;
+        };
+        Question::of(msg).is_some_and(|q| !policy.allows(caller(principal, grant), q.ask()))
+    }
+
+    /// Whether `msg` is a list whose result is filtered for its session: with a policy,
+    /// every list; with `--tool-scope`, `tools/list`.
+    pub(super) fn filters(&self, msg: &Checked) -> bool {
+        if msg.kind != Kind::Request || !LISTS.contains(&msg.method.as_str()) {
+            return false;
+        }
+        let scoped = (self.settings.oauth.as_ref()).is_some_and(|o| !o.tool_scopes.is_empty());
+        self.settings.policy.is_some() || (scoped && msg.method == "tools/list")
+    }
+
+    /// A marked list result for `sid`, keeping only the entries its principal may use,
+    /// each checked as the matching call without arguments (and a tool also by its
+    /// scopes); everything else, `nextCursor` included, is kept byte for byte. Returns the
+    /// message and where its id now is.
+    pub(super) fn filter_list(
+        &mut self,
+        sid: &SessionId,
+        message: Vec<u8>,
+        id: Range<usize>,
+    ) -> (Vec<u8>, Range<usize>) {
+        let Some(session) = self.sessions.find(sid).and_then(|n| self.sessions.get(n)) else {
+            return (message, id);
+        };
+        let (principal, grant) = (&session.principal, &session.grant);
+        let policy = self.settings.policy.as_deref();
+        let oauth = self.settings.oauth.as_deref();
+        let keep = |member: &str, entry: &Entry| -> bool {
+            let who = caller(principal, grant);
+            let ask = match (member, entry) {
+                ("tools", Entry { name: Some(n), .. }) => {
+                    let scoped = oauth.is_none_or(|o| {
+                        (o.needed_scopes(Some(n)).iter()).all(|s| grant.scopes.contains(s))
+                    });
+                    if !scoped {
+                        return false;
+                    }
+                    Ask::CallTool(n, None)
+                }
+                ("prompts", Entry { name: Some(n), .. }) => Ask::GetPrompt(n, None),
+                ("resources", Entry { uri: Some(u), .. }) => Ask::ReadResource(u),
+                (
+                    "resourceTemplates",
+                    Entry {
+                        uri_template: Some(u),
+                        ..
+                    },
+                ) => Ask::ReadResource(u),
+                _ => return false,
+            };
+            policy.is_none_or(|p: &Policy| p.allows(who, ask))
+        };
+        let raw_id = String::from_utf8_lossy(&message[id.clone()]).into_owned();
+        let result = match filtered_result(&message, keep) {
+            Ok(Some((result, hidden))) => {
+                self.metrics.entries_hidden += hidden;
+                router::response_line(&raw_id, "result", &result)
+            }
+            // An error answer has no entries to hide.
+            Ok(None) => return (message, id),
+            // Whatever cannot be filtered is not passed on.
+            Err(()) => {
+                let error = r#"{"code":-32603,"message":"list result could not be filtered"}"#;
+                router::response_line(&raw_id, "error", error)
+            }
+        };
+        (result, RESPONSE_ID_AT..RESPONSE_ID_AT + raw_id.len())
+    }
+}
+
+/// A list result with each entries member filtered, and how many entries were left out;
+/// `Ok(None)` for an error answer. A result that is not an object, entries that are not
+/// an array, or a member given twice is `Err`.
+fn filtered_result(
+    message: &[u8],
+    mut keep: impl FnMut(&str, &Entry) -> bool,
+) -> Result<Option<(String, u64)>, ()> {
+    let text = std::str::from_utf8(message).map_err(|_| ())?;
+    let Some(result) = message::parse_backend(text).map_err(|_| ())?.result else {
+        return Ok(None);
+    };
+    let Members(members) = serde_json::from_str(result.get()).map_err(|_| ())?;
+    let mut out = String::with_capacity(result.get().len());
+    let (mut hidden, mut seen) = (0, std::collections::HashSet::new());
+    out.push('{');
+    for (i, (name, value)) in members.iter().enumerate() {
+        if !seen.insert(name) {
+            return Err(());
+        }
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&serde_json::to_string(name).map_err(|_| ())?);
+        out.push(':');
+        if !ENTRIES.contains(&name.as_ref()) {
+            out.push_str(value.get());
+            continue;
+        }
+        let entries: Vec<&RawValue> = serde_json::from_str(value.get()).map_err(|_| ())?;
+        out.push('[');
+        let mut first = true;
+        for entry in entries {
+            let parsed: Option<Entry> = serde_json::from_str(entry.get()).ok();
+            if !parsed.is_some_and(|p| keep(name, &p)) {
+                hidden += 1;
+                continue;
+            }
+            if !first {
+                out.push(',');
+            }
+            first = false;
+            out.push_str(entry.get());
+        }
+        out.push(']');
+    }
+    out.push('}');
+    Ok(Some((out, hidden)))
+}
+
+/// An object's members in order, values as raw text.
+struct Members<'a>(Vec<(std::borrow::Cow<'a, str>, &'a RawValue)>);
+
+impl<'de> Deserialize<'de> for Members<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Members<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::new();
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    out.push((key, map.next_value::<&'de RawValue>()?));
+                }
+                Ok(Members(out))
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}

@@ -1,0 +1,445 @@
+//! SPEC section 10's authorization policy: ToolHive's Cedar file (`--authz-config`, JSON or
+//! YAML) and the entities a request becomes, so that a ToolHive policy file runs unchanged.
+//!
+//! A request is `Client::"<sub>"` (claims as `claim_<name>`) doing `Action::"call_tool"`,
+//! `"get_prompt"` or `"read_resource"` to `Tool::"<name>"`, `Prompt::"<name>"` or
+//! `Resource::"<uri, sanitised>"` (arguments as `arg_<name>`); claims and arguments are
+//! also the context. With a policy the default is deny, and an evaluation error denies.
+
+use std::collections::{HashMap, HashSet};
+use std::str::FromStr;
+
+use cedar_policy::{
+    Authorizer, Context, Decision, Entities, Entity, EntityId, EntityTypeName, EntityUid, PolicyId,
+    PolicySet, Request, RestrictedExpression,
+};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+/// Claims and arguments nested deeper than this are left out (as ToolHive does).
+const MAX_DEPTH: usize = 10;
+
+/// A loaded policy file: its policies and the entities it declares.
+pub struct Policy {
+    policies: PolicySet,
+    entities: Entities,
+}
+
+impl std::fmt::Debug for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Policy")
+            .field("policies", &self.policies.policies().count())
+            .finish_non_exhaustive()
+    }
+}
+
+/// ToolHive's configuration file: `{"version", "type": "cedarv1", "cedar": {...}}`.
+#[derive(Deserialize)]
+struct File {
+    version: Option<String>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    cedar: Option<CedarSection>,
+}
+
+#[derive(Deserialize)]
+struct CedarSection {
+    #[serde(default)]
+    policies: Vec<String>,
+    #[serde(default)]
+    entities_json: String,
+}
+
+/// Who asks: the principal's Cedar id (a JWT's `sub`, a static principal's name,
+/// `anonymous`) and a JWT's claims.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller<'a> {
+    /// `Client::"<id>"`.
+    pub id: &'a str,
+    /// The claims, `claim_<name>` on the principal and in the context.
+    pub claims: Option<&'a Map<String, Value>>,
+}
+
+/// What a request asks to do, as a policy sees it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Ask<'a> {
+    /// `tools/call` of a tool, with its arguments.
+    CallTool(&'a str, Option<&'a Map<String, Value>>),
+    /// `prompts/get` of a prompt, with its arguments (and `completion/complete` of one).
+    GetPrompt(&'a str, Option<&'a Map<String, Value>>),
+    /// `resources/read` of a uri (and subscribing to it, and completing it).
+    ReadResource(&'a str),
+    /// Any other method: `Action::"<method>"` on `FeatureType::"<method>"`.
+    Other(&'a str),
+}
+
+impl Policy {
+    /// Reads and checks a policy file in full: its syntax (JSON when it starts with `{`,
+    /// else YAML), `type`, every policy and `entities_json`.
+    pub fn parse(text: &str) -> Result<Policy, String> {
+        let file: File = if text.trim_start().starts_with('{') {
+            serde_json::from_str(text).map_err(|e| format!("not a valid JSON policy file: {e}"))?
+        } else {
+            serde_yaml_ng::from_str(text)
+                .map_err(|e| format!("not a valid YAML policy file: {e}"))?
+        };
+        if file.version.as_deref().is_none_or(str::is_empty) {
+            return Err("the file names no `version` (ToolHive's is \"1.0\")".into());
+        }
+        match file.kind.as_deref() {
+            Some("cedarv1") => {}
+            Some(other) => return Err(format!("unknown type {other:?} (expected \"cedarv1\")")),
+            None => return Err("the file names no `type` (expected \"cedarv1\")".into()),
+        }
+        let cedar = file.cedar.ok_or("a cedarv1 file needs a `cedar` section")?;
+        if cedar.policies.is_empty() {
+            return Err("`cedar.policies` is empty: nothing would be permitted".into());
+        }
+        let mut policies = PolicySet::new();
+        for (i, text) in cedar.policies.iter().enumerate() {
+            let id = PolicyId::new(format!("policy{i}"));
+            let policy = cedar_policy::Policy::parse(Some(id), text)
+                .map_err(|e| format!("policy {i} ({text:?}): {e}"))?;
+            policies
+                .add(policy)
+                .map_err(|e| format!("policy {i}: {e}"))?;
+        }
+        let entities = match cedar.entities_json.trim() {
+            "" => Entities::empty(),
+            json => {
+                Entities::from_json_str(json, None).map_err(|e| format!("entities_json: {e}"))?
+            }
+        };
+        Ok(Policy { policies, entities })
+    }
+
+    /// Whether `caller` may do `ask`. Anything that fails to build or evaluate denies.
+    pub fn allows(&self, caller: Caller<'_>, ask: Ask<'_>) -> bool {
+        self.decide(caller, ask).unwrap_or(false)
+    }
+
+    fn decide(&self, caller: Caller<'_>, ask: Ask<'_>) -> Option<bool> {
+        let (action, resource) = request_parts(ask);
+        let claims = caller.claims.map(|c| prefixed("claim_", c, false));
+        let args = match ask {
+            Ask::CallTool(_, args) | Ask::GetPrompt(_, args) => args,
+            _ => None,
+        };
+        let args = args.map(|a| prefixed("arg_", a, true));
+        let principal = uid("Client", caller.id)?;
+        let action_uid = uid("Action", action)?;
+        let resource_uid = uid(resource.kind, resource.id.as_ref())?;
+        // Parents the policy file gives this principal (its groups) are kept.
+        let parents = (self.entities.get(&principal))
+            .map(|e| e.clone().into_inner().2)
+            .unwrap_or_default();
+        let mut resource_attrs = resource.attributes;
+        resource_attrs.extend(args.iter().flatten().map(|(k, v)| (k.clone(), v.clone())));
+        let operation = [("operation".to_owned(), string(action))];
+        let entities = [
+            Entity::new(
+                principal.clone(),
+                claims.clone().unwrap_or_default(),
+                parents,
+            ),
+            Entity::new(action_uid.clone(), operation.into(), HashSet::new()),
+            Entity::new(resource_uid.clone(), resource_attrs, HashSet::new()),
+        ];
+        let entities = entities.into_iter().collect::<Result<Vec<_>, _>>().ok()?;
+        let entities = self.entities.clone().upsert_entities(entities, None).ok()?;
+        let context = claims
+            .into_iter()
+            .flatten()
+            .chain(args.into_iter().flatten());
+        let context = Context::from_pairs(context).ok()?;
+        let request = Request::new(principal, action_uid, resource_uid, context, None).ok()?;
+        let response = Authorizer::new().is_authorized(&request, &self.policies, &entities);
+        // As in ToolHive: an error in any policy denies, whatever the others say.
+        let failed = response.diagnostics().errors().next().is_some();
+        Some(!failed && response.decision() == Decision::Allow)
+    }
+}
+
+/// The resource entity a request acts on.
+struct Target {
+    kind: &'static str,
+    id: String,
+    attributes: HashMap<String, RestrictedExpression>,
+}
+
+/// The action id and the resource entity of `ask`.
+fn request_parts(ask: Ask<'_>) -> (&str, Target) {
+    let target = |kind, id: &str, name: &str, operation: &str, feature: &str| Target {
+        kind,
+        id: id.to_owned(),
+        attributes: HashMap::from([
+            ("name".to_owned(), string(name)),
+            ("operation".to_owned(), string(operation)),
+            ("feature".to_owned(), string(feature)),
+        ]),
+    };
+    match ask {
+        Ask::CallTool(name, _) => ("call_tool", target("Tool", name, name, "call", "tool")),
+        Ask::GetPrompt(name, _) => ("get_prompt", target("Prompt", name, name, "get", "prompt")),
+        Ask::ReadResource(uri) => {
+            let mut t = target("Resource", &resource_id(uri), uri, "read", "resource");
+            t.attributes.insert("uri".to_owned(), string(uri));
+            ("read_resource", t)
+        }
+        Ask::Other(method) => (
+            method,
+            target("FeatureType", method, method, method, method),
+        ),
+    }
+}
+
+/// ToolHive's Cedar id of a resource uri: each of `: / \ ? & = # .` and space becomes `_`.
+pub fn resource_id(uri: &str) -> String {
+    uri.chars()
+        .map(|c| match c {
+            ':' | '/' | '\\' | '?' | '&' | '=' | '#' | '.' | ' ' => '_',
+            c => c,
+        })
+        .collect()
+}
+
+fn uid(kind: &str, id: &str) -> Option<EntityUid> {
+    let kind = EntityTypeName::from_str(kind).ok()?;
+    Some(EntityUid::from_type_name_and_id(kind, EntityId::new(id)))
+}
+
+fn string(text: &str) -> RestrictedExpression {
+    RestrictedExpression::new_string(text.to_owned())
+}
+
+/// `prefix<name>` attributes for each member. Arguments (`flat`) keep strings, booleans and
+/// numbers as they are, and note any other value as `prefix<name>_present = true`; claims
+/// keep sets and records too.
+fn prefixed(
+    prefix: &str,
+    members: &Map<String, Value>,
+    flat: bool,
+) -> HashMap<String, RestrictedExpression> {
+    let mut out = HashMap::with_capacity(members.len());
+    for (name, value) in members {
+        let scalar = matches!(value, Value::String(_) | Value::Bool(_) | Value::Number(_));
+        if flat && !scalar {
+            let present = RestrictedExpression::new_bool(true);
+            out.insert(format!("{prefix}{name}_present"), present);
+        } else if let Some(expr) = expression(value, 0) {
+            out.insert(format!("{prefix}{name}"), expr);
+        }
+    }
+    out
+}
+
+/// A JSON value as Cedar sees it: integers are `Long`, other numbers `decimal` when Cedar's
+/// four places hold them exactly; `null`, other numbers and too deep values are left out.
+fn expression(value: &Value, depth: usize) -> Option<RestrictedExpression> {
+    if depth > MAX_DEPTH {
+        return None;
+    }
+    Some(match value {
+        Value::Null => return None,
+        Value::Bool(b) => RestrictedExpression::new_bool(*b),
+        Value::String(s) => string(s),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => RestrictedExpression::new_long(i),
+            None => RestrictedExpression::new_decimal(decimal(n.as_f64()?)?),
+        },
+        Value::Array(items) => RestrictedExpression::new_set(
+            items.iter().filter_map(|item| expression(item, depth + 1)),
+        ),
+        Value::Object(members) => RestrictedExpression::new_record(
+            members
+                .iter()
+                .filter_map(|(k, v)| Some((k.clone(), expression(v, depth + 1)?))),
+        )
+        .ok()?,
+    })
+}
+
+/// `x` as Cedar decimal text, when four places after the point hold it exactly and it is
+/// within Cedar's range.
+fn decimal(x: f64) -> Option<String> {
+    let text = format!("{x:.4}");
+    (x.abs() < 9.2e14 && text.parse::<f64>().ok() == Some(x)).then_some(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(policies: &[&str]) -> Policy {
+        let file = serde_json::json!({
+            "version": "1.0", "type": "cedarv1",
+            "cedar": {"policies": policies, "entities_json": "[]"}
+        });
+        Policy::parse(&file.to_string()).unwrap()
+    }
+
+    fn claims(json: Value) -> Map<String, Value> {
+        json.as_object().unwrap().clone()
+    }
+
+    fn anyone(claims: Option<&Map<String, Value>>) -> Caller<'_> {
+        Caller {
+            id: "user123",
+            claims,
+        }
+    }
+
+    #[test]
+    fn toolhive_basic_example_permits_named_features_only() {
+        let p = policy(&[
+            r#"permit(principal, action == Action::"call_tool", resource == Tool::"weather");"#,
+            r#"permit(principal, action == Action::"get_prompt", resource == Prompt::"greeting");"#,
+            r#"permit(principal, action == Action::"read_resource", resource == Resource::"data");"#,
+        ]);
+        assert!(p.allows(anyone(None), Ask::CallTool("weather", None)));
+        assert!(!p.allows(anyone(None), Ask::CallTool("calculator", None)));
+        assert!(p.allows(anyone(None), Ask::GetPrompt("greeting", None)));
+        assert!(p.allows(anyone(None), Ask::ReadResource("data")));
+        assert!(!p.allows(anyone(None), Ask::ReadResource("file:///data")));
+        assert!(!p.allows(anyone(None), Ask::Other("tasks/list")));
+    }
+
+    #[test]
+    fn toolhive_role_and_attribute_examples() {
+        let p = policy(&[
+            r#"permit(principal, action == Action::"call_tool", resource) when { principal.claim_roles.contains("admin") };"#,
+            r#"permit(principal, action == Action::"call_tool", resource == Tool::"sensitive_data") when { principal.claim_clearance_level >= 5 && resource.arg_data_level <= principal.claim_clearance_level };"#,
+            r#"permit(principal, action == Action::"call_tool", resource == Tool::"calculator") when { resource.arg_operation == "add" || resource.arg_operation == "subtract" };"#,
+            r#"permit(principal == Client::"user123", action == Action::"call_tool", resource == Tool::"weather");"#,
+        ]);
+        let admin = claims(serde_json::json!({"sub": "ann", "roles": ["admin"]}));
+        let ann = Caller {
+            id: "ann",
+            claims: Some(&admin),
+        };
+        assert!(p.allows(ann, Ask::CallTool("anything", None)));
+        // As in ToolHive, a policy that fails to evaluate (a principal without `roles`)
+        // denies, whatever the others say.
+        let unroled = claims(serde_json::json!({"sub": "bo", "clearance_level": 5}));
+        let low = claims(serde_json::json!({"data_level": 3}));
+        let bo = Caller {
+            id: "bo",
+            claims: Some(&unroled),
+        };
+        assert!(!p.allows(bo, Ask::CallTool("sensitive_data", Some(&low))));
+        let cleared = claims(serde_json::json!({"sub": "bo", "clearance_level": 5, "roles": []}));
+        let bo = Caller {
+            id: "bo",
+            claims: Some(&cleared),
+        };
+        let high = claims(serde_json::json!({"data_level": 7}));
+        assert!(p.allows(bo, Ask::CallTool("sensitive_data", Some(&low))));
+        assert!(!p.allows(bo, Ask::CallTool("sensitive_data", Some(&high))));
+        // No argument: the attribute is missing, an evaluation error, so denied.
+        assert!(!p.allows(bo, Ask::CallTool("sensitive_data", None)));
+        let add = claims(serde_json::json!({"operation": "add", "a": 1.5, "b": [1]}));
+        let mul = claims(serde_json::json!({"operation": "multiply"}));
+        assert!(p.allows(bo, Ask::CallTool("calculator", Some(&add))));
+        assert!(!p.allows(bo, Ask::CallTool("calculator", Some(&mul))));
+        let none = claims(serde_json::json!({"roles": []}));
+        assert!(p.allows(anyone(Some(&none)), Ask::CallTool("weather", None)));
+        assert!(!p.allows(bo, Ask::CallTool("weather", None)));
+    }
+
+    #[test]
+    fn context_holds_claims_and_arguments_and_complex_arguments_are_present_flags() {
+        let p = policy(&[
+            r#"permit(principal, action == Action::"call_tool", resource) when { context.claim_team == "ops" && context.arg_query_present };"#,
+            r#"forbid(principal, action, resource) when { context has arg_force && context.arg_force };"#,
+        ]);
+        let ops = claims(serde_json::json!({"team": "ops"}));
+        let who = Caller {
+            id: "x",
+            claims: Some(&ops),
+        };
+        let nested = claims(serde_json::json!({"query": {"q": 1}}));
+        let forced = claims(serde_json::json!({"query": [1], "force": true}));
+        assert!(p.allows(who, Ask::CallTool("search", Some(&nested))));
+        assert!(!p.allows(who, Ask::CallTool("search", Some(&forced))));
+        assert!(!p.allows(anyone(None), Ask::CallTool("search", Some(&nested))));
+    }
+
+    #[test]
+    fn resources_are_named_as_toolhive_names_them() {
+        assert_eq!(
+            resource_id("file:///a b/c.txt?x=1&y#z\\"),
+            "file____a_b_c_txt_x_1_y_z_"
+        );
+        let p = policy(&[
+            r#"permit(principal, action == Action::"read_resource", resource == Resource::"file____etc_motd");"#,
+            r#"permit(principal, action == Action::"read_resource", resource) when { resource.uri like "docs://*" };"#,
+        ]);
+        assert!(p.allows(anyone(None), Ask::ReadResource("file:///etc/motd")));
+        assert!(p.allows(anyone(None), Ask::ReadResource("docs://guide")));
+        assert!(!p.allows(anyone(None), Ask::ReadResource("file:///etc/passwd")));
+    }
+
+    #[test]
+    fn groups_from_the_file_are_kept() {
+        let file = serde_json::json!({
+            "version": "1.0", "type": "cedarv1",
+            "cedar": {
+                "policies": [r#"permit(principal in Group::"admins", action, resource);"#],
+                "entities_json": r#"[{"uid": {"type": "Client", "id": "ann"}, "attrs": {}, "parents": [{"type": "Group", "id": "admins"}]}]"#
+            }
+        });
+        let p = Policy::parse(&file.to_string()).unwrap();
+        assert!(p.allows(
+            Caller {
+                id: "ann",
+                claims: None
+            },
+            Ask::Other("tasks/list")
+        ));
+        assert!(!p.allows(
+            Caller {
+                id: "bo",
+                claims: None
+            },
+            Ask::Other("tasks/list")
+        ));
+    }
+
+    #[test]
+    fn yaml_files_read_like_json() {
+        let yaml = "version: '1.0'\ntype: cedarv1\ncedar:\n  policies:\n    - 'permit(principal, action == Action::\"call_tool\", resource == Tool::\"weather\");'\n  entities_json: '[]'\n";
+        let p = Policy::parse(yaml).unwrap();
+        assert!(p.allows(anyone(None), Ask::CallTool("weather", None)));
+        assert!(!p.allows(anyone(None), Ask::CallTool("other", None)));
+    }
+
+    #[test]
+    fn bad_files_say_why() {
+        let bad = |text: &str| Policy::parse(text).unwrap_err();
+        assert!(bad("{").contains("JSON"));
+        assert!(bad(r#"{"version":"1.0","type":"opa","cedar":{"policies":["permit(principal,action,resource);"]}}"#).contains("unknown type"));
+        assert!(
+            bad(r#"{"version":"1.0","type":"cedarv1","cedar":{"policies":[]}}"#).contains("empty")
+        );
+        assert!(bad(
+            r#"{"version":"1.0","type":"cedarv1","cedar":{"policies":["permit(principal,"]}}"#
+        )
+        .contains("policy 0"));
+        assert!(bad(r#"{"version":"1.0","type":"cedarv1","cedar":{"policies":["permit(principal,action,resource);"],"entities_json":"[{"}}"#).contains("entities_json"));
+        assert!(bad("version: [").contains("YAML"));
+    }
+
+    #[test]
+    fn numbers_become_longs_or_exact_decimals() {
+        assert_eq!(decimal(1.5).as_deref(), Some("1.5000"));
+        assert_eq!(decimal(0.12345), None);
+        assert_eq!(decimal(1e300), None);
+        let p = policy(&[
+            r#"permit(principal, action, resource) when { resource.arg_n == 3 && resource.arg_x.lessThan(decimal("2.0")) };"#,
+        ]);
+        let ok = claims(serde_json::json!({"n": 3, "x": 1.25}));
+        let far = claims(serde_json::json!({"n": 3, "x": 0.123456}));
+        assert!(p.allows(anyone(None), Ask::CallTool("t", Some(&ok))));
+        assert!(!p.allows(anyone(None), Ask::CallTool("t", Some(&far))));
+    }
+}
