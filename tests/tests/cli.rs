@@ -102,6 +102,50 @@ fn absurd_values_are_refused_naming_the_flag(target: Target) {
     }
 }
 
+/// A policy file that fails validation stops the proxy before it listens, with a message
+/// naming the file and what is wrong (SPEC section 10).
+fn bad_policy_files_stop_the_proxy(target: Target) {
+    let dir = switchboard_tests::TempDir::new("cli-policy");
+    let file = |name: &str, text: &str| {
+        let path = dir.file(name);
+        std::fs::write(&path, text).expect("write");
+        path.display().to_string()
+    };
+    let cases = [
+        (
+            dir.file("missing.json").display().to_string(),
+            "cannot read",
+        ),
+        (file("syntax.json", "{\"version\": "), "not a valid JSON"),
+        (
+            file("type.yaml", "version: '1.0'\ntype: opa\n"),
+            "unknown type",
+        ),
+        (
+            file(
+                "policy.yaml",
+                "version: '1.0'\ntype: cedarv1\ncedar:\n  policies: ['permit(principal,']\n",
+            ),
+            "policy 0",
+        ),
+        (
+            file(
+                "entities.json",
+                r#"{"version":"1.0","type":"cedarv1","cedar":{"policies":["permit(principal,action,resource);"],"entities_json":"[{"}}"#,
+            ),
+            "entities_json",
+        ),
+    ];
+    for (path, why) in cases {
+        let out = run_to_exit(target, &["--port", "0", "--authz-config", &path]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{path}: {stderr}");
+        assert!(stderr.contains("--authz-config"), "{path}: {stderr}");
+        assert!(stderr.contains(&path), "{path}: {stderr}");
+        assert!(stderr.contains(why), "{path} ({why}): {stderr}");
+    }
+}
+
 fn host_and_port_flags(target: Target) {
     let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .and_then(|l| l.local_addr())
@@ -203,6 +247,7 @@ fn host_check_falls_back_to_the_target_authority(target: Target) {
 suite!(
     version_and_help,
     absurd_values_are_refused_naming_the_flag,
+    bad_policy_files_stop_the_proxy,
     host_and_port_flags,
     backend_that_cannot_start_exits_1,
     host_check_falls_back_to_the_target_authority,

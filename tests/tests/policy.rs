@@ -1,0 +1,173 @@
+//! SPEC section 10's authorization policy end to end on both binaries: the official Python SDK
+//! client (`tests/python/policy_client.py`) on `/sse` and `/mcp` against the real
+//! `mcp-server-time`, under one ToolHive-format YAML policy file. A static-token principal
+//! and JWT principals (claims as `claim_<name>`) see different `tools/list` results; a call
+//! the policy does not permit, or whose arguments a `forbid` rule names, gets -32003 under its
+//! own id and never reaches the backend.
+//!
+//! Needs `SWITCHBOARD_PYTHON` (see `python_sdk.rs`); `tests/run.sh` sets it up.
+
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde_json::{json, Value};
+use switchboard_tests::python::{mcp_server_time, python, run_script};
+use switchboard_tests::{suite, Proxy, Target, TempDir};
+
+const ALICE: (&str, &str) = ("alice", "alice-token-0123456789abcdef");
+const ISSUER: &str = "https://idp.test";
+const AUDIENCE: &str = "switchboard";
+
+/// Alice (a static token) may use `get_current_time`, but only for Oslo; a JWT whose `roles`
+/// claim holds `admin` may call every tool. Everything else is denied.
+const POLICY: &str = r#"# ToolHive's Cedar authorization file, unchanged.
+version: "1.0"
+type: cedarv1
+cedar:
+  policies:
+    - 'permit(principal == Client::"alice", action == Action::"call_tool", resource == Tool::"get_current_time");'
+    - 'forbid(principal == Client::"alice", action == Action::"call_tool", resource == Tool::"get_current_time") when { resource has arg_timezone && resource.arg_timezone != "Europe/Oslo" };'
+    - 'permit(principal, action == Action::"call_tool", resource) when { principal has claim_roles && principal.claim_roles.contains("admin") };'
+  entities_json: "[]"
+"#;
+
+fn secret_path() -> String {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/jwt/hs256.secret");
+    dir.display().to_string()
+}
+
+/// An HS256 token for `sub` with `roles`, valid for ten minutes.
+fn jwt(sub: &str, roles: &[&str]) -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs();
+    let claims = json!({
+        "iss": ISSUER, "aud": AUDIENCE, "sub": sub, "roles": roles,
+        "iat": now - 5, "exp": now + 600,
+    });
+    let secret = std::fs::read(secret_path()).expect("the HS256 fixture");
+    let key = EncodingKey::from_secret(secret.trim_ascii()).expect("an HS256 key");
+    jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &key).expect("signs")
+}
+
+/// One SDK client with `token` on `transport`: its tool names and each call's outcome.
+fn client(python: &Path, p: &Proxy, token: &str, transport: &str, calls: Value) -> Value {
+    let args = [
+        format!("http://{}", p.addr),
+        token.to_owned(),
+        transport.to_owned(),
+        calls.to_string(),
+    ];
+    run_script(python, p, "policy_client.py", &args)
+}
+
+fn tool_names(out: &Value) -> Vec<String> {
+    let mut names: Vec<String> = (out["tools"].as_array().into_iter().flatten())
+        .filter_map(|t| t.as_str().map(str::to_owned))
+        .collect();
+    names.sort();
+    names
+}
+
+fn assert_denied(call: &Value) {
+    assert_eq!(call["ok"], false, "{call}");
+    assert_eq!(call["code"], -32003, "{call}");
+    assert_eq!(call["message"], "forbidden by policy", "{call}");
+}
+
+fn policy_file(dir: &TempDir) -> String {
+    let path = dir.file("policy.yaml");
+    std::fs::write(&path, POLICY).expect("write the policy");
+    path.display().to_string()
+}
+
+fn static_principal_sees_and_calls_what_the_policy_permits(target: Target) {
+    let Some(python) = python() else { return };
+    let server = mcp_server_time(&python).display().to_string();
+    let dir = TempDir::new("policy");
+    let p = Proxy::builder(target)
+        .backend([server])
+        .tokens(&[ALICE])
+        .args(["--authz-config", &policy_file(&dir)])
+        .start();
+    let calls = json!([
+        ["get_current_time", {"timezone": "Europe/Oslo"}],
+        ["get_current_time", {"timezone": "Asia/Tokyo"}],
+        ["convert_time", {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}],
+    ]);
+    for transport in ["sse", "mcp"] {
+        let out = client(&python, &p, ALICE.1, transport, calls.clone());
+        assert_eq!(tool_names(&out), ["get_current_time"], "{transport}: {out}");
+        let calls = &out["calls"];
+        assert_eq!(calls[0]["ok"], true, "{transport}: {out}");
+        assert!(calls[0]["texts"][0]
+            .as_str()
+            .unwrap_or("")
+            .contains("Europe/Oslo"));
+        assert_denied(&calls[1]);
+        assert_denied(&calls[2]);
+    }
+    // The backend would have answered the denied calls; the proxy did (-32003) instead.
+    assert_eq!(p.metric("switchboard_policy_denied_total"), Some(4.0));
+    assert_eq!(p.metric("switchboard_list_entries_hidden_total"), Some(2.0));
+}
+
+fn jwt_principals_are_judged_by_their_claims(target: Target) {
+    let Some(python) = python() else { return };
+    let server = mcp_server_time(&python).display().to_string();
+    let dir = TempDir::new("policy-jwt");
+    let p = Proxy::builder(target)
+        .backend([server])
+        .args(["--jwt-secret-file", &secret_path()])
+        .args(["--jwt-issuer", ISSUER, "--jwt-audience", AUDIENCE])
+        .args(["--authz-config", &policy_file(&dir)])
+        .start();
+    let calls = json!([
+        ["convert_time", {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}],
+    ]);
+    let admin = jwt("ops", &["admin"]);
+    let viewer = jwt("viewer", &["viewer"]);
+    for transport in ["sse", "mcp"] {
+        let out = client(&python, &p, &admin, transport, calls.clone());
+        assert_eq!(
+            tool_names(&out),
+            ["convert_time", "get_current_time"],
+            "{transport}: {out}"
+        );
+        assert_eq!(out["calls"][0]["ok"], true, "{transport}: {out}");
+        let out = client(&python, &p, &viewer, transport, calls.clone());
+        assert!(tool_names(&out).is_empty(), "{transport}: {out}");
+        assert_denied(&out["calls"][0]);
+    }
+}
+
+/// A burst past `--tool-rate-limit`, with the policy on: the SDK client on `/mcp` gets the
+/// 429's JSON-RPC error (-32029) for its own call. (The Python SDK's legacy client fails its
+/// whole session on any non-2xx POST, so `/sse` is left to `limits.rs`' raw requests.)
+fn sdk_burst_is_rate_limited(target: Target) {
+    let Some(python) = python() else { return };
+    let server = mcp_server_time(&python).display().to_string();
+    let dir = TempDir::new("policy-burst");
+    let p = Proxy::builder(target)
+        .backend([server])
+        .tokens(&[ALICE])
+        .args(["--authz-config", &policy_file(&dir)])
+        .args(["--tool-rate-limit", "get_current_time=2/min"])
+        .start();
+    let oslo = json!(["get_current_time", {"timezone": "Europe/Oslo"}]);
+    let out = client(&python, &p, ALICE.1, "mcp", json!([oslo, oslo, oslo, oslo]));
+    let ok: Vec<&Value> = (out["calls"].as_array().into_iter().flatten())
+        .map(|c| &c["ok"])
+        .collect();
+    assert_eq!(ok, [true, true, false, false], "{out}");
+    assert_eq!(out["calls"][2]["code"], -32029, "{out}");
+    assert_eq!(out["calls"][3]["message"], "rate limit exceeded", "{out}");
+}
+
+suite!(
+    static_principal_sees_and_calls_what_the_policy_permits,
+    jwt_principals_are_judged_by_their_claims,
+    sdk_burst_is_rate_limited
+);
