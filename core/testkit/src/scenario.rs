@@ -31,7 +31,7 @@
 //! | `unserved` | the shell could not start a thread for a new connection (its request unread) |
 //! | `fetched URL STATUS [max-age=N] BODY`, `fetch-fails URL WHY` | the fetch of URL under way answers, or fails |
 //! | `unknown-kid` | the gate refused a token naming a key no key set has |
-//! | `reload [principals=a,b] [FLAG=VALUE ...]` | SIGHUP: the settings now, each FLAG as `with` sets it; the token file names only these principals (default: every session's) |
+//! | `reload [principals=a,b] [FLAG=VALUE ...]` | SIGHUP: the settings now, each FLAG as `with` sets it (a list flag it names starts empty; `jwks-url` and `oauth-issuer` share the key sources); the token file names only these principals (default: every session's) |
 //! | `reload-fails WHY` | SIGHUP, and a file failed |
 //! | `mcp-init A alice {...}` | `POST /mcp` without a session as `alice` (an `initialize`): the new session is A |
 //! | `mcp-post A {...}` | `POST /mcp` with A's `Mcp-Session-Id`, accepting JSON and SSE; an answer stream is `A@LINE` |
@@ -848,6 +848,13 @@ impl Runner {
     /// `reload`: the running settings with `changes`; the token file names `principals`
     /// (default: every session's owner and `anonymous`, so no session ends).
     fn reload(&mut self, principals: Option<&[String]>, changes: &[(String, String)]) {
+        for (flag, _) in changes {
+            match flag.as_str() {
+                "jwks-url" | "oauth-issuer" => self.settings.key_sources.clear(),
+                "tool-rate-limit" => self.settings.tool_rate_limits.clear(),
+                _ => {}
+            }
+        }
         for (flag, value) in changes {
             apply_setting(&mut self.settings, flag, value).unwrap_or_else(|| {
                 panic!("line {}: cannot apply {flag}={value}", self.line_number)
