@@ -94,7 +94,7 @@ fn parse(command: &clap::Command, args: &[OsString]) -> Result<ArgMatches, Strin
 }
 
 /// The command-line tokens for one key of the file: none when the command line gave the
-/// flag (it wins), else `--key=value` for each value.
+/// flag or one that cannot go with it (it wins), else `--key=value` for each value.
 fn tokens(
     command: &clap::Command,
     given: &ArgMatches,
@@ -103,7 +103,7 @@ fn tokens(
     folder: Option<&Path>,
 ) -> Result<Vec<OsString>, String> {
     let arg = flag(command, key)?;
-    if from_command_line(given, command, key) {
+    if from_command_line(given, command, key) || overruled(command, given, arg) {
         return Ok(Vec::new());
     }
     let token = |value: &toml::Value| {
@@ -143,6 +143,18 @@ fn flag<'c>(command: &'c clap::Command, key: &str) -> Result<&'c Arg, String> {
         .get_arguments()
         .find(|arg| arg.get_long() == Some(key) && !arg.is_hide_set())
         .ok_or_else(|| "unknown key (keys are the long flags without --, see --help)".to_owned())
+}
+
+/// Whether the command line gave a flag that conflicts with `arg` (`--listen` with a file's
+/// `port`, say), either way round.
+fn overruled(command: &clap::Command, given: &ArgMatches, arg: &Arg) -> bool {
+    let on_line =
+        |a: &Arg| given.value_source(a.get_id().as_str()) == Some(ValueSource::CommandLine);
+    let conflicts = |a: &Arg| command.get_arg_conflicts_with(a).into_iter();
+    conflicts(arg).any(on_line)
+        || (command.get_arguments())
+            .filter(|a| on_line(a))
+            .any(|a| conflicts(a).any(|c| c.get_id() == arg.get_id()))
 }
 
 fn from_command_line(given: &ArgMatches, command: &clap::Command, key: &str) -> bool {
@@ -234,6 +246,12 @@ mod tests {
         assert_eq!(config.port, Some(9000));
         let config = merge(file, &[]).unwrap();
         assert_eq!(config.rate_limit, Some("60/min".parse().unwrap()));
+        // A flag that cannot go with a file's key wins too, either way round.
+        let config = merge(file, &["--listen", "127.0.0.1:1234"]).unwrap();
+        assert_eq!((config.port, config.listen_addr().port()), (None, 1234));
+        let config = merge("listen = \"127.0.0.1:1\"", &["--port", "2"]).unwrap();
+        assert_eq!((config.listen, config.port), (None, Some(2)));
+        assert!(merge("listen = \"127.0.0.1:1\"\nport = 2", &[]).is_err());
     }
 
     #[test]
