@@ -89,25 +89,16 @@ fn run(
     let loaded = capped(config.load(read_file)?, budget);
     let me = std::env::current_exe()?;
     let command = loaded.config.backend_command(&me.to_string_lossy());
-    let listen = loaded.config.listen_addr();
-    let listener = std::net::TcpListener::bind(listen)
-        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let listener = bind(loaded.config.listen_addr())?;
     let local = listener.local_addr()?;
-    no_delay(&listener);
-    deepen_backlog(&listener);
     info!("{}", loaded.config.listening_line(local, &command));
-    let Loaded {
-        config,
-        front,
-        settings,
-    } = loaded;
-    let key_store = front.gate.key_store();
-    let front = Arc::new(Shared::new(front));
+    let key_store = loaded.front.gate.key_store();
+    let front = Arc::new(Shared::new(loaded.front));
     // The loop stops the server, which needs the loop's inputs: it gets the server later.
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<Arc<server::Listening>>(1);
     let (mut supervisor, inputs, closed, shutdown) = Supervisor::new(
-        Arc::new(config),
-        settings,
+        Arc::new(loaded.config),
+        loaded.settings,
         front.clone(),
         command,
         Box::new(move || {
@@ -141,6 +132,15 @@ fn run(
     let (status, drain) = supervisor.run();
     server.drain(drain);
     Ok(status)
+}
+
+/// The listening socket, its connections' Nagle off and its backlog deep.
+fn bind(listen: std::net::SocketAddr) -> Result<std::net::TcpListener, String> {
+    let listener = std::net::TcpListener::bind(listen)
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    no_delay(&listener);
+    deepen_backlog(&listener);
+    Ok(listener)
 }
 
 /// SIGINT or SIGTERM asks the loop to shut down; each SIGHUP reads the command line, the

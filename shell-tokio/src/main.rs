@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use switchboard_core::config::{Config, LogFormat};
-use switchboard_core::load::{CommandLine, Loaded, Shared};
+use switchboard_core::load::{CommandLine, Shared};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::mpsc;
 use tracing::{error, info};
@@ -68,22 +68,14 @@ fn run(config: Config, line: CommandLine) -> Result<i32, Box<dyn std::error::Err
         // Before anything else: SIGHUP's default would end the process.
         let hangup = signal(SignalKind::hangup())?;
         let listener = bind(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-        info!(
-            "{}",
-            loaded
-                .config
-                .listening_line(listener.local_addr()?, &command)
-        );
+        let local = listener.local_addr()?;
+        info!("{}", loaded.config.listening_line(local, &command));
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
-        let Loaded {
-            config,
-            front,
-            settings,
-        } = loaded;
-        let key_store = front.gate.key_store();
-        let front = Arc::new(Shared::new(front));
+        let key_store = loaded.front.gate.key_store();
+        let front = Arc::new(Shared::new(loaded.front));
+        let config = Arc::new(loaded.config);
         let (mut supervisor, inputs) =
-            Supervisor::new(Arc::new(config), settings, front.clone(), command, stop_tx);
+            Supervisor::new(config, loaded.settings, front.clone(), command, stop_tx);
         supervisor.use_key_store(key_store);
         tokio::spawn(reload_on_hangup(hangup, line, inputs.clone()));
         let server = Arc::new(Server { front, inputs });
