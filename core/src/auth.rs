@@ -75,6 +75,11 @@ impl TokenTable {
         Ok(TokenTable { entries })
     }
 
+    /// The principals the table names.
+    pub fn principals(&self) -> std::collections::BTreeSet<Principal> {
+        self.entries.iter().map(|(p, _)| p.clone()).collect()
+    }
+
     /// The principal whose token is `presented`, comparing every entry in constant time so
     /// timing reveals neither which token nor how much of it matched.
     pub fn principal_for(&self, presented: &[u8]) -> Option<Principal> {
@@ -111,7 +116,40 @@ pub enum Auth {
     Jwt(std::sync::Arc<crate::jwt::KeyStore>),
 }
 
+/// Which principals an auth mode can name: after a reload, sessions of any other end (a
+/// static token removed from its file, or an auth mode left).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Principals {
+    /// Every caller is [`Principal::anonymous`] (no auth).
+    Anonymous,
+    /// The principals of a token file.
+    Listed(std::collections::BTreeSet<Principal>),
+    /// JWT callers: any issuer and subject (a token's own checks decide each request).
+    IssuerSubject,
+}
+
+impl Principals {
+    /// Whether `principal` may still hold sessions.
+    pub fn contains(&self, principal: &Principal) -> bool {
+        match self {
+            Principals::Anonymous => *principal == Principal::anonymous(),
+            Principals::Listed(names) => names.contains(principal),
+            Principals::IssuerSubject => principal.is_issuer_subject(),
+        }
+    }
+}
+
 impl Auth {
+    /// The principals this mode can name.
+    pub fn principals(&self) -> Principals {
+        match self {
+            Auth::None => Principals::Anonymous,
+            Auth::Tokens(table) => Principals::Listed(table.principals()),
+            #[cfg(feature = "jwt")]
+            Auth::Jwt(_) => Principals::IssuerSubject,
+        }
+    }
+
     /// The caller's principal from its `Authorization` header at `now` (seconds since the
     /// Unix epoch, for JWT expiry), or why it gets 401.
     pub fn authenticate(

@@ -41,6 +41,14 @@ pub enum LogFormat {
     )
 )]
 pub struct Config {
+    /// Flags from a TOML file too: each key a long flag without `--` (`auth-tokens =
+    /// "tokens.txt"`, `rate-limit = "60/min"`, a repeatable flag an array, a switch true or
+    /// false). Flags on the command line win; a relative path in the file is taken from the
+    /// file's folder. SIGHUP reads it and the files it names again; what needs a restart
+    /// (the listen address, --instance, the backend, --env, --max-line, logging) is ignored.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE"))]
+    pub config: Option<std::path::PathBuf>,
+
     /// Address to listen on (default 127.0.0.1:8000). Binding off loopback needs an auth
     /// mode other than none, or --allow-unauthenticated.
     #[cfg_attr(
@@ -382,30 +390,25 @@ const KIB: usize = 1 << 10;
 const GIB: usize = 1 << 30;
 
 impl Config {
-    /// Parses the process arguments for the binary `name`, exiting with status 2 and a
-    /// message naming the flag when one is missing, malformed or out of range.
+    /// Parses the process arguments for the binary `name` with the `--config` file merged
+    /// under them (`read` reads it), exiting with status 2 and a message naming the flag,
+    /// or the file and key, when one is missing, malformed or out of range. The
+    /// [`CommandLine`](crate::load::CommandLine) merges the file again on reload.
     #[cfg(feature = "cli")]
-    pub fn from_args(name: &'static str) -> Config {
-        Config::from_args_with(name, |command| command)
-    }
-
-    /// [`Config::from_args`] with the command adjusted first (a binary whose defaults
-    /// depend on the host, such as the blocking one's `--max-sessions`).
-    #[cfg(feature = "cli")]
-    pub fn from_args_with(
+    pub fn from_args(
         name: &'static str,
-        adjust: impl FnOnce(clap::Command) -> clap::Command,
-    ) -> Config {
-        use clap::{CommandFactory, FromArgMatches};
-        let mut command = adjust(Config::command().name(name).bin_name(name));
-        let config = Config::from_arg_matches(&command.clone().get_matches())
-            .unwrap_or_else(|e| e.format(&mut command).exit());
-        if let Err(e) = config.validate() {
-            command
+        read: impl FnMut(&std::path::Path) -> std::io::Result<String>,
+    ) -> (Config, crate::load::CommandLine) {
+        use clap::CommandFactory;
+        let line = crate::load::CommandLine::from_env(name);
+        match line.config(read) {
+            Ok(config) => (config, line),
+            Err(e) => Config::command()
+                .name(name)
+                .bin_name(name)
                 .error(clap::error::ErrorKind::ValueValidation, e)
-                .exit();
+                .exit(),
         }
-        config
     }
 
     /// Refuses values no deployment means: zero or absurd durations and sizes.

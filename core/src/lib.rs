@@ -66,6 +66,8 @@
 pub mod auth; // the auth modes
 pub mod budget; // a stream queue's byte budget, a host's session budget
 pub mod config; // the one CLI definition
+#[cfg(feature = "cli")]
+mod config_file; // --config FILE merged under the command line
 pub mod demo;
 pub mod framing; // HTTP/1.1 framing rules both shells apply
 pub mod http; // endpoints, the gate, rejections and answers, the hub's request input
@@ -73,6 +75,7 @@ pub mod hub; // the owner loop as a state machine
 #[cfg(feature = "jwt")]
 pub mod jwt; // JWT verification
 pub mod lines; // newline framing of the backend's stdout
+pub mod load; // flags and files read and checked whole, at start and on reload
 pub(crate) mod message; // one-pass admission of a JSON-RPC object
 pub(crate) mod metrics; // counters, drop reasons, Prometheus text
 pub mod oauth; // the OAuth resource server: metadata, challenges, the resource

@@ -37,6 +37,10 @@ pub(crate) struct Metrics {
     pub(crate) drops: BTreeMap<(DropReason, String), u64>,
     /// Refused HTTP requests by reason.
     pub(crate) rejections: BTreeMap<&'static str, u64>,
+    /// Configuration reloads that took effect.
+    pub(crate) reloads: u64,
+    /// Configuration reloads refused (the running configuration stayed).
+    pub(crate) reload_failures: u64,
     /// The (reason, method) pairs logged at WARN once, at most [`WARN_SET_CAP`].
     warned: BTreeSet<(DropReason, String)>,
 }
@@ -127,6 +131,18 @@ pub(crate) fn render(m: &Metrics, g: ShellGauges) -> String {
         "counter",
         "Backend restarts.",
         &one(g.backend_restarts),
+    );
+    out.metric(
+        "switchboard_reloads_total",
+        "counter",
+        "Configuration reloads (SIGHUP) that took effect.",
+        &one(m.reloads),
+    );
+    out.metric(
+        "switchboard_reload_failures_total",
+        "counter",
+        "Configuration reloads refused; the running configuration stayed.",
+        &one(m.reload_failures),
     );
     if let Some(instance) = g.instance {
         out.metric(

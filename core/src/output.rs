@@ -245,6 +245,8 @@ pub enum CloseReason {
     Deleted,
     /// No request and no open stream for `--session-idle`.
     Idle,
+    /// A reload removed its principal (a static token gone from the tokens file).
+    Revoked,
 }
 
 /// Something for the log; [`Event::level`] says how loud.
@@ -337,6 +339,16 @@ pub enum Event {
         /// Why.
         why: String,
     },
+    /// The configuration was reloaded (SIGHUP).
+    Reloaded {
+        /// Flags that changed but need a restart: ignored until then.
+        ignored: Vec<&'static str>,
+    },
+    /// A reload was refused: the running configuration stays whole.
+    ReloadFailed {
+        /// Which file and what is wrong with it.
+        why: String,
+    },
 }
 
 /// Log levels the hub asks for.
@@ -362,7 +374,9 @@ impl Event {
             | Event::SpawnFailed { .. }
             | Event::GaveUpWaiting
             | Event::Unresponsive { .. }
-            | Event::KeysFailed { .. } => Level::Warn,
+            | Event::KeysFailed { .. }
+            | Event::ReloadFailed { .. } => Level::Warn,
+            Event::Reloaded { ignored } if !ignored.is_empty() => Level::Warn,
             Event::Dropped {
                 level: LogLevel::Warn,
                 ..
@@ -399,6 +413,9 @@ impl fmt::Display for Event {
                 CloseReason::Shutdown => write!(f, "session closed: shutting down"),
                 CloseReason::Deleted => write!(f, "session closed: deleted by its client"),
                 CloseReason::Idle => write!(f, "session closed: idle"),
+                CloseReason::Revoked => {
+                    write!(f, "session closed: a reload removed its principal")
+                }
             },
             Event::Dropped { reason, method, .. } => match method {
                 Some(m) => write!(f, "dropped backend message ({reason}, method {m})"),
@@ -434,6 +451,17 @@ impl fmt::Display for Event {
                 write!(f, "the metadata at {metadata} names the key set {jwks}")
             }
             Event::KeysFailed { url, why } => write!(f, "cannot use {url}: {why}"),
+            Event::Reloaded { ignored } if ignored.is_empty() => {
+                write!(f, "configuration reloaded")
+            }
+            Event::Reloaded { ignored } => write!(
+                f,
+                "configuration reloaded; changed but ignored until a restart: {}",
+                ignored.join(", ")
+            ),
+            Event::ReloadFailed { why } => {
+                write!(f, "reload refused, the running configuration stays: {why}")
+            }
         }
     }
 }

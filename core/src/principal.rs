@@ -24,6 +24,11 @@ impl Principal {
         Principal(Arc::from(format!("{issuer}\0{subject}")))
     }
 
+    /// Whether a JWT named it ([`Principal::issuer_subject`]), not a token file or no auth.
+    pub fn is_issuer_subject(&self) -> bool {
+        self.0.contains('\0')
+    }
+
     /// The name, for logs.
     pub fn as_str(&self) -> &str {
         &self.0

@@ -100,6 +100,19 @@ pub struct Settings {
     pub policy: Option<std::sync::Arc<crate::policy::Policy>>,
 }
 
+/// What a reload gives the hub (SPEC section 10), read and checked whole first
+/// ([`Loaded::reload`](crate::load::Loaded::reload)).
+#[derive(Debug, Clone)]
+pub struct Reload {
+    /// Every setting anew, replacing the running ones whole (but `instance`, which needs
+    /// a restart).
+    pub settings: Settings,
+    /// Who may still hold sessions: the sessions of anyone else end.
+    pub principals: crate::auth::Principals,
+    /// Flags that changed but need a restart, for the log.
+    pub ignored: Vec<&'static str>,
+}
+
 /// Whether a tool pattern of `--tool-scope` or `--tool-rate-limit` names `tool`: the
 /// name, or a prefix ending in `*`.
 pub fn tool_matches(pattern: &str, tool: &str) -> bool {

@@ -74,6 +74,11 @@ impl Supervisor {
         }
     }
 
+    /// Follows `policy` from the next exit on (a reload); the backoff stays as it is.
+    pub fn set_policy(&mut self, policy: Restart) {
+        self.policy = policy;
+    }
+
     /// Decides after an exit of a backend that ran for `ran_for`.
     pub fn exited(&mut self, exit: Exit, ran_for: Duration) -> AfterExit {
         let restart = match self.policy {

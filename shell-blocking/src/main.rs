@@ -8,12 +8,14 @@ mod server;
 mod session;
 mod supervisor;
 
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
 use std::thread;
 
 use switchboard_core::budget::{session_budget, HostLimits, SessionCost};
 use switchboard_core::config::{Config, LogFormat};
+use switchboard_core::load::{CommandLine, Loaded, Shared};
 use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
 
@@ -22,7 +24,7 @@ use crate::supervisor::Supervisor;
 
 fn main() {
     raise_open_files_limit();
-    let config = Config::from_args_with("switchboard-blocking", |command| command);
+    let (config, line) = Config::from_args("switchboard-blocking", read_file);
     if config.demo_backend {
         let stdin = std::io::stdin().lock();
         let stdout = std::io::stdout().lock();
@@ -31,20 +33,18 @@ fn main() {
         ));
     }
     init_logging(&config);
-    let mut config = config;
     let (budget, limit) = session_budget(&host_limits(), SESSION_COST, MAX_SESSIONS_CAP);
     if config.max_sessions as u64 > budget {
         info!(
             "--max-sessions {} is more than this host's threads and descriptors allow; capped at {budget} ({limit})",
             config.max_sessions
         );
-        config.max_sessions = budget as usize;
     }
     info!(
         "session budget: {budget} sessions ({limit}); --max-sessions {}",
-        config.max_sessions
+        config.max_sessions.min(budget as usize)
     );
-    let status = run(config).unwrap_or_else(|e| {
+    let status = run(config, line, budget as usize).unwrap_or_else(|e| {
         error!("{e}");
         2
     });
@@ -63,24 +63,43 @@ fn init_logging(config: &Config) {
     }
 }
 
-fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
-    let gate = config.gate(|path| std::fs::read_to_string(path))?;
-    let settings = config.settings_with(|path| std::fs::read_to_string(path))?;
+/// Reads a file the flags name (the config file, tokens, key sets).
+fn read_file(path: &Path) -> std::io::Result<String> {
+    std::fs::read_to_string(path)
+}
+
+/// `--max-sessions` capped at this host's `budget`: at start and on each reload alike.
+fn capped(mut loaded: Loaded, budget: usize) -> Loaded {
+    loaded.config.max_sessions = loaded.config.max_sessions.min(budget);
+    loaded.settings.max_sessions = loaded.config.max_sessions;
+    loaded
+}
+
+fn run(
+    config: Config,
+    line: CommandLine,
+    budget: usize,
+) -> Result<i32, Box<dyn std::error::Error>> {
+    // SIGHUP's default would end the process: handled from here on.
+    let signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ])?;
+    let loaded = capped(config.load(read_file)?, budget);
     let me = std::env::current_exe()?;
-    let command = config.backend_command(&me.to_string_lossy());
-    let listen = config.listen_addr();
-    let listener = std::net::TcpListener::bind(listen)
-        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let command = loaded.config.backend_command(&me.to_string_lossy());
+    let listener = bind(loaded.config.listen_addr())?;
     let local = listener.local_addr()?;
-    no_delay(&listener);
-    deepen_backlog(&listener);
-    info!("{}", config.listening_line(local, &command));
-    let config = Arc::new(config);
+    info!("{}", loaded.config.listening_line(local, &command));
+    let key_store = loaded.front.gate.key_store();
+    let front = Arc::new(Shared::new(loaded.front));
     // The loop stops the server, which needs the loop's inputs: it gets the server later.
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<Arc<server::Listening>>(1);
     let (mut supervisor, inputs, closed, shutdown) = Supervisor::new(
-        config.clone(),
-        settings,
+        Arc::new(loaded.config),
+        loaded.settings,
+        front.clone(),
         command,
         Box::new(move || {
             if let Ok(listening) = stop_rx.try_recv() {
@@ -89,23 +108,14 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
         }),
     );
 
-    supervisor.use_key_store(gate.key_store());
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-    ])?;
+    supervisor.use_key_store(key_store);
+    let reloads = inputs.clone();
     thread::Builder::new()
         .name("signals".into())
-        .spawn(move || {
-            if signals.forever().next().is_some() {
-                let _ = shutdown.send(());
-            }
-        })?;
+        .spawn(move || on_signals(signals, &line, budget, &reloads, &shutdown))?;
 
     let server = Arc::new(Server {
-        gate,
-        max_body: config.max_body,
-        framing: config.framing(),
+        front,
         inputs,
         closed,
         busy: AtomicUsize::new(0),
@@ -122,6 +132,38 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
     let (status, drain) = supervisor.run();
     server.drain(drain);
     Ok(status)
+}
+
+/// The listening socket, its connections' Nagle off and its backlog deep.
+fn bind(listen: std::net::SocketAddr) -> Result<std::net::TcpListener, String> {
+    let listener = std::net::TcpListener::bind(listen)
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    no_delay(&listener);
+    deepen_backlog(&listener);
+    Ok(listener)
+}
+
+/// SIGINT or SIGTERM asks the loop to shut down; each SIGHUP reads the command line, the
+/// config file and every file they name again, here off the loop, and gives the loop the
+/// result.
+fn on_signals(
+    mut signals: signal_hook::iterator::Signals,
+    line: &CommandLine,
+    budget: usize,
+    reloads: &crossbeam_channel::Sender<supervisor::Input>,
+    shutdown: &crossbeam_channel::Sender<()>,
+) {
+    for signal in signals.forever() {
+        if signal != signal_hook::consts::SIGHUP {
+            let _ = shutdown.send(());
+            return;
+        }
+        info!("SIGHUP: reloading the configuration");
+        let loaded = Box::new(line.load(read_file).map(|l| capped(l, budget)));
+        if reloads.send(supervisor::Input::Reload(loaded)).is_err() {
+            return;
+        }
+    }
 }
 
 /// A burst of connections (hundreds of clients at once) waits in the kernel rather than

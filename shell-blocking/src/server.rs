@@ -29,10 +29,11 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 use switchboard_core::framing::{
-    self, BodyLength, ChunkedBody, Framing, FramingError, Limits, Pipeline, H2_PREFACE,
+    self, BodyLength, ChunkedBody, Framing, FramingError, Pipeline, H2_PREFACE,
 };
-use switchboard_core::http::{self, Gate, RequestHead};
+use switchboard_core::http::{self, RequestHead};
 use switchboard_core::hub::Payload;
+use switchboard_core::load::{Front, Shared};
 use switchboard_core::{Rejection, StreamId};
 use tracing::{debug, warn};
 
@@ -52,9 +53,9 @@ const ACCEPT_FAILURES_LOGGED_EVERY: u32 = 20;
 
 /// What every connection shares.
 pub struct Server {
-    pub gate: Gate,
-    pub max_body: usize,
-    pub framing: Limits,
+    /// The gate and limits, replaced whole by a reload (each connection takes the one in
+    /// force for each request).
+    pub front: Arc<Shared<Front>>,
     pub inputs: Sender<Input>,
     pub closed: Sender<StreamId>,
     /// Requests handed to the loop and not yet answered on the wire, so exit can let their
@@ -212,6 +213,8 @@ struct Connection<'s> {
     /// Whether the socket was read since the last answer was written.
     read_since_answer: bool,
     pipeline: Pipeline,
+    /// The gate and limits for the request being read.
+    front: Arc<Front>,
 }
 
 impl<'s> Connection<'s> {
@@ -224,13 +227,15 @@ impl<'s> Connection<'s> {
             buf: Vec::with_capacity(READ_CHUNK),
             read_since_answer: true,
             pipeline: Pipeline::default(),
+            front: server.front.get(),
         }
     }
 
     /// Serves requests until the connection closes.
     fn run(mut self) {
         loop {
-            let deadline = Instant::now() + self.server.framing.header_timeout;
+            self.front = self.server.front.get();
+            let deadline = Instant::now() + self.front.framing.header_timeout;
             let served = self.read_head(deadline).and_then(|head| self.serve(head));
             match served {
                 Ok(true) => continue,
@@ -247,7 +252,7 @@ impl<'s> Connection<'s> {
     /// One request from its parsed head to its answer; true when the connection may carry
     /// another.
     fn serve(&mut self, head: Head) -> Result<bool, Stop> {
-        let limits = self.server.framing;
+        let limits = self.front.framing;
         self.pipeline
             .request(self.read_since_answer, &limits)
             .map_err(Stop::Refuse)?;
@@ -271,7 +276,7 @@ impl<'s> Connection<'s> {
             last_event_id: head.text("last-event-id"),
         };
         let no_body = head.method == "HEAD";
-        let admitted = match self.server.gate.admit(&request_head, unix_now()) {
+        let admitted = match self.front.gate.admit(&request_head, unix_now()) {
             Ok(admitted) => admitted,
             Err(refused) => {
                 debug!(peer = %self.peer, reason = refused.rejection.as_str(), "refused");
@@ -323,7 +328,7 @@ impl<'s> Connection<'s> {
 
     /// Reads the next request head within `deadline`.
     fn read_head(&mut self, deadline: Instant) -> Result<Head, Stop> {
-        let limits = self.server.framing;
+        let limits = self.front.framing;
         loop {
             if !self.buf.is_empty() {
                 let mut headers = vec![httparse::EMPTY_HEADER; limits.max_headers];
@@ -359,7 +364,7 @@ impl<'s> Connection<'s> {
     /// The body as `framing` delimits it, or `None` when it is over `--max-body` (then it
     /// is not read). A body that is not framed correctly is refused.
     fn read_body(&mut self, framing: &Framing) -> Result<Option<Vec<u8>>, Stop> {
-        let limit = self.server.max_body;
+        let limit = self.front.max_body;
         match framing.body {
             BodyLength::Length(0) => return Ok(Some(Vec::new())),
             BodyLength::Length(n) if n > limit as u64 => return Ok(None),
@@ -384,7 +389,7 @@ impl<'s> Connection<'s> {
                 let mut body = Vec::new();
                 loop {
                     let used = chunked
-                        .decode(&self.buf, &mut body, &self.server.framing)
+                        .decode(&self.buf, &mut body, &self.front.framing)
                         .map_err(Stop::Refuse)?;
                     self.buf.drain(..used);
                     if body.len() > limit {
@@ -401,7 +406,7 @@ impl<'s> Connection<'s> {
 
     /// While a body arrives, each read may wait as long as a head may.
     fn idle_deadline(&self) -> Instant {
-        Instant::now() + self.server.framing.header_timeout
+        Instant::now() + self.front.framing.header_timeout
     }
 
     /// Reads what the client sent next (at most [`READ_CHUNK`]) by `deadline`.

@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver, Sender};
 use switchboard_core::config::Config;
-use switchboard_core::hub::{self, Fetched, Hub};
+use switchboard_core::hub::{self, Fetched, Hub, Settings};
 use switchboard_core::jwt::KeyStore;
+use switchboard_core::load::{Front, Loaded, Shared};
 use switchboard_core::output::Level;
 use switchboard_core::supervise::Exit;
 use switchboard_core::{BackendId, FetchId, Output, Rejection, RequestId, StreamEnd, StreamId};
@@ -57,6 +58,8 @@ pub enum Input {
     BackendWrote { backend: BackendId, lines: usize },
     /// The backend exited.
     BackendExited { backend: BackendId, exit: Exit },
+    /// SIGHUP: the configuration read again and checked, or why it was refused.
+    Reload(Box<Result<Loaded, String>>),
 }
 
 /// The loop and what it owns.
@@ -76,6 +79,10 @@ pub struct Supervisor {
     stop_accepting: Option<Box<dyn FnOnce() + Send>>,
     /// The gate's key store, given the key sets the hub fetched.
     key_store: Option<Arc<KeyStore>>,
+    /// What request handlers read, and a reloaded one waiting for the hub's outputs (the
+    /// fetched key sets) to be performed before it takes requests.
+    front: Arc<Shared<Front>>,
+    next_front: Option<Arc<Front>>,
 }
 
 impl Supervisor {
@@ -85,10 +92,13 @@ impl Supervisor {
     }
 
     /// The loop, and what the other threads need to reach it: its inputs, the channel on
-    /// which streams report their end, and the shutdown request.
+    /// which streams report their end, and the shutdown request. `config` is what the
+    /// proxy started with (the backend's command, environment and line limit); `front`
+    /// is what request handlers read, replaced on reload.
     pub fn new(
         config: Arc<Config>,
-        settings: switchboard_core::hub::Settings,
+        settings: Settings,
+        front: Arc<Shared<Front>>,
         command: Vec<String>,
         stop_accepting: Box<dyn FnOnce() + Send>,
     ) -> (Self, Sender<Input>, Sender<StreamId>, Sender<()>) {
@@ -104,6 +114,8 @@ impl Supervisor {
             backend: None,
             inputs_tx: inputs_tx.clone(),
             key_store: None,
+            front,
+            next_front: None,
             inputs,
             closed,
             shutdown,
@@ -176,7 +188,19 @@ impl Supervisor {
                 }
                 self.hub.handle_backend_exited(now, backend, exit)
             }
+            Input::Reload(loaded) => match *loaded {
+                Ok(loaded) => self.reload(now, loaded),
+                Err(why) => self.hub.handle_reload_failed(now, why),
+            },
         }
+    }
+
+    /// A reloaded configuration: the hub takes its settings; the shell's request handlers
+    /// take its gate and limits once the hub's outputs are performed (`drain`).
+    fn reload(&mut self, now: Instant, loaded: Loaded) {
+        self.key_store = loaded.front.gate.key_store();
+        self.hub.handle_reload(now, loaded.reload(&self.config));
+        self.next_front = Some(loaded.front);
     }
 
     /// Performs every output; `Some` once the hub says exit. `now` is the time of the
@@ -185,6 +209,9 @@ impl Supervisor {
         let mut exit = None;
         while let Some(output) = self.hub.poll_output() {
             exit = exit.or(self.execute(now, output));
+        }
+        if let Some(front) = self.next_front.take() {
+            self.front.set(front);
         }
         if exit.is_some() {
             self.answer_queued(now);

@@ -7,17 +7,21 @@ mod server;
 mod session;
 mod supervisor;
 
+use std::path::Path;
 use std::sync::Arc;
 
 use switchboard_core::config::{Config, LogFormat};
+use switchboard_core::load::{CommandLine, Shared};
+use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio::sync::mpsc;
 use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
 
 use crate::server::Server;
-use crate::supervisor::Supervisor;
+use crate::supervisor::{Input, Supervisor};
 
 fn main() {
-    let config = Config::from_args("switchboard");
+    let (config, line) = Config::from_args("switchboard", read_file);
     if config.demo_backend {
         let stdin = std::io::stdin().lock();
         let stdout = std::io::stdout().lock();
@@ -27,7 +31,7 @@ fn main() {
     }
     init_logging(&config);
     raise_open_files_limit();
-    let status = run(config).unwrap_or_else(|e| {
+    let status = run(config, line).unwrap_or_else(|e| {
         error!("{e}");
         2
     });
@@ -46,32 +50,35 @@ fn init_logging(config: &Config) {
     }
 }
 
-fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
-    let gate = config.gate(|path| std::fs::read_to_string(path))?;
-    let settings = config.settings_with(|path| std::fs::read_to_string(path))?;
+/// Reads a file the flags name (the config file, tokens, key sets).
+fn read_file(path: &Path) -> std::io::Result<String> {
+    std::fs::read_to_string(path)
+}
+
+fn run(config: Config, line: CommandLine) -> Result<i32, Box<dyn std::error::Error>> {
+    let loaded = config.load(read_file)?;
     let me = std::env::current_exe()?;
-    let command = config.backend_command(&me.to_string_lossy());
-    let listen = config.listen_addr();
-    let config = Arc::new(config);
+    let command = loaded.config.backend_command(&me.to_string_lossy());
+    let listen = loaded.config.listen_addr();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     runtime.block_on(async move {
+        // Before anything else: SIGHUP's default would end the process.
+        let hangup = signal(SignalKind::hangup())?;
         let listener = bind(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-        info!(
-            "{}",
-            config.listening_line(listener.local_addr()?, &command)
-        );
+        let local = listener.local_addr()?;
+        info!("{}", loaded.config.listening_line(local, &command));
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
-        let (mut supervisor, inputs) = Supervisor::new(config.clone(), settings, command, stop_tx);
-        supervisor.use_key_store(gate.key_store());
-        let server = Arc::new(Server {
-            gate,
-            max_body: config.max_body,
-            framing: config.framing(),
-            inputs,
-        });
+        let key_store = loaded.front.gate.key_store();
+        let front = Arc::new(Shared::new(loaded.front));
+        let config = Arc::new(loaded.config);
+        let (mut supervisor, inputs) =
+            Supervisor::new(config, loaded.settings, front.clone(), command, stop_tx);
+        supervisor.use_key_store(key_store);
+        tokio::spawn(reload_on_hangup(hangup, line, inputs.clone()));
+        let server = Arc::new(Server { front, inputs });
         let accept = tokio::spawn(server.serve(listener, stop_rx));
         // On a runtime worker, not the thread blocked in `block_on`: every hand-off to and
         // from the loop is then a task wake-up instead of a futex wake across threads.
@@ -85,9 +92,23 @@ fn run(config: Config) -> Result<i32, Box<dyn std::error::Error>> {
     })
 }
 
+/// On each SIGHUP the command line, the config file and every file they name are read
+/// again off the loop, and the loop gets the result.
+async fn reload_on_hangup(mut hangup: Signal, line: CommandLine, inputs: mpsc::Sender<Input>) {
+    while hangup.recv().await.is_some() {
+        info!("SIGHUP: reloading the configuration");
+        let line = line.clone();
+        let loaded = tokio::task::spawn_blocking(move || line.load(read_file))
+            .await
+            .unwrap_or_else(|e| Err(format!("the reload task failed: {e}")));
+        if inputs.send(Input::Reload(Box::new(loaded))).await.is_err() {
+            return;
+        }
+    }
+}
+
 /// SIGINT or SIGTERM.
 async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("signal handlers install");
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}

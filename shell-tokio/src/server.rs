@@ -26,8 +26,9 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use switchboard_core::framing::{self, FramingError, Limits, Pipeline};
-use switchboard_core::http::{self, Gate, RequestHead};
+use switchboard_core::http::{self, RequestHead};
 use switchboard_core::hub::Payload;
+use switchboard_core::load::{Front, Shared};
 use switchboard_core::Rejection;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -40,9 +41,8 @@ type ResponseBody = UnsyncBoxBody<Bytes, Infallible>;
 
 /// What every request handler shares.
 pub struct Server {
-    pub gate: Gate,
-    pub max_body: usize,
-    pub framing: Limits,
+    /// The gate and limits, replaced whole by a reload (new connections and requests).
+    pub front: Arc<Shared<Front>>,
     pub inputs: mpsc::Sender<Input>,
 }
 
@@ -86,12 +86,13 @@ impl Server {
                 let (server, reads) = (server.clone(), reads.clone());
                 async move { Ok::<_, Infallible>(server.handle(req, peer, &reads).await) }
             });
+            let framing = self.front.get().framing;
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
-                .header_read_timeout(self.framing.header_timeout)
-                .max_header_size(self.framing.max_head)
-                .max_buf_size(self.framing.max_head)
-                .max_headers(self.framing.max_headers)
+                .header_read_timeout(framing.header_timeout)
+                .max_header_size(framing.max_head)
+                .max_buf_size(framing.max_head)
+                .max_headers(framing.max_headers)
                 .serve_connection(TokioIo::new(stream), service);
             let conn = graceful.watch(conn);
             tokio::spawn(async move {
@@ -110,7 +111,8 @@ impl Server {
         peer: SocketAddr,
         reads: &Reads,
     ) -> Response<ResponseBody> {
-        if let Err(refused) = self.check_framing(&req, reads) {
+        let front = self.front.get();
+        if let Err(refused) = self.check_framing(&req, reads, &front.framing) {
             debug!(%peer, reason = refused.as_str(), "refused");
             return full(refused.response());
         }
@@ -135,7 +137,7 @@ impl Server {
             mcp_protocol_version: text(HeaderName::from_static("mcp-protocol-version")),
             last_event_id: text(HeaderName::from_static("last-event-id")),
         };
-        let admitted = match self.gate.admit(&head, unix_now()) {
+        let admitted = match front.gate.admit(&head, unix_now()) {
             Ok(admitted) => admitted,
             Err(refused) => {
                 debug!(%peer, reason = refused.rejection.as_str(), "refused");
@@ -144,7 +146,7 @@ impl Server {
                 return full(refused.response);
             }
         };
-        let body = match read_limited(req.into_body(), self.max_body).await {
+        let body = match read_limited(req.into_body(), front.max_body).await {
             Ok(body) => body,
             Err(refused) => {
                 debug!(%peer, reason = refused.as_str(), "refused");
@@ -171,9 +173,14 @@ impl Server {
 }
 
 impl Server {
-    /// The core's framing rules on the head hyper parsed, and the connection's pipelining
-    /// count.
-    fn check_framing(&self, req: &Request<Incoming>, reads: &Reads) -> Result<(), FramingError> {
+    /// The core's framing rules on the head hyper parsed (within `limits`), and the
+    /// connection's pipelining count.
+    fn check_framing(
+        &self,
+        req: &Request<Incoming>,
+        reads: &Reads,
+        limits: &Limits,
+    ) -> Result<(), FramingError> {
         let uri = req.uri();
         let target_len = uri.scheme_str().map_or(0, |s| s.len() + 3)
             + uri.authority().map_or(0, |a| a.as_str().len())
@@ -183,14 +190,14 @@ impl Server {
             .headers()
             .iter()
             .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()));
-        framing::check_head(minor, target_len, headers, &self.framing)?;
+        framing::check_head(minor, target_len, headers, limits)?;
         let read_since_answer =
             reads.reads.load(Ordering::Acquire) > reads.at_answer.load(Ordering::Acquire);
         reads
             .pipeline
             .lock()
             .expect("pipeline")
-            .request(read_since_answer, &self.framing)
+            .request(read_since_answer, limits)
     }
 }
 

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use switchboard_core::config::Config;
-use switchboard_core::hub::{self, Fetched, Hub};
+use switchboard_core::hub::{self, Fetched, Hub, Settings};
 use switchboard_core::jwt::KeyStore;
+use switchboard_core::load::{Front, Loaded, Shared};
 use switchboard_core::output::Level;
 use switchboard_core::supervise::Exit;
 use switchboard_core::{BackendId, FetchId, Output, Rejection, RequestId, StreamEnd, StreamId};
@@ -50,6 +51,8 @@ pub enum Input {
     BackendWrote { backend: BackendId, lines: usize },
     /// The backend exited.
     BackendExited { backend: BackendId, exit: Exit },
+    /// SIGHUP: the configuration read again and checked, or why it was refused.
+    Reload(Box<Result<Loaded, String>>),
 }
 
 /// The loop and what it owns.
@@ -67,6 +70,10 @@ pub struct Supervisor {
     stop_accepting: Option<oneshot::Sender<()>>,
     /// The gate's key store, given the key sets the hub fetched.
     key_store: Option<Arc<KeyStore>>,
+    /// What request handlers read, and a reloaded one waiting for the hub's outputs (the
+    /// fetched key sets) to be performed before it takes requests.
+    front: Arc<Shared<Front>>,
+    next_front: Option<Arc<Front>>,
 }
 
 impl Supervisor {
@@ -75,10 +82,13 @@ impl Supervisor {
         self.key_store = store;
     }
 
-    /// The loop, and the sender request handlers reach it by.
+    /// The loop, and the sender request handlers reach it by. `config` is what the
+    /// proxy started with (the backend's command, environment and line limit); `front`
+    /// is what request handlers read, replaced on reload.
     pub fn new(
         config: Arc<Config>,
-        settings: switchboard_core::hub::Settings,
+        settings: Settings,
+        front: Arc<Shared<Front>>,
         command: Vec<String>,
         stop_accepting: oneshot::Sender<()>,
     ) -> (Self, mpsc::Sender<Input>) {
@@ -93,6 +103,8 @@ impl Supervisor {
             backend: None,
             inputs_tx: inputs_tx.clone(),
             key_store: None,
+            front,
+            next_front: None,
             inputs,
             closed_tx,
             closed,
@@ -168,7 +180,19 @@ impl Supervisor {
                 }
                 self.hub.handle_backend_exited(now, backend, exit)
             }
+            Input::Reload(loaded) => match *loaded {
+                Ok(loaded) => self.reload(now, loaded),
+                Err(why) => self.hub.handle_reload_failed(now, why),
+            },
         }
+    }
+
+    /// A reloaded configuration: the hub takes its settings; the shell's request handlers
+    /// take its gate and limits once the hub's outputs are performed (`drain`).
+    fn reload(&mut self, now: Instant, loaded: Loaded) {
+        self.key_store = loaded.front.gate.key_store();
+        self.hub.handle_reload(now, loaded.reload(&self.config));
+        self.next_front = Some(loaded.front);
     }
 
     /// Performs every output; `Some` once the hub says exit. `now` is the time of the
@@ -177,6 +201,9 @@ impl Supervisor {
         let mut exit = None;
         while let Some(output) = self.hub.poll_output() {
             exit = exit.or(self.execute(now, output));
+        }
+        if let Some(front) = self.next_front.take() {
+            self.front.set(front);
         }
         if exit.is_some() {
             self.answer_queued(now);

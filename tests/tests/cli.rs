@@ -51,6 +51,7 @@ fn version_and_help(target: Target) {
         "--keepalive",
         "--ping-interval",
         "--max-sessions",
+        "--config",
     ] {
         assert!(
             help.contains(flag),
@@ -144,6 +145,43 @@ fn bad_policy_files_stop_the_proxy(target: Target) {
         assert!(stderr.contains(&path), "{path}: {stderr}");
         assert!(stderr.contains(why), "{path} ({why}): {stderr}");
     }
+}
+
+/// A config file that fails at start stops the proxy (exit status 2) with a message naming
+/// the file and what is wrong: missing, not TOML, an unknown key, a bad value, a tokens file
+/// (relative to the config file) that does not parse.
+fn a_bad_config_file_is_refused_naming_it(target: Target) {
+    let dir = switchboard_tests::TempDir::new("cli-config");
+    std::fs::write(dir.file("tokens.txt"), "alice short\n").expect("write tokens");
+    for (text, says) in [
+        (None, "cannot read it"),
+        (Some("port = \n"), "not TOML (line 1)"),
+        (
+            Some("no-such-flag = 1\n"),
+            "key `no-such-flag`: unknown key",
+        ),
+        (Some("rate-limit = \"lots\"\n"), "key `rate-limit`"),
+        (Some("max-sessions = true\n"), "key `max-sessions`"),
+    ] {
+        let file = dir.file("switchboard.toml");
+        let _ = std::fs::remove_file(&file);
+        if let Some(text) = text {
+            std::fs::write(&file, text).expect("write the config file");
+        }
+        let path = file.display().to_string();
+        let out = run_to_exit(target, &["--config", &path]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{text:?}: {stderr}");
+        assert!(stderr.contains(&format!("--config {path}: ")), "{stderr}");
+        assert!(stderr.contains(says), "{text:?}: {stderr}");
+    }
+    let file = dir.file("switchboard.toml");
+    std::fs::write(&file, "auth-tokens = \"tokens.txt\"\n").expect("write the config file");
+    let out = run_to_exit(target, &["--config", &file.display().to_string()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    let tokens = dir.file("tokens.txt").display().to_string();
+    assert!(stderr.contains(&tokens), "{stderr}");
 }
 
 fn host_and_port_flags(target: Target) {
@@ -248,6 +286,7 @@ suite!(
     version_and_help,
     absurd_values_are_refused_naming_the_flag,
     bad_policy_files_stop_the_proxy,
+    a_bad_config_file_is_refused_naming_it,
     host_and_port_flags,
     backend_that_cannot_start_exits_1,
     host_check_falls_back_to_the_target_authority,

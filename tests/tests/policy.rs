@@ -3,7 +3,8 @@
 //! `mcp-server-time`, under one ToolHive-format YAML policy file. A static-token principal
 //! and JWT principals (claims as `claim_<name>`) see different `tools/list` results; a call
 //! the policy does not permit, or whose arguments a `forbid` rule names, gets -32003 under its
-//! own id and never reaches the backend.
+//! own id and never reaches the backend. SIGHUP re-reads the policy: a new one is in force at
+//! once, a broken one keeps the old and is counted.
 //!
 //! Needs `SWITCHBOARD_PYTHON` (see `python_sdk.rs`); `tests/run.sh` sets it up.
 
@@ -166,7 +167,53 @@ fn sdk_burst_is_rate_limited(target: Target) {
     assert_eq!(out["calls"][3]["message"], "rate limit exceeded", "{out}");
 }
 
+/// SIGHUP re-reads the policy named in the `--config` file (relative to it): a new policy
+/// is in force for the next request; a broken one keeps the old in force and is counted.
+fn reload_replaces_the_policy_and_a_broken_one_changes_nothing(target: Target) {
+    let Some(python) = python() else { return };
+    let server = mcp_server_time(&python).display().to_string();
+    let dir = TempDir::new("policy-reload");
+    policy_file(&dir);
+    std::fs::write(dir.file("tokens.txt"), format!("{} {}\n", ALICE.0, ALICE.1)).unwrap();
+    let config = dir.file("switchboard.toml");
+    let toml = "auth-tokens = \"tokens.txt\"\nauthz-config = \"policy.yaml\"\n";
+    std::fs::write(&config, toml).unwrap();
+    let p = Proxy::builder(target)
+        .backend([server])
+        .args(["--config".to_owned(), config.display().to_string()])
+        .start();
+    let sees = || tool_names(&client(&python, &p, ALICE.1, "mcp", json!([])));
+    assert_eq!(sees(), ["get_current_time"]);
+    let convert_only = POLICY.replace("Tool::\"get_current_time\");'", "Tool::\"convert_time\");'");
+    std::fs::write(dir.file("policy.yaml"), convert_only).unwrap();
+    hang_up_and_wait(&p, "switchboard_reloads_total", 1.0);
+    assert_eq!(sees(), ["convert_time"]);
+    std::fs::write(
+        dir.file("policy.yaml"),
+        "version: '1.0'\ntype: cedarv1\ncedar: {policies: ['permit(']}\n",
+    )
+    .unwrap();
+    hang_up_and_wait(&p, "switchboard_reload_failures_total", 1.0);
+    assert_eq!(sees(), ["convert_time"]);
+    assert!(p.log().contains("policy.yaml"), "{}", p.log());
+}
+
+/// Sends SIGHUP and waits until `/metrics` shows `series` at `value`.
+fn hang_up_and_wait(p: &Proxy, series: &str, value: f64) {
+    p.signal(libc::SIGHUP);
+    let deadline = std::time::Instant::now() + switchboard_tests::WAIT;
+    while p.metric(series) != Some(value) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{series}: {}",
+            p.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 suite!(
+    reload_replaces_the_policy_and_a_broken_one_changes_nothing,
     static_principal_sees_and_calls_what_the_policy_permits,
     jwt_principals_are_judged_by_their_claims,
     sdk_burst_is_rate_limited

@@ -122,6 +122,16 @@ impl BackendProcess {
         }
     }
 
+    /// A reload's settings: the restart policy, pings, grace and stdin budget from now on
+    /// (the ping already scheduled keeps its time).
+    pub(crate) fn reconfigure(&mut self, settings: &super::Settings) {
+        self.supervisor.set_policy(settings.restart);
+        self.ping_interval = settings.ping_interval;
+        self.ping_timeout = settings.ping_timeout;
+        self.grace = settings.grace;
+        self.stdin_queue = settings.stdin_queue;
+    }
+
     pub(crate) fn phase(&self) -> Phase {
         self.phase
     }

@@ -97,6 +97,22 @@ impl KeySets {
         KeySets { sources }
     }
 
+    /// A reload's key sources: a source that stays keeps its keys, schedule and backoff;
+    /// a new one is fetched now; one that went is forgotten (its fetch under way too).
+    pub(crate) fn reconcile(&mut self, origins: &[KeySource], now: Instant) {
+        let mut old = std::mem::take(&mut self.sources);
+        self.sources = KeySets::new(origins, now)
+            .sources
+            .into_iter()
+            .map(
+                |fresh| match old.iter().position(|s| s.origin == fresh.origin) {
+                    Some(i) => old.swap_remove(i),
+                    None => fresh,
+                },
+            )
+            .collect();
+    }
+
     /// Whether any key set was fetched.
     pub(crate) fn available(&self) -> bool {
         self.sources.iter().any(|s| s.keys.is_some())

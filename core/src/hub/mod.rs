@@ -15,7 +15,7 @@
 //! The hub's own files say what each input does: `post` and `mcp` the two transports'
 //! requests, `resumption` their streams (numbered, kept, resumed), `dispatch` a backend
 //! line, `fetching` what a key set fetch brought, `lifecycle` the backend's and the proxy's
-//! life.
+//! life, `reload` a configuration read again.
 //!
 //! Every input takes `now`; after each one the shell drains [`Hub::poll_output`] and
 //! performs every [`Output`] in order, then sleeps until its next input or
@@ -34,6 +34,7 @@ mod lifecycle;
 mod limits;
 mod mcp;
 mod post;
+mod reload;
 mod resume;
 mod resumption;
 mod sessions;
@@ -43,7 +44,7 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 pub use crate::http::{Payload, Request};
-pub use crate::settings::{Settings, EXIT_DRAIN, RESUME_GLOBAL, STDIN_QUEUE};
+pub use crate::settings::{Reload, Settings, EXIT_DRAIN, RESUME_GLOBAL, STDIN_QUEUE};
 pub use keys::Fetched;
 pub use resume::MAX_FINISHED_KEPT;
 

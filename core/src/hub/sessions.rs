@@ -96,6 +96,11 @@ impl Sessions {
         self.by_number.len()
     }
 
+    /// A reload's `--max-sessions`: sessions over it stay, new ones wait for room.
+    pub(crate) fn set_max(&mut self, max: usize) {
+        self.max = max;
+    }
+
     /// Whether a new session may open: 503 past `--max-sessions`.
     pub(crate) fn check_room(&self) -> Result<(), Rejection> {
         if self.by_number.len() >= self.max {

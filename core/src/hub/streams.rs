@@ -49,6 +49,11 @@ impl Streams {
         self.open.len()
     }
 
+    /// A reload's `--keepalive`, for each stream's next keep-alive check.
+    pub(crate) fn set_keepalive(&mut self, keepalive: Duration) {
+        self.keepalive = keepalive;
+    }
+
     pub(crate) fn timers(&self) -> usize {
         self.keepalives.len()
     }

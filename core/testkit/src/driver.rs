@@ -260,6 +260,18 @@ impl Driver {
         &self.key_sets
     }
 
+    /// The configuration was read again and checked (SIGHUP).
+    pub fn reload(&mut self, reload: switchboard_core::hub::Reload) {
+        self.hub.handle_reload(self.now, reload);
+        self.drain();
+    }
+
+    /// A reload was refused: a file failed.
+    pub fn reload_failed(&mut self, why: &str) {
+        self.hub.handle_reload_failed(self.now, why.to_owned());
+        self.drain();
+    }
+
     /// The gate refused a request (e.g. a token naming an unknown key).
     pub fn refused(&mut self, rejection: switchboard_core::Rejection) {
         self.hub.handle_refused(self.now, rejection);

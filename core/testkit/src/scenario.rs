@@ -31,6 +31,8 @@
 //! | `unserved` | the shell could not start a thread for a new connection (its request unread) |
 //! | `fetched URL STATUS [max-age=N] BODY`, `fetch-fails URL WHY` | the fetch of URL under way answers, or fails |
 //! | `unknown-kid` | the gate refused a token naming a key no key set has |
+//! | `reload [principals=a,b] [FLAG=VALUE ...]` | SIGHUP: the settings now, each FLAG as `with` sets it (a list flag it names starts empty; `jwks-url` and `oauth-issuer` share the key sources); the token file names only these principals (default: every session's) |
+//! | `reload-fails WHY` | SIGHUP, and a file failed |
 //! | `mcp-init A alice {...}` | `POST /mcp` without a session as `alice` (an `initialize`): the new session is A |
 //! | `mcp-post A {...}` | `POST /mcp` with A's `Mcp-Session-Id`, accepting JSON and SSE; an answer stream is `A@LINE` |
 //! | `mcp-get A`, `mcp-delete A` | `GET /mcp` (the stream `A/get`), `DELETE /mcp` for A |
@@ -134,6 +136,15 @@ pub enum Command {
     FetchFails { url: String, why: String },
     /// `unknown-kid`: the gate refused a token naming a key no key set has.
     UnknownKid,
+    /// `reload [principals=a,b] [FLAG=VALUE ...]`: the configuration read again.
+    Reload {
+        /// The principals the token file names now; `None`: every session's owner.
+        principals: Option<Vec<String>>,
+        /// Settings changed, as `with FLAG VALUE` would set them.
+        settings: Vec<(String, String)>,
+    },
+    /// `reload-fails WHY`: a reload was refused.
+    ReloadFails(String),
     /// `with FLAG VALUE`, before any other command: a setting of the hub.
     With(String, String),
     /// A request on `/mcp`.
@@ -466,6 +477,8 @@ fn parse_command(line: &str) -> Option<Command> {
         "sigterm" => Command::Sigterm,
         "unserved" => Command::Unserved,
         "unknown-kid" => Command::UnknownKid,
+        "reload" => parse_reload(rest)?,
+        "reload-fails" => Command::ReloadFails(rest.to_owned()),
         "fetch-fails" => {
             let (url, why) = rest.split_once(' ')?;
             Command::FetchFails {
@@ -495,6 +508,23 @@ fn parse_command(line: &str) -> Option<Command> {
             Command::With(flag.to_owned(), value.to_owned())
         }
         _ => return None,
+    })
+}
+
+/// `reload [principals=a,b] [FLAG=VALUE ...]`.
+fn parse_reload(rest: &str) -> Option<Command> {
+    let mut principals = None;
+    let mut settings = Vec::new();
+    for word in rest.split_whitespace() {
+        let (key, value) = word.split_once('=')?;
+        match key {
+            "principals" => principals = Some(value.split(',').map(str::to_owned).collect()),
+            _ => settings.push((key.to_owned(), value.to_owned())),
+        }
+    }
+    Some(Command::Reload {
+        principals,
+        settings,
     })
 }
 
@@ -748,6 +778,8 @@ fn apply_setting(settings: &mut Settings, flag: &str, value: &str) -> Option<()>
 
 struct Runner {
     driver: Driver,
+    /// The settings in force, which a `reload` changes.
+    settings: Settings,
     labels: Labels,
     owners: BTreeMap<String, Principal>,
     streams: BTreeMap<StreamId, String>,
@@ -766,7 +798,7 @@ struct Runner {
 impl Runner {
     fn new(settings: Settings, failing_spawns: usize) -> Runner {
         let instance = settings.instance;
-        let mut driver = Driver::start(settings, failing_spawns);
+        let mut driver = Driver::start(settings.clone(), failing_spawns);
         let start = driver.take_records();
         assert!(
             start
@@ -784,6 +816,7 @@ impl Runner {
         });
         let mut runner = Runner {
             driver,
+            settings,
             labels: Labels::for_instance(instance),
             owners: BTreeMap::new(),
             streams: BTreeMap::new(),
@@ -821,6 +854,34 @@ impl Runner {
         }
         let records = self.driver.take_records();
         self.render(started, &records);
+    }
+
+    /// `reload`: the running settings with `changes`; the token file names `principals`
+    /// (default: every session's owner and `anonymous`, so no session ends).
+    fn reload(&mut self, principals: Option<&[String]>, changes: &[(String, String)]) {
+        for (flag, _) in changes {
+            match flag.as_str() {
+                "jwks-url" | "oauth-issuer" => self.settings.key_sources.clear(),
+                "tool-rate-limit" => self.settings.tool_rate_limits.clear(),
+                _ => {}
+            }
+        }
+        for (flag, value) in changes {
+            apply_setting(&mut self.settings, flag, value).unwrap_or_else(|| {
+                panic!("line {}: cannot apply {flag}={value}", self.line_number)
+            });
+        }
+        let names: std::collections::BTreeSet<Principal> = match principals {
+            Some(names) => names.iter().map(|n| Principal::new(n)).collect(),
+            None => (self.owners.values().cloned())
+                .chain([Principal::anonymous()])
+                .collect(),
+        };
+        self.driver.reload(switchboard_core::hub::Reload {
+            settings: self.settings.clone(),
+            principals: switchboard_core::auth::Principals::Listed(names),
+            ignored: Vec::new(),
+        });
     }
 
     fn mcp(&mut self, command: &McpCommand) -> RequestId {
@@ -1073,6 +1134,17 @@ impl Runner {
             Command::UnknownKid => {
                 let failure = switchboard_core::principal::AuthFailure::UnknownKey;
                 d.refused(switchboard_core::Rejection::Unauthorized(failure));
+                None
+            }
+            Command::Reload {
+                principals,
+                settings,
+            } => {
+                self.reload(principals.as_deref(), settings);
+                None
+            }
+            Command::ReloadFails(why) => {
+                self.driver.reload_failed(why);
                 None
             }
             Command::With(..) => unreachable!("handled before the hub starts"),

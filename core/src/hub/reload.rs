@@ -1,0 +1,66 @@
+//! A reload (SIGHUP, SPEC section 10): the settings replaced whole, the parts that keep a
+//! copy told, the key sets kept where their sources stayed, and the sessions of principals
+//! the new auth no longer names ended.
+
+use std::time::Instant;
+
+use super::Hub;
+use crate::auth::Principals;
+use crate::output::{CloseReason, Event, Output};
+use crate::settings::{Reload, Settings};
+
+impl Hub {
+    /// The configuration was read again and checked whole ([`Reload`]): every setting is
+    /// replaced at once (but `instance`, which needs a restart), sessions of principals
+    /// the new auth cannot name end, and the key sets fetched so far go to the new gate
+    /// ([`Output::UseKeys`]). A shell lets the new gate take requests only after it has
+    /// performed these outputs, so it never runs without the fetched keys.
+    pub fn handle_reload(&mut self, now: Instant, reload: Reload) {
+        let Reload {
+            mut settings,
+            principals,
+            ignored,
+        } = reload;
+        settings.instance = self.settings.instance;
+        let old = std::mem::replace(&mut self.settings, settings);
+        self.sessions.set_max(self.settings.max_sessions);
+        self.streams.set_keepalive(self.settings.keepalive);
+        self.backend.reconfigure(&self.settings);
+        self.metrics.reloads += 1;
+        self.log(Event::Reloaded { ignored });
+        self.reload_keys(now, &old);
+        self.end_revoked(now, &principals);
+    }
+
+    /// A reload was refused (a file missing or invalid): the running configuration stays
+    /// whole; counted and logged.
+    pub fn handle_reload_failed(&mut self, _now: Instant, why: String) {
+        self.metrics.reload_failures += 1;
+        self.log(Event::ReloadFailed { why });
+    }
+
+    /// Key sources that stayed keep their keys; the new gate gets every set in hand.
+    fn reload_keys(&mut self, now: Instant, old: &Settings) {
+        if old.key_sources != self.settings.key_sources {
+            self.keys.reconcile(&self.settings.key_sources, now);
+        }
+        if self.keys.configured() {
+            let sets = self.keys.sets().into();
+            self.outputs.push_back(Output::UseKeys { sets });
+        }
+        self.key_timeouts(now);
+    }
+
+    /// Ends every session whose principal `principals` does not hold, in creation order.
+    fn end_revoked(&mut self, now: Instant, principals: &Principals) {
+        let revoked: Vec<_> = self
+            .sessions
+            .iter()
+            .filter(|(_, session)| !principals.contains(&session.principal))
+            .map(|(number, _)| number)
+            .collect();
+        for number in revoked {
+            self.end_session(now, number, CloseReason::Revoked);
+        }
+    }
+}

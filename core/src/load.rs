@@ -1,0 +1,117 @@
+//! What the proxy runs with, loaded the same way at start and on SIGHUP (SPEC section 10):
+//! the command line with the `--config` file merged under it ([`CommandLine`], feature
+//! `cli`), then every file the flags name, read through the shell's `read` and checked whole
+//! ([`Config::load`]) into one [`Loaded`]. A reload replaces the running [`Loaded`] whole or
+//! not at all: the shells swap [`Front`], the hub takes [`Reload`]. Anything added to
+//! [`Settings`] or [`Front`] is therefore loaded at start and reloaded with no more code.
+
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+
+use crate::config::Config;
+use crate::framing::Limits;
+use crate::http::Gate;
+use crate::settings::{Reload, Settings};
+
+/// What every request handler of a shell reads: the gate and the per-request limits.
+#[derive(Debug)]
+pub struct Front {
+    /// Who may ask what.
+    pub gate: Gate,
+    /// `--max-body`.
+    pub max_body: usize,
+    /// The HTTP/1.1 framing bounds (`--header-timeout`, `--max-pipelined`).
+    pub framing: Limits,
+}
+
+/// The flags, the files they name, and what is built of them, checked whole.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The flags, the config file merged in.
+    pub config: Config,
+    /// For the shells' request handlers.
+    pub front: Arc<Front>,
+    /// For the hub.
+    pub settings: Settings,
+}
+
+impl Config {
+    /// Everything the proxy runs with, from these flags and the files they name (`read`
+    /// reads one): the one function start and reload both use, so they cannot differ.
+    pub fn load(
+        self,
+        mut read: impl FnMut(&Path) -> std::io::Result<String>,
+    ) -> Result<Loaded, String> {
+        let front = Front {
+            gate: self.gate(&mut read)?,
+            max_body: self.max_body,
+            framing: self.framing(),
+        };
+        Ok(Loaded {
+            front: Arc::new(front),
+            settings: self.settings_with(&mut read)?,
+            config: self,
+        })
+    }
+
+    /// The flags a running proxy cannot change (SPEC section 10) that differ in `self`
+    /// from `running`'s.
+    pub fn restart_only_changes(&self, running: &Config) -> Vec<&'static str> {
+        let changed = [
+            (
+                "--listen/--host/--port",
+                self.listen_addr() != running.listen_addr(),
+            ),
+            ("--instance", self.instance != running.instance),
+            ("--env", self.env != running.env),
+            ("--max-line", self.max_line != running.max_line),
+            ("--log-level", self.log_level != running.log_level),
+            ("--log-format", self.log_format != running.log_format),
+        ];
+        let changed = changed.into_iter().filter(|(_, changed)| *changed);
+        changed.map(|(flag, _)| flag).collect()
+    }
+}
+
+impl Loaded {
+    /// What the hub is told when this replaces a running configuration that started with
+    /// the flags `running`.
+    pub fn reload(&self, running: &Config) -> Reload {
+        Reload {
+            settings: self.settings.clone(),
+            principals: self.front.gate.auth.principals(),
+            ignored: self.config.restart_only_changes(running),
+        }
+    }
+}
+
+/// A value request handlers read and a reload replaces whole: one `Arc` behind a lock held
+/// only to clone or swap it, so a request sees the old value or the new, never a mix.
+#[derive(Debug)]
+pub struct Shared<T>(RwLock<Arc<T>>);
+
+impl<T> Shared<T> {
+    /// Shares `value`.
+    pub fn new(value: Arc<T>) -> Self {
+        Shared(RwLock::new(value))
+    }
+
+    /// The value now.
+    pub fn get(&self) -> Arc<T> {
+        match self.0.read() {
+            Ok(guard) => guard.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Replaces it for every later [`Shared::get`].
+    pub fn set(&self, value: Arc<T>) {
+        match self.0.write() {
+            Ok(mut guard) => *guard = value,
+            Err(poisoned) => *poisoned.into_inner() = value,
+        }
+    }
+}
+
+#[cfg(feature = "cli")]
+pub use crate::config_file::CommandLine;
