@@ -168,6 +168,28 @@ pub struct Config {
     #[cfg_attr(feature = "cli", arg(long, value_name = "FILE"))]
     pub authz_config: Option<std::path::PathBuf>,
 
+    /// Audit log: one JSON event per line (ToolHive's AuditEvent shape) for every MCP
+    /// request, refusal, session open and close, auth failure and backend restart, to FILE
+    /// (appended) or `-` for standard output.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "PATH|-"))]
+    pub audit_log: Option<String>,
+
+    /// Put each request and response message in its audit event (`data`), cut to
+    /// --audit-max-data.
+    #[cfg_attr(feature = "cli", arg(long, requires = "audit_log"))]
+    pub audit_include_data: bool,
+
+    /// Most bytes of each message in an audit event's `data` (cut on a UTF-8 boundary,
+    /// `truncated: true`).
+    #[cfg_attr(feature = "cli", arg(long, default_value = "4KiB", value_name = "SIZE", value_parser = parse_size))]
+    pub audit_max_data: usize,
+
+    /// A proxy whose X-Forwarded-For names the client, as an address or CIDR block
+    /// (repeatable): the audit log's client address is then the rightmost address in that
+    /// header that is not itself a trusted proxy. Without it, the peer's address.
+    #[cfg_attr(feature = "cli", arg(long = "trusted-proxy", value_name = "CIDR", value_parser = parse_cidr))]
+    pub trusted_proxies: Vec<crate::audit::Cidr>,
+
     /// Allow a non-loopback --listen address without authentication.
     #[cfg_attr(feature = "cli", arg(long))]
     pub allow_unauthenticated: bool,
@@ -602,6 +624,7 @@ impl Config {
             rate_limit: self.rate_limit,
             tool_rate_limits: self.tool_rate_limits.clone(),
             policy: None,
+            audit: self.audit(),
             max_sessions_per_principal: self.max_sessions_per_principal.unwrap_or(
                 if self.auth_tokens.is_some()
                     || self.jwt_jwks.is_some()
@@ -635,6 +658,16 @@ impl Config {
         Ok(crate::settings::Settings {
             policy,
             ..self.settings()
+        })
+    }
+
+    /// What audit records hold, when `--audit-log` is given.
+    fn audit(&self) -> Option<crate::settings::Audit> {
+        self.audit_log.as_ref()?;
+        Some(crate::settings::Audit {
+            include_data: self.audit_include_data,
+            max_data: self.audit_max_data,
+            base_path: std::sync::Arc::from(self.base_path()),
         })
     }
 
@@ -733,6 +766,7 @@ impl Config {
             base_path: self.base_path().to_owned(),
             metrics_auth: self.metrics_auth,
             oauth: self.resource_server().map(std::sync::Arc::new),
+            trusted_proxies: self.trusted_proxies.clone(),
         })
     }
 
@@ -771,6 +805,11 @@ impl Config {
             base_path: self.base_path().to_owned(),
         })
     }
+}
+
+/// `10.0.0.0/8`, `::1` (a flag's value).
+pub fn parse_cidr(text: &str) -> Result<crate::audit::Cidr, String> {
+    text.parse()
 }
 
 /// `60/min` and the like (a flag's value).

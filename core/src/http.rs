@@ -86,6 +86,12 @@ pub struct RequestHead<'a> {
     pub mcp_protocol_version: Option<&'a str>,
     /// The `Last-Event-ID` header (a Streamable client resuming a stream).
     pub last_event_id: Option<&'a str>,
+    /// The peer's address.
+    pub peer: Option<std::net::IpAddr>,
+    /// The `User-Agent` header.
+    pub user_agent: Option<&'a str>,
+    /// The `X-Forwarded-For` header (believed only from a `--trusted-proxy`).
+    pub forwarded_for: Option<&'a str>,
 }
 
 impl<'a> RequestHead<'a> {
@@ -135,6 +141,8 @@ pub struct Gate {
     pub metrics_auth: bool,
     /// The OAuth resource server's face (SPEC section 9), when `--oauth-issuer` is given.
     pub oauth: Option<std::sync::Arc<ResourceServer>>,
+    /// Peers whose `X-Forwarded-For` names the client (`--trusted-proxy`).
+    pub trusted_proxies: Vec<crate::audit::Cidr>,
 }
 
 /// The Streamable HTTP headers of a `/mcp` request, as sent.
@@ -191,6 +199,8 @@ pub struct Admitted {
     pub cors: Option<String>,
     /// What the caller's credential grants.
     pub grant: Grant,
+    /// Where it came from, for audit records.
+    pub source: std::sync::Arc<crate::audit::Source>,
 }
 
 impl Admitted {
@@ -204,6 +214,7 @@ impl Admitted {
             mcp: McpHeaders::default(),
             cors: None,
             grant: Grant::default(),
+            source: Default::default(),
         }
     }
 
@@ -222,6 +233,7 @@ impl Admitted {
             mcp: self.mcp,
             cors: self.cors,
             grant: self.grant,
+            source: self.source,
             body,
             entropy: if creates { entropy() } else { [0; 16] },
         }
@@ -235,6 +247,8 @@ pub struct Refused {
     pub rejection: Rejection,
     /// The answer, CORS headers included for an allowed origin.
     pub response: Response,
+    /// Where it came from, for audit records.
+    pub source: std::sync::Arc<crate::audit::Source>,
 }
 
 impl Gate {
@@ -271,8 +285,18 @@ impl Gate {
             Refused {
                 rejection,
                 response,
+                source: std::sync::Arc::new(self.source(head)),
             }
         })
+    }
+
+    /// Where a request came from: SPEC section 11's client address and its `User-Agent`.
+    pub fn source(&self, head: &RequestHead<'_>) -> crate::audit::Source {
+        let ip = crate::audit::client_ip(head.peer, head.forwarded_for, &self.trusted_proxies);
+        crate::audit::Source {
+            ip,
+            user_agent: head.user_agent.map(str::to_owned),
+        }
     }
 
     /// Whether an endpoint needs credentials, and whether its Origin and Host are checked.
@@ -370,6 +394,7 @@ impl Gate {
             mcp,
             cors: head.origin.filter(|_| checked).map(str::to_owned),
             grant,
+            source: std::sync::Arc::new(self.source(head)),
         })
     }
 }
@@ -575,6 +600,8 @@ pub struct Request {
     pub cors: Option<String>,
     /// What the caller's credential grants.
     pub grant: Grant,
+    /// Where it came from, for audit records.
+    pub source: std::sync::Arc<crate::audit::Source>,
     /// The body as far as the shell read it.
     pub body: Payload,
     /// 16 random bytes from the OS, for the id of a session this request may create.
@@ -841,6 +868,7 @@ mod tests {
             base_path: String::new(),
             metrics_auth: false,
             oauth: Some(std::sync::Arc::new(oauth)),
+            trusted_proxies: Vec::new(),
         };
         let head = |method, target| RequestHead {
             method,
@@ -885,6 +913,7 @@ mod tests {
             base_path: String::new(),
             metrics_auth: false,
             oauth: None,
+            trusted_proxies: Vec::new(),
         };
         let head = |target, authority, host| RequestHead {
             method: "GET",

@@ -63,6 +63,7 @@
 
 // The modules in dependency order: each uses only those above it (`cargo modules` or a
 // look at the `use crate::` lines shows the graph is acyclic).
+pub mod audit; // SPEC 11's audit records, client addresses behind proxies
 pub mod auth; // the auth modes
 pub mod budget; // a stream queue's byte budget, a host's session budget
 pub mod config; // the one CLI definition

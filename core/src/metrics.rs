@@ -33,6 +33,8 @@ pub(crate) struct Metrics {
     pub(crate) policy_denied: u64,
     /// List entries the policy or the token's scopes hid from a list result.
     pub(crate) entries_hidden: u64,
+    /// Audit events the shell's queue could not take.
+    pub(crate) audit_dropped: u64,
     /// Drops and proxy answers by reason and method (bounded labels).
     pub(crate) drops: BTreeMap<(DropReason, String), u64>,
     /// Refused HTTP requests by reason.
@@ -108,18 +110,7 @@ pub(crate) fn render(m: &Metrics, g: ShellGauges) -> String {
         &one(m.sessions_closed),
     );
     render_messages(&mut out, m);
-    out.metric(
-        "switchboard_policy_denied_total",
-        "counter",
-        "Requests denied by the authorization policy.",
-        &one(m.policy_denied),
-    );
-    out.metric(
-        "switchboard_list_entries_hidden_total",
-        "counter",
-        "Tools, prompts and resources hidden from list results by the policy or scopes.",
-        &one(m.entries_hidden),
-    );
+    render_decisions(&mut out, m);
     out.metric(
         "switchboard_backend_up",
         "gauge",
@@ -131,18 +122,6 @@ pub(crate) fn render(m: &Metrics, g: ShellGauges) -> String {
         "counter",
         "Backend restarts.",
         &one(g.backend_restarts),
-    );
-    out.metric(
-        "switchboard_reloads_total",
-        "counter",
-        "Configuration reloads (SIGHUP) that took effect.",
-        &one(m.reloads),
-    );
-    out.metric(
-        "switchboard_reload_failures_total",
-        "counter",
-        "Configuration reloads refused; the running configuration stayed.",
-        &one(m.reload_failures),
     );
     if let Some(instance) = g.instance {
         out.metric(
@@ -165,6 +144,41 @@ impl Text {
             let _ = writeln!(self.0, "{name}{labels} {value}");
         }
     }
+}
+
+/// What the policy, the audit log and reloads decided.
+fn render_decisions(out: &mut Text, m: &Metrics) {
+    let one = |v: u64| vec![(String::new(), v)];
+    out.metric(
+        "switchboard_policy_denied_total",
+        "counter",
+        "Requests denied by the authorization policy.",
+        &one(m.policy_denied),
+    );
+    out.metric(
+        "switchboard_audit_dropped_total",
+        "counter",
+        "Audit events dropped because the audit log could not keep up.",
+        &one(m.audit_dropped),
+    );
+    out.metric(
+        "switchboard_list_entries_hidden_total",
+        "counter",
+        "Tools, prompts and resources hidden from list results by the policy or scopes.",
+        &one(m.entries_hidden),
+    );
+    out.metric(
+        "switchboard_reloads_total",
+        "counter",
+        "Configuration reloads (SIGHUP) that took effect.",
+        &one(m.reloads),
+    );
+    out.metric(
+        "switchboard_reload_failures_total",
+        "counter",
+        "Configuration reloads refused; the running configuration stayed.",
+        &one(m.reload_failures),
+    );
 }
 
 /// Messages by direction, drops by reason and method, rejections by reason.

@@ -224,6 +224,10 @@ pub enum Output {
     },
     /// Write this to the log at [`Event::level`].
     Log(Event),
+    /// Write this event to the audit log (`--audit-log`), through a bounded queue that
+    /// never waits: an event that does not fit is reported with
+    /// [`Hub::handle_audit_dropped`](crate::Hub::handle_audit_dropped).
+    Audit(Box<crate::audit::AuditRecord>),
 }
 
 /// How often a shell reports lines written to the backend's stdin, at the latest: the hub
@@ -304,6 +308,8 @@ pub enum Event {
     },
     /// SIGINT or SIGTERM: the proxy shuts down.
     ShutdownRequested,
+    /// The first audit event the shell's queue could not take (more are only counted).
+    AuditDropped,
     /// The backend still runs during shutdown: `signal` is sent.
     StillRunning {
         /// What is sent now.
@@ -375,7 +381,8 @@ impl Event {
             | Event::GaveUpWaiting
             | Event::Unresponsive { .. }
             | Event::KeysFailed { .. }
-            | Event::ReloadFailed { .. } => Level::Warn,
+            | Event::ReloadFailed { .. }
+            | Event::AuditDropped => Level::Warn,
             Event::Reloaded { ignored } if !ignored.is_empty() => Level::Warn,
             Event::Dropped {
                 level: LogLevel::Warn,
@@ -436,6 +443,10 @@ impl fmt::Display for Event {
                 "backend will not be restarted; shutting down with status {status}"
             ),
             Event::ShutdownRequested => write!(f, "shutdown requested"),
+            Event::AuditDropped => write!(
+                f,
+                "audit log cannot keep up: events are dropped (switchboard_audit_dropped_total)"
+            ),
             Event::StillRunning { signal } => {
                 write!(f, "backend still running; sending {signal:?}")
             }

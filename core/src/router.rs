@@ -140,6 +140,11 @@ impl Checked {
             .map_or("null", |id| &self.text[id.span.clone()])
     }
 
+    /// The message as the client sent it.
+    pub(crate) fn text(&self) -> &str {
+        &self.text
+    }
+
     /// `params.arguments` as JSON text.
     pub(crate) fn arguments(&self) -> Option<&str> {
         self.arguments.clone().map(|span| &self.text[span])

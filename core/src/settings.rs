@@ -98,6 +98,19 @@ pub struct Settings {
     pub max_sessions_per_principal: usize,
     /// The authorization policy (`--authz-config`); `None` allows everything.
     pub policy: Option<std::sync::Arc<crate::policy::Policy>>,
+    /// The audit log (`--audit-log`); `None`: no audit records.
+    pub audit: Option<Audit>,
+}
+
+/// What audit records hold (SPEC section 11).
+#[derive(Debug, Clone)]
+pub struct Audit {
+    /// `--audit-include-data`: the request and response messages too.
+    pub include_data: bool,
+    /// `--audit-max-data`: each message cut to this many bytes.
+    pub max_data: usize,
+    /// `--base-path`, for the records' endpoints.
+    pub base_path: std::sync::Arc<str>,
 }
 
 /// What a reload gives the hub (SPEC section 10), read and checked whole first
@@ -187,6 +200,7 @@ impl Default for Settings {
             tool_rate_limits: Vec::new(),
             max_sessions_per_principal: 0,
             policy: None,
+            audit: None,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! `switchboard-blocking`: the same proxy as `switchboard` on std threads, `httparse` and
 //! crossbeam-channel, for hosts where an async runtime is unwelcome.
 
+mod audit;
 mod backend;
 mod fetch;
 mod memory;
@@ -12,6 +13,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
 use std::thread;
+use std::thread::JoinHandle;
 
 use switchboard_core::budget::{session_budget, HostLimits, SessionCost};
 use switchboard_core::config::{Config, LogFormat};
@@ -19,6 +21,7 @@ use switchboard_core::load::{CommandLine, Loaded, Shared};
 use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
 
+use crate::audit::AuditLog;
 use crate::server::Server;
 use crate::supervisor::Supervisor;
 
@@ -75,6 +78,15 @@ fn capped(mut loaded: Loaded, budget: usize) -> Loaded {
     loaded
 }
 
+/// The audit log's writer, when `--audit-log` is given (its events name the instance).
+fn start_audit_log(config: &Config) -> std::io::Result<Option<(AuditLog, JoinHandle<()>)>> {
+    let Some(path) = &config.audit_log else {
+        return Ok(None);
+    };
+    let component = config.instance.clone();
+    AuditLog::start(path, component.unwrap_or_else(|| "switchboard".into())).map(Some)
+}
+
 fn run(
     config: Config,
     line: CommandLine,
@@ -87,6 +99,7 @@ fn run(
         signal_hook::consts::SIGHUP,
     ])?;
     let loaded = capped(config.load(read_file)?, budget);
+    let (audit, writer) = start_audit_log(&loaded.config)?.unzip();
     let me = std::env::current_exe()?;
     let command = loaded.config.backend_command(&me.to_string_lossy());
     let listener = bind(loaded.config.listen_addr())?;
@@ -109,6 +122,7 @@ fn run(
     );
 
     supervisor.use_key_store(key_store);
+    supervisor.use_audit_log(audit);
     let reloads = inputs.clone();
     thread::Builder::new()
         .name("signals".into())
@@ -131,6 +145,9 @@ fn run(
         .spawn(move || listening.serve())?;
     let (status, drain) = supervisor.run();
     server.drain(drain);
+    if let Some(writer) = writer {
+        let _ = writer.join();
+    }
     Ok(status)
 }
 

@@ -274,6 +274,9 @@ impl<'s> Connection<'s> {
             mcp_session_id: head.text("mcp-session-id"),
             mcp_protocol_version: head.text("mcp-protocol-version"),
             last_event_id: head.text("last-event-id"),
+            peer: Some(self.peer.ip()),
+            user_agent: head.text("user-agent"),
+            forwarded_for: head.text("x-forwarded-for"),
         };
         let no_body = head.method == "HEAD";
         let admitted = match self.front.gate.admit(&request_head, unix_now()) {
@@ -284,7 +287,7 @@ impl<'s> Connection<'s> {
                 let _ = self
                     .server
                     .inputs
-                    .try_send(Input::Refused(refused.rejection));
+                    .try_send(Input::Refused(refused.rejection, refused.source));
                 // The body is read and dropped, so the next request starts where it ends;
                 // one the client waits to send (100-continue) is not asked for.
                 let keep = framing.keep_alive

@@ -19,6 +19,7 @@ use switchboard_core::supervise::Exit;
 use switchboard_core::{BackendId, FetchId, Output, Rejection, RequestId, StreamEnd, StreamId};
 use tracing::{debug, info, warn};
 
+use crate::audit::AuditLog;
 use crate::backend::{self, Backend};
 use crate::session::{self, Queue, StreamBody};
 
@@ -46,7 +47,7 @@ pub enum Input {
         result: Result<Fetched, String>,
     },
     /// A request the gate refused (already answered): counted.
-    Refused(Rejection),
+    Refused(Rejection, Arc<switchboard_core::audit::Source>),
     /// A connection no thread could be started for: the hub says what it is answered.
     Unserved { reply: Sender<Reply> },
     /// Lines the backend wrote (`None`: one over `--max-line`).
@@ -79,6 +80,8 @@ pub struct Supervisor {
     stop_accepting: Option<Box<dyn FnOnce() + Send>>,
     /// The gate's key store, given the key sets the hub fetched.
     key_store: Option<Arc<KeyStore>>,
+    /// The audit log's queue, with `--audit-log`.
+    audit: Option<AuditLog>,
     /// What request handlers read, and a reloaded one waiting for the hub's outputs (the
     /// fetched key sets) to be performed before it takes requests.
     front: Arc<Shared<Front>>,
@@ -89,6 +92,11 @@ impl Supervisor {
     /// Gives fetched key sets to the gate's `store` (JWT auth).
     pub fn use_key_store(&mut self, store: Option<Arc<KeyStore>>) {
         self.key_store = store;
+    }
+
+    /// Writes the hub's audit events to `log` (`--audit-log`).
+    pub fn use_audit_log(&mut self, log: Option<AuditLog>) {
+        self.audit = log;
     }
 
     /// The loop, and what the other threads need to reach it: its inputs, the channel on
@@ -114,6 +122,7 @@ impl Supervisor {
             backend: None,
             inputs_tx: inputs_tx.clone(),
             key_store: None,
+            audit: None,
             front,
             next_front: None,
             inputs,
@@ -170,7 +179,7 @@ impl Supervisor {
                 let id = self.hub.handle_request(now, *request);
                 self.replies.insert(id, reply);
             }
-            Input::Refused(rejection) => self.hub.handle_refused(now, rejection),
+            Input::Refused(rejection, source) => self.hub.handle_refused(now, rejection, source),
             Input::Fetched { fetch, result } => self.hub.handle_fetched(now, fetch, result),
             Input::Unserved { reply } => {
                 let id = self.hub.handle_unserved(now);
@@ -331,6 +340,11 @@ impl Supervisor {
                 }
             }
             Output::Exit { status, drain } => return Some((status, drain)),
+            Output::Audit(record) => {
+                if self.audit.as_ref().is_some_and(|log| !log.push(record)) {
+                    self.hub.handle_audit_dropped();
+                }
+            }
             Output::Log(event) => {
                 let session = event.session().map(tracing::field::display);
                 match event.level() {

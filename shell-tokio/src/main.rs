@@ -1,6 +1,7 @@
 //! `switchboard`: one shared stdio MCP server behind HTTP for many isolated clients, on
 //! tokio + hyper.
 
+mod audit;
 mod backend;
 mod fetch;
 mod server;
@@ -9,6 +10,7 @@ mod supervisor;
 
 use std::path::Path;
 use std::sync::Arc;
+use std::thread::JoinHandle;
 
 use switchboard_core::config::{Config, LogFormat};
 use switchboard_core::load::{CommandLine, Shared};
@@ -17,6 +19,7 @@ use tokio::sync::mpsc;
 use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
 
+use crate::audit::AuditLog;
 use crate::server::Server;
 use crate::supervisor::{Input, Supervisor};
 
@@ -55,8 +58,18 @@ fn read_file(path: &Path) -> std::io::Result<String> {
     std::fs::read_to_string(path)
 }
 
+/// The audit log's writer, when `--audit-log` is given (its events name the instance).
+fn start_audit_log(config: &Config) -> std::io::Result<Option<(AuditLog, JoinHandle<()>)>> {
+    let Some(path) = &config.audit_log else {
+        return Ok(None);
+    };
+    let component = config.instance.clone();
+    AuditLog::start(path, component.unwrap_or_else(|| "switchboard".into())).map(Some)
+}
+
 fn run(config: Config, line: CommandLine) -> Result<i32, Box<dyn std::error::Error>> {
     let loaded = config.load(read_file)?;
+    let (audit, writer) = start_audit_log(&loaded.config)?.unzip();
     let me = std::env::current_exe()?;
     let command = loaded.config.backend_command(&me.to_string_lossy());
     let listen = loaded.config.listen_addr();
@@ -64,7 +77,7 @@ fn run(config: Config, line: CommandLine) -> Result<i32, Box<dyn std::error::Err
         .worker_threads(2)
         .enable_all()
         .build()?;
-    runtime.block_on(async move {
+    let status = runtime.block_on(async move {
         // Before anything else: SIGHUP's default would end the process.
         let hangup = signal(SignalKind::hangup())?;
         let listener = bind(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
@@ -77,6 +90,7 @@ fn run(config: Config, line: CommandLine) -> Result<i32, Box<dyn std::error::Err
         let (mut supervisor, inputs) =
             Supervisor::new(config, loaded.settings, front.clone(), command, stop_tx);
         supervisor.use_key_store(key_store);
+        supervisor.use_audit_log(audit);
         tokio::spawn(reload_on_hangup(hangup, line, inputs.clone()));
         let server = Arc::new(Server { front, inputs });
         let accept = tokio::spawn(server.serve(listener, stop_rx));
@@ -88,8 +102,13 @@ fn run(config: Config, line: CommandLine) -> Result<i32, Box<dyn std::error::Err
         if tokio::time::timeout(drain, accept).await.is_err() {
             info!("connections still open after the drain period");
         }
-        Ok(status)
-    })
+        Ok::<_, Box<dyn std::error::Error>>(status)
+    })?;
+    // The loop is gone with its end of the queue: what is queued is written out.
+    if let Some(writer) = writer {
+        let _ = writer.join();
+    }
+    Ok(status)
 }
 
 /// On each SIGHUP the command line, the config file and every file they name are read

@@ -136,13 +136,17 @@ impl Server {
             mcp_session_id: text(HeaderName::from_static("mcp-session-id")),
             mcp_protocol_version: text(HeaderName::from_static("mcp-protocol-version")),
             last_event_id: text(HeaderName::from_static("last-event-id")),
+            peer: Some(peer.ip()),
+            user_agent: text(header::USER_AGENT),
+            forwarded_for: text(HeaderName::from_static("x-forwarded-for")),
         };
         let admitted = match front.gate.admit(&head, unix_now()) {
             Ok(admitted) => admitted,
             Err(refused) => {
                 debug!(%peer, reason = refused.rejection.as_str(), "refused");
                 // Counting is best effort: never wait on the loop for it.
-                let _ = self.inputs.try_send(Input::Refused(refused.rejection));
+                let input = Input::Refused(refused.rejection, refused.source);
+                let _ = self.inputs.try_send(input);
                 return full(refused.response);
             }
         };

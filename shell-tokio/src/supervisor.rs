@@ -17,6 +17,7 @@ use switchboard_core::{BackendId, FetchId, Output, Rejection, RequestId, StreamE
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 
+use crate::audit::AuditLog;
 use crate::backend::{self, Backend};
 use crate::session::{self, Queue, StreamBody};
 
@@ -41,7 +42,7 @@ pub enum Input {
         result: Result<Fetched, String>,
     },
     /// A request the gate refused (already answered): counted.
-    Refused(Rejection),
+    Refused(Rejection, Arc<switchboard_core::audit::Source>),
     /// Lines the backend wrote (`None`: one over `--max-line`).
     BackendLines {
         backend: BackendId,
@@ -70,6 +71,8 @@ pub struct Supervisor {
     stop_accepting: Option<oneshot::Sender<()>>,
     /// The gate's key store, given the key sets the hub fetched.
     key_store: Option<Arc<KeyStore>>,
+    /// The audit log's queue, with `--audit-log`.
+    audit: Option<AuditLog>,
     /// What request handlers read, and a reloaded one waiting for the hub's outputs (the
     /// fetched key sets) to be performed before it takes requests.
     front: Arc<Shared<Front>>,
@@ -80,6 +83,11 @@ impl Supervisor {
     /// Gives fetched key sets to the gate's `store` (JWT auth).
     pub fn use_key_store(&mut self, store: Option<Arc<KeyStore>>) {
         self.key_store = store;
+    }
+
+    /// Writes the hub's audit events to `log` (`--audit-log`).
+    pub fn use_audit_log(&mut self, log: Option<AuditLog>) {
+        self.audit = log;
     }
 
     /// The loop, and the sender request handlers reach it by. `config` is what the
@@ -103,6 +111,7 @@ impl Supervisor {
             backend: None,
             inputs_tx: inputs_tx.clone(),
             key_store: None,
+            audit: None,
             front,
             next_front: None,
             inputs,
@@ -166,7 +175,7 @@ impl Supervisor {
                 let id = self.hub.handle_request(now, *request);
                 self.replies.insert(id, reply);
             }
-            Input::Refused(rejection) => self.hub.handle_refused(now, rejection),
+            Input::Refused(rejection, source) => self.hub.handle_refused(now, rejection, source),
             Input::Fetched { fetch, result } => self.hub.handle_fetched(now, fetch, result),
             Input::BackendLines { backend, batch } => {
                 self.hub.handle_backend_lines(now, backend, batch)
@@ -314,6 +323,11 @@ impl Supervisor {
                 }
             }
             Output::Exit { status, drain } => return Some((status, drain)),
+            Output::Audit(record) => {
+                if self.audit.as_ref().is_some_and(|log| !log.push(record)) {
+                    self.hub.handle_audit_dropped();
+                }
+            }
             Output::Log(event) => {
                 let session = event.session().map(tracing::field::display);
                 match event.level() {

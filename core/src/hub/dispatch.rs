@@ -20,8 +20,12 @@ use crate::streamable::IdKey;
 /// restored id or token as JSON text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Delivery {
-    /// The answer to the session's request whose id is at `id`.
-    Response { id: Range<usize> },
+    /// The answer to the session's request whose id is at `id`; `outcome` is the proxy's
+    /// verdict on an answer it made itself (`None`: the backend's, judged by its content).
+    Response {
+        id: Range<usize>,
+        outcome: Option<crate::audit::Outcome>,
+    },
     /// `notifications/progress` for the token at `token`.
     Progress { token: Range<usize> },
     /// `notifications/resources/updated` for a resource the session watches.
@@ -42,7 +46,8 @@ impl Hub {
                     true => self.filter_list(&session, message, id),
                     false => (message, id),
                 };
-                self.deliver_live(now, session, message, Delivery::Response { id }, None)
+                let what = Delivery::Response { id, outcome: None };
+                self.deliver_live(now, session, message, what, None)
             }
             Routed::Progress {
                 session,
@@ -68,7 +73,10 @@ impl Hub {
                 initialized,
             } => {
                 for answer in answers {
-                    let what = Delivery::Response { id: answer.id };
+                    let what = Delivery::Response {
+                        id: answer.id,
+                        outcome: None,
+                    };
                     self.deliver(now, answer.session, answer.message, what);
                 }
                 if let Some(line) = initialized {
@@ -150,20 +158,23 @@ impl Hub {
             return;
         };
         self.metrics.delivered += 1;
+        let mut answered = None;
         let stream = match self.sessions.get_mut(number).map(|s| &mut s.kind) {
             Some(Kind::Legacy { stream, in_flight }) => {
-                if let Delivery::Response { id } = &what {
+                if let Delivery::Response { id, outcome } = &what {
                     let key = std::str::from_utf8(&message[id.clone()])
                         .ok()
                         .and_then(IdKey::of);
-                    if let Some(key) = key {
-                        in_flight.remove(&key);
-                    }
+                    let tracked = key.and_then(|key| in_flight.remove(&key));
+                    answered = tracked.and_then(|t| t.audit).map(|a| (a, *outcome));
                 }
                 *stream
             }
             _ => return self.mcp_deliver(now, number, message, what),
         };
         self.send(now, stream, Frame::Owned(sse::message_event(&message)));
+        if let Some((started, outcome)) = answered {
+            self.audit_answered(now, number, started, &message, outcome);
+        }
     }
 }

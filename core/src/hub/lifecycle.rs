@@ -75,6 +75,7 @@ impl Hub {
             AfterExit::Restart { after } => {
                 // Sessions stay; what the old process was asked is answered here.
                 self.router.backend_exited(true);
+                self.audit_restart();
                 self.fail_in_flight(now);
                 for request in self.backend.all_health() {
                     self.respond_health(now, request, false);
@@ -104,10 +105,15 @@ impl Hub {
                 continue;
             };
             let (stream, ids) = (*stream, std::mem::take(in_flight));
-            for raw_id in ids.into_values() {
-                let message = streamable::error_message(&raw_id, -32603, "backend restarted");
+            for tracked in ids.into_values() {
+                let message =
+                    streamable::error_message(&tracked.raw_id, -32603, "backend restarted");
                 self.metrics.delivered += 1;
                 self.send(now, stream, Frame::Owned(sse::message_event(&message)));
+                if let Some(started) = tracked.audit {
+                    let outcome = Some(crate::audit::Outcome::Error);
+                    self.audit_answered(now, number, started, &message, outcome);
+                }
             }
         }
     }
@@ -250,6 +256,7 @@ impl Hub {
             self.sessions.iter().map(|(n, s)| (n, s.id)).collect();
         for (number, id) in live {
             self.close_kind(now, number, ending);
+            self.audit_closing(now, number);
             self.metrics.sessions_closed += 1;
             self.log(Event::SessionClosed {
                 session: id,
@@ -268,6 +275,7 @@ impl Hub {
             return;
         }
         self.close_kind(now, number, Ending::Deleted);
+        self.audit_closing(now, number);
         let Some((session, released)) = self.sessions.close(number) else {
             return;
         };

@@ -10,6 +10,7 @@ use super::dispatch::Delivery;
 use super::resume::{Carries, EventLog, StreamKey};
 use super::sessions::{Kind, SessionNumber};
 use super::{Hub, Payload, Request};
+use crate::audit::Outcome;
 use crate::auth::Principal;
 use crate::http::{self, Rejection, Response};
 use crate::message;
@@ -55,6 +56,8 @@ pub(crate) struct InFlight {
     token: Option<IdKey>,
     /// The browser origin to answer with CORS headers.
     cors: Option<String>,
+    /// Its audit context.
+    audit: Option<Box<super::auditing::Started>>,
 }
 
 /// Why requests still in flight are answered by the proxy.
@@ -75,6 +78,7 @@ pub(super) struct McpPost {
     session: Option<SessionNumber>,
     sid: SessionId,
     principal: Principal,
+    source: std::sync::Arc<crate::audit::Source>,
     msg: Checked,
     accepts: Accepts,
     /// A 2025-11-25 client: its streams open with a priming event.
@@ -130,6 +134,7 @@ impl Hub {
             session,
             sid,
             principal: req.principal,
+            source: req.source,
             msg,
             accepts,
             priming: req.mcp.protocol_version.as_deref().map(str::trim) == Some("2025-11-25"),
@@ -149,6 +154,7 @@ impl Hub {
             session,
             sid,
             principal,
+            source,
             msg,
             accepts,
             priming,
@@ -156,7 +162,7 @@ impl Hub {
         let number = match session {
             Some(number) if self.sessions.mcp(number).is_some() => number,
             Some(_) => return Err(Rejection::SessionNotFound),
-            None => self.open_mcp_session(now, sid, principal)?,
+            None => self.open_mcp_session(now, sid, (principal, &source))?,
         };
         if msg.kind == message::Kind::Notification {
             self.touch(number, now);
@@ -220,6 +226,7 @@ impl Hub {
             self.sessions.request_timers.set(timer, now + timeout);
         }
         let token = msg.token.as_ref().map(|t| t.key.clone());
+        let audit = self.audit_take(request);
         let m = self
             .sessions
             .mcp_mut(number)
@@ -233,6 +240,7 @@ impl Hub {
             raw_id: msg.raw_id().to_owned(),
             token,
             cors: cors.clone(),
+            audit,
         };
         m.in_flight.insert(key, entry);
     }
@@ -241,7 +249,7 @@ impl Hub {
         &mut self,
         now: Instant,
         sid: SessionId,
-        principal: Principal,
+        (principal, source): (Principal, &std::sync::Arc<crate::audit::Source>),
     ) -> Result<SessionNumber, Rejection> {
         self.check_new_session(&principal)?;
         let kind = Kind::Mcp(McpSession {
@@ -250,6 +258,8 @@ impl Hub {
         });
         let number = self.sessions.open(sid, principal.clone(), kind)?;
         self.metrics.sessions_opened += 1;
+        self.audit_session_origin(number, source);
+        self.audit_session(now, number, true);
         self.log(Event::SessionOpened {
             session: sid,
             principal,
@@ -384,12 +394,12 @@ impl Hub {
         what: Delivery,
     ) {
         match what {
-            Delivery::Response { id } => {
+            Delivery::Response { id, outcome } => {
                 let key = std::str::from_utf8(&message[id]).ok().and_then(IdKey::of);
                 let Some(entry) = key.and_then(|key| self.take_in_flight(number, &key)) else {
                     return self.drop_message(DropReason::NotInFlight, None);
                 };
-                self.answer(now, number, entry, message);
+                self.answer(now, number, entry, (message, outcome));
                 self.touch(number, now);
             }
             Delivery::Progress { token } => {
@@ -448,8 +458,18 @@ impl Hub {
         }
     }
 
-    /// Gives `entry` its answer: the JSON body, or the last event of its stream.
-    fn answer(&mut self, now: Instant, number: SessionNumber, entry: InFlight, message: Vec<u8>) {
+    /// Gives `entry` its answer: the JSON body, or the last event of its stream; its audit
+    /// event with `outcome` (the proxy's verdict; `None` for the backend's answer).
+    fn answer(
+        &mut self,
+        now: Instant,
+        number: SessionNumber,
+        mut entry: InFlight,
+        (message, outcome): (Vec<u8>, Option<Outcome>),
+    ) {
+        if let Some(started) = entry.audit.take() {
+            self.audit_answered(now, number, started, &message, outcome);
+        }
         match entry.stream {
             Some(key) => {
                 self.send_event(now, number, key, &message);
@@ -474,7 +494,7 @@ impl Hub {
             self.queue_line(line, LineFrom::Cancellation);
         }
         let message = streamable::error_message(&entry.raw_id, -32001, "request timed out");
-        self.answer(now, number, entry, message);
+        self.answer(now, number, entry, (message, Some(Outcome::Error)));
         self.touch(number, now);
     }
 
@@ -507,7 +527,7 @@ impl Hub {
         for (key, entry) in in_flight {
             self.sessions.request_timers.remove(&(number, key));
             let message = streamable::error_message(&entry.raw_id, -32603, "backend restarted");
-            self.answer(now, number, entry, message);
+            self.answer(now, number, entry, (message, Some(Outcome::Error)));
         }
         self.touch(number, now);
     }
@@ -534,7 +554,7 @@ impl Hub {
                 }
             }
             let message = streamable::error_message(&entry.raw_id, -32603, text);
-            self.answer(now, number, entry, message);
+            self.answer(now, number, entry, (message, Some(Outcome::Error)));
         }
         let keys = self
             .sessions

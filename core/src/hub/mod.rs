@@ -24,6 +24,7 @@
 //! ([`RequestId`], [`StreamId`], [`BackendId`]); the shell keeps its own maps from those ids
 //! to senders, sockets and processes.
 
+mod auditing;
 mod authz;
 mod backend;
 mod deadlines;
@@ -98,6 +99,7 @@ pub struct Hub {
     resume_bytes: usize,
     keys: keys::KeySets,
     buckets: limits::Buckets,
+    audit: auditing::Auditor,
     outputs: VecDeque<Output>,
     next_id: u64,
 }
@@ -115,6 +117,7 @@ impl Hub {
             resume_bytes: 0,
             keys: keys::KeySets::new(&settings.key_sources, now),
             buckets: limits::Buckets::default(),
+            audit: auditing::Auditor::default(),
             settings,
             outputs: VecDeque::new(),
             next_id: 1,
@@ -149,6 +152,7 @@ impl Hub {
 
     /// Runs every timer due at `now`, part by part.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.audit.tick(now);
         if self.backend.phase() == Phase::Exited {
             return;
         }
@@ -176,6 +180,8 @@ impl Hub {
     /// once, so a shell feeds the requests it still had queued and answers them as usual.
     pub fn handle_request(&mut self, now: Instant, request: Request) -> RequestId {
         let id = RequestId(self.mint());
+        self.audit.tick(now);
+        self.audit_arrived(now, id, &request);
         match self.backend.phase() {
             Phase::Running => {}
             Phase::Exited | Phase::Stopping { .. } => {
@@ -224,13 +230,27 @@ impl Hub {
 
     /// Counts a request the gate refused before the hub saw it (the shell answered it). A
     /// token naming a key no key set has refetches them (at most once per 30 s per URL).
-    pub fn handle_refused(&mut self, now: Instant, rejection: Rejection) {
+    pub fn handle_refused(
+        &mut self,
+        now: Instant,
+        rejection: Rejection,
+        source: std::sync::Arc<crate::audit::Source>,
+    ) {
         self.metrics.rejected(&rejection);
+        if let Rejection::Unauthorized(_) = rejection {
+            self.audit_auth_failure(source);
+        }
         if rejection == Rejection::Unauthorized(crate::principal::AuthFailure::UnknownKey)
             && self.keys.unknown_kid(now)
         {
             self.key_timeouts(now);
         }
+    }
+
+    /// The shell's audit queue could not take an [`Output::Audit`]: counted, the first
+    /// drop logged.
+    pub fn handle_audit_dropped(&mut self) {
+        self.audit_dropped();
     }
 
     /// A stream ended on the shell's side (the client left, or its queue was full): a
@@ -260,6 +280,7 @@ impl Hub {
         if self.backend.current() != Some(backend) {
             return;
         }
+        self.audit.tick(now);
         for line in lines {
             self.metrics.backend_lines += 1;
             match line {
@@ -433,6 +454,9 @@ impl Hub {
     }
 
     fn respond(&mut self, request: RequestId, response: Response) {
+        if self.audit.has_pending() {
+            self.audit_refused(request, &response);
+        }
         self.outputs
             .push_back(Output::Respond { request, response });
     }

@@ -9,9 +9,10 @@ use std::time::Instant;
 use super::backend::LineFrom;
 use super::dispatch::Delivery;
 use super::mcp::McpPost;
-use super::sessions::{Kind, SessionNumber};
+use super::sessions::{Kind, SessionNumber, Tracked};
 use super::streams::Role;
 use super::{Hub, Payload, Request};
+use crate::audit::Outcome;
 use crate::http::{self, Endpoint, Grant, Rejection};
 use crate::message;
 use crate::output::{Event, Frame, RequestId, StreamId};
@@ -74,6 +75,8 @@ pub(super) struct Sender {
     pub(super) grant: Grant,
     /// The policy denies its message: the proxy answers -32003.
     pub(super) forbidden: bool,
+    /// Its audit context, once it is accepted.
+    pub(super) started: Option<Box<super::auditing::Started>>,
 }
 
 /// POSTs waiting for a restarted backend to be ready, in arrival order.
@@ -129,6 +132,10 @@ impl Hub {
         };
         let number = self.sessions.open(sid, req.principal.clone(), kind)?;
         self.metrics.sessions_opened += 1;
+        // The stream is its answer: no refusal event is due.
+        let _ = self.audit_take(request);
+        self.audit_session_origin(number, &req.source);
+        self.audit_session(now, number, true);
         let mut head = http::sse_head();
         if let Some(origin) = &req.cors {
             http::add_cors(&mut head, origin);
@@ -256,6 +263,7 @@ impl Hub {
             Endpoint::McpPost => Prepared::Mcp(self.prepare_mcp(req)?),
             _ => self.prepare_legacy(req)?,
         };
+        self.audit_describe(request, prepared.message());
         let (id, tool) = (prepared.request_id(), prepared.message().tool.as_deref());
         if self.insufficient_scope(request, (&grant, &cors), (id, tool)) {
             return Ok(());
@@ -268,7 +276,11 @@ impl Hub {
             request,
             cors,
             prepared,
-            sender: Sender { grant, forbidden },
+            sender: Sender {
+                grant,
+                forbidden,
+                started: None,
+            },
             deadline: now + self.settings.restart_wait,
         };
         if self.is_ready() {
@@ -349,13 +361,14 @@ impl Hub {
         (request, cors): (RequestId, &Option<String>),
         session: SessionNumber,
         msg: &Checked,
-        sender: Sender,
+        mut sender: Sender,
     ) -> Result<(), Rejection> {
         let sid = self
             .sessions
             .get(session)
             .map(|s| s.id)
             .ok_or(Rejection::SessionNotFound)?;
+        sender.started = self.audit_take(request);
         self.client_message(now, (session, sid), msg, sender);
         let mut response = http::accepted();
         if let Some(origin) = cors {
@@ -376,10 +389,13 @@ impl Hub {
         sender: Sender,
     ) {
         self.metrics.client_messages += 1;
+        self.audit_client_info(number, msg);
+        // A legacy request is tracked before anything answers it (routing never needs it).
+        self.track_legacy(number, msg, sender.started);
         if sender.forbidden {
             self.metrics.policy_denied += 1;
             let answer = msg.error(-32003, "forbidden by policy");
-            return self.answer_client(now, sid, msg, answer);
+            return self.answer_client(now, sid, msg, (answer, Outcome::Denied));
         }
         let filtered = self.filters(msg);
         if filtered {
@@ -393,43 +409,60 @@ impl Hub {
                     if self.sessions.subscribe(number, uri).is_err() =>
                 {
                     let answer = msg.error(-32603, "Too many subscriptions");
-                    return self.answer_client(now, sid, msg, answer);
+                    return self.answer_client(now, sid, msg, (answer, Outcome::Error));
                 }
                 // Others still watch: only this session leaves; the backend keeps it.
                 ("resources/unsubscribe", Some(uri)) if self.sessions.unsubscribe(number, uri) => {
-                    return self.answer_client(now, sid, msg, msg.result("{}"));
+                    let answer = (msg.result("{}"), Outcome::Success);
+                    return self.answer_client(now, sid, msg, answer);
                 }
                 _ => {}
             }
         }
         match self.router.forward(sid, msg, filtered) {
-            Forward::Line(line) => {
-                self.queue_line(line, LineFrom::Client(number));
-                self.track_legacy(number, msg);
+            Forward::Line(line) => self.queue_line(line, LineFrom::Client(number)),
+            Forward::Answer(answer) => {
+                let outcome = Outcome::of_answer(&answer);
+                self.answer_client(now, sid, msg, (answer, outcome))
             }
-            Forward::Answer(answer) => self.answer_client(now, sid, msg, answer),
-            Forward::Waiting => self.track_legacy(number, msg),
-            Forward::Absorbed => {}
+            Forward::Waiting | Forward::Absorbed => {}
         }
     }
 
-    /// Remembers a legacy request the backend now answers, to answer it itself should the
-    /// backend restart first (at most `--max-inflight` per session; routing never needs it).
-    fn track_legacy(&mut self, number: SessionNumber, msg: &Checked) {
+    /// Remembers a legacy request until its answer, to answer it itself should the
+    /// backend restart first and to audit it (at most `--max-inflight` per session;
+    /// routing never needs it).
+    fn track_legacy(
+        &mut self,
+        number: SessionNumber,
+        msg: &Checked,
+        audit: Option<Box<super::auditing::Started>>,
+    ) {
         let max = self.settings.max_inflight;
         let (Some(session), Some(id)) = (self.sessions.get_mut(number), &msg.id) else {
             return;
         };
         if let Kind::Legacy { in_flight, .. } = &mut session.kind {
-            if in_flight.len() < max {
-                in_flight.insert(id.key.clone(), msg.raw_id().to_owned());
+            if in_flight.len() < max && msg.kind == message::Kind::Request {
+                let raw_id = msg.raw_id().to_owned();
+                in_flight.insert(id.key.clone(), Tracked { raw_id, audit });
             }
         }
     }
 
-    /// The proxy's own answer to `msg`, delivered as the backend's would be.
-    fn answer_client(&mut self, now: Instant, sid: SessionId, msg: &Checked, answer: Vec<u8>) {
+    /// The proxy's own answer to `msg` and its outcome, delivered as the backend's would be.
+    fn answer_client(
+        &mut self,
+        now: Instant,
+        sid: SessionId,
+        msg: &Checked,
+        (answer, outcome): (Vec<u8>, Outcome),
+    ) {
         let id = RESPONSE_ID_AT..RESPONSE_ID_AT + msg.raw_id().len();
-        self.deliver(now, sid, answer, Delivery::Response { id });
+        let what = Delivery::Response {
+            id,
+            outcome: Some(outcome),
+        };
+        self.deliver(now, sid, answer, what);
     }
 }

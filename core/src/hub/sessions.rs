@@ -29,10 +29,17 @@ pub(crate) enum Kind {
     /// depends on them.
     Legacy {
         stream: StreamId,
-        in_flight: BTreeMap<IdKey, String>,
+        in_flight: BTreeMap<IdKey, Tracked>,
     },
     /// Streamable HTTP: a standalone GET stream, and requests in flight.
     Mcp(McpSession),
+}
+
+/// A legacy request until its answer: its id as the client wrote it, its audit context.
+#[derive(Debug)]
+pub(crate) struct Tracked {
+    pub(crate) raw_id: String,
+    pub(crate) audit: Option<Box<super::auditing::Started>>,
 }
 
 #[derive(Debug)]
@@ -43,6 +50,10 @@ pub(crate) struct Session {
     /// What its latest request's credential granted (scopes, claims): the list results
     /// of its requests are filtered for it.
     pub(crate) grant: crate::http::Grant,
+    /// Where its opening request came from, for audit records.
+    pub(crate) source: std::sync::Arc<crate::audit::Source>,
+    /// Its client's `clientInfo`, from its `initialize` (audited sessions only).
+    pub(crate) client: Option<std::sync::Arc<crate::audit::ClientInfo>>,
     /// The uris it watches (`resources/subscribe`).
     subscriptions: BTreeSet<String>,
 }
@@ -129,6 +140,8 @@ impl Sessions {
             principal,
             kind,
             grant: Default::default(),
+            source: Default::default(),
+            client: None,
             subscriptions: BTreeSet::new(),
         };
         self.by_number.insert(number, session);

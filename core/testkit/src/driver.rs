@@ -274,7 +274,8 @@ impl Driver {
 
     /// The gate refused a request (e.g. a token naming an unknown key).
     pub fn refused(&mut self, rejection: switchboard_core::Rejection) {
-        self.hub.handle_refused(self.now, rejection);
+        self.hub
+            .handle_refused(self.now, rejection, std::sync::Arc::default());
         self.drain();
     }
 
@@ -537,6 +538,13 @@ impl Driver {
             Output::StopAccepting => self.accepting = false,
             Output::Exit { status, .. } => self.exit_status = Some(status),
             Output::Log(_) => {}
+            Output::Audit(record) => {
+                let json = record.to_json("id", "time", "switchboard");
+                assert!(
+                    serde_json::from_str::<serde_json::Value>(&json).is_ok(),
+                    "an audit event that is not JSON: {json}"
+                );
+            }
         }
     }
 }

@@ -38,7 +38,7 @@
 //! | `mcp-get A`, `mcp-delete A` | `GET /mcp` (the stream `A/get`), `DELETE /mcp` for A |
 //! | `mcp-raw METHOD [A] [key=value ...] [{...}]` | any `/mcp` request: `as=bob`, `session=none\|B\|text`, `accept=json\|sse\|both\|any\|none\|TYPE`, `type=json\|none\|TYPE`, `version=V`, `last-event-id=ID`, `origin=O`, `scopes=a,b` and `claims={...}` (the token's; JSON without spaces), `body=too-large` |
 //! | `hangup S`, `stall S` with a stream name | `A`, `A/get`, `A@12`, `A/resume@12` |
-//! | `with FLAG VALUE` | before any other command: `restart never`, `keepalive 10s`, `ping-interval 5s`, `ping-timeout 2s`, `grace 1s`, `session-buffer 8192`, `max-sessions 2`, `stdin-queue 2`, `restart-wait 1s`, `on-backend-exit close-sessions`, `resume-window 0s` (no resumption), `resume-buffer 1KiB`, `oauth-issuer URL`, `jwks-url URL` (key sources), `required-scope S`, `tool-scope T=S` (an OAuth resource server at `http://127.0.0.1:8000/`), `rate-limit 2/min`, `tool-rate-limit T=1/min`, `max-sessions-per-principal 2`, `authz {...}` (a policy file, on one line), `instance a` (ids are minted as `a.<uuid>`, `<A>` still expands to the whole id and transcripts show it as `a.<A>`); `spawn-fails N` makes the first N starts fail |
+//! | `with FLAG VALUE` | before any other command: `restart never`, `keepalive 10s`, `ping-interval 5s`, `ping-timeout 2s`, `grace 1s`, `session-buffer 8192`, `max-sessions 2`, `stdin-queue 2`, `restart-wait 1s`, `on-backend-exit close-sessions`, `resume-window 0s` (no resumption), `resume-buffer 1KiB`, `oauth-issuer URL`, `jwks-url URL` (key sources), `required-scope S`, `tool-scope T=S` (an OAuth resource server at `http://127.0.0.1:8000/`), `rate-limit 2/min`, `tool-rate-limit T=1/min`, `max-sessions-per-principal 2`, `authz {...}` (a policy file, on one line), `audit on` or `audit data=64` (with the messages, cut to 64 bytes), `instance a` (ids are minted as `a.<uuid>`, `<A>` still expands to the whole id and transcripts show it as `a.<A>`); `spawn-fails N` makes the first N starts fail |
 //!
 //! The transcript shows each command, then what followed, indented:
 //!
@@ -767,6 +767,17 @@ fn apply_setting(settings: &mut Settings, flag: &str, value: &str) -> Option<()>
             }
         }
         "instance" => settings.instance = Some(Instance::new(value).ok()?),
+        "audit" => {
+            let max_data = match value {
+                "on" => None,
+                data => Some(size(data.strip_prefix("data=")?).ok()?),
+            };
+            settings.audit = Some(switchboard_core::settings::Audit {
+                include_data: max_data.is_some(),
+                max_data: max_data.unwrap_or(4096),
+                base_path: std::sync::Arc::from(""),
+            });
+        }
         "authz" => {
             let policy = switchboard_core::policy::Policy::parse(value).ok()?;
             settings.policy = Some(std::sync::Arc::new(policy));
@@ -1287,12 +1298,44 @@ impl Runner {
                 format!("-> drop {reason} method={method} level={level}")
             }
             Output::Log(Event::SessionOpened { .. }) => return None,
+            Output::Audit(record) => render_audit(record),
             Output::Log(event) => {
                 let who = event.session().map(|s| format!("{s} ")).unwrap_or_default();
                 format!("-> log: {who}{event}")
             }
         })
     }
+}
+
+/// `-> audit mcp_tool_call success method=tools/call name=get_time id=1 session=<A>
+/// user=alice 5ms 57B`: the fields of an audit event a scenario decides.
+fn render_audit(r: &switchboard_core::audit::AuditRecord) -> String {
+    let mut text = format!("-> audit {} {}", r.kind.as_str(), r.outcome.as_str());
+    let fields = [
+        ("method", r.method.clone()),
+        ("name", r.target_name.clone()),
+        ("id", r.request_id.clone()),
+        ("session", r.session.map(|s| s.as_str().to_owned())),
+        ("user", r.user.as_ref().map(|u| u.to_string())),
+        ("client", (r.client.as_ref()).and_then(|c| c.name.clone())),
+        ("ip", r.source.ip.map(|ip| ip.to_string())),
+    ];
+    for (name, value) in fields {
+        if let Some(value) = value {
+            write!(text, " {name}={value}").unwrap();
+        }
+    }
+    if r.transport.is_some() {
+        write!(text, " {}ms", r.duration_ms).unwrap();
+    }
+    if let Some(size) = r.response_size {
+        write!(text, " {size}B").unwrap();
+    }
+    if let Some((request, response, truncated)) = &r.data {
+        let cut = if *truncated { " (truncated)" } else { "" };
+        write!(text, " data={request} => {response}{cut}").unwrap();
+    }
+    text
 }
 
 /// `12.5s`.

@@ -1,0 +1,431 @@
+//! SPEC section 11's audit records, in the shape of ToolHive's `AuditEvent` so that existing
+//! log pipelines parse them. The hub emits an [`AuditRecord`] as an output when an outcome
+//! is known; the shell adds what only it has (a random id, the wall-clock time) with
+//! [`AuditRecord::to_json`] and writes the line through a bounded queue.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use crate::principal::Principal;
+use crate::routed_id::SessionId;
+
+/// ToolHive's event type names, and Switchboard's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuditType {
+    /// `initialize`.
+    Initialize,
+    /// `tools/call`.
+    ToolCall,
+    /// `tools/list`.
+    ToolsList,
+    /// `resources/read` (and subscribing).
+    ResourceRead,
+    /// `resources/list`, `resources/templates/list`.
+    ResourcesList,
+    /// `prompts/get`.
+    PromptGet,
+    /// `prompts/list`.
+    PromptsList,
+    /// `ping`.
+    Ping,
+    /// `completion/complete`.
+    Completion,
+    /// `logging/setLevel`.
+    Logging,
+    /// Any other method.
+    Request,
+    /// A session opened.
+    SessionOpen,
+    /// A session closed.
+    SessionClose,
+    /// A credential was refused.
+    AuthFailure,
+    /// The backend process exited and is restarted.
+    BackendRestart,
+}
+
+impl AuditType {
+    /// The event type of a request for `method`.
+    pub fn of_method(method: &str) -> AuditType {
+        match method {
+            "initialize" => AuditType::Initialize,
+            "tools/call" => AuditType::ToolCall,
+            "tools/list" => AuditType::ToolsList,
+            "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
+                AuditType::ResourceRead
+            }
+            "resources/list" | "resources/templates/list" => AuditType::ResourcesList,
+            "prompts/get" => AuditType::PromptGet,
+            "prompts/list" => AuditType::PromptsList,
+            "ping" => AuditType::Ping,
+            "completion/complete" => AuditType::Completion,
+            "logging/setLevel" => AuditType::Logging,
+            _ => AuditType::Request,
+        }
+    }
+
+    /// Its name in the `type` field.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditType::Initialize => "mcp_initialize",
+            AuditType::ToolCall => "mcp_tool_call",
+            AuditType::ToolsList => "mcp_tools_list",
+            AuditType::ResourceRead => "mcp_resource_read",
+            AuditType::ResourcesList => "mcp_resources_list",
+            AuditType::PromptGet => "mcp_prompt_get",
+            AuditType::PromptsList => "mcp_prompts_list",
+            AuditType::Ping => "mcp_ping",
+            AuditType::Completion => "mcp_completion",
+            AuditType::Logging => "mcp_logging",
+            AuditType::Request => "mcp_request",
+            AuditType::SessionOpen => "session_open",
+            AuditType::SessionClose => "session_close",
+            AuditType::AuthFailure => "auth_failure",
+            AuditType::BackendRestart => "backend_restart",
+        }
+    }
+
+    /// `target.type`: what the event is about.
+    fn target_type(self) -> &'static str {
+        match self {
+            AuditType::ToolCall => "tool",
+            AuditType::ResourceRead => "resource",
+            AuditType::PromptGet => "prompt",
+            AuditType::SessionOpen | AuditType::SessionClose => "session",
+            _ => "endpoint",
+        }
+    }
+}
+
+/// How a request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// A result (`isError: true` included).
+    Success,
+    /// The backend answered a JSON-RPC error.
+    Failure,
+    /// Refused by auth, a scope, the policy or a rate limit.
+    Denied,
+    /// Timed out, backend down or restarted, cancelled, or refused for another reason.
+    Error,
+}
+
+impl Outcome {
+    /// Its name in the `outcome` field.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Success => "success",
+            Outcome::Failure => "failure",
+            Outcome::Denied => "denied",
+            Outcome::Error => "error",
+        }
+    }
+
+    /// A backend's answer: a result succeeded, an error failed.
+    pub(crate) fn of_answer(message: &[u8]) -> Outcome {
+        match crate::message::parse_backend(std::str::from_utf8(message).unwrap_or("")) {
+            Ok(m) if m.error.is_some() => Outcome::Failure,
+            _ => Outcome::Success,
+        }
+    }
+}
+
+/// Where a request came from: the client's address (the peer's, or the rightmost untrusted
+/// `X-Forwarded-For` address when the peer is a `--trusted-proxy`) and its `User-Agent`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Source {
+    /// The client's address.
+    pub ip: Option<IpAddr>,
+    /// The `User-Agent` header.
+    pub user_agent: Option<String>,
+}
+
+/// The transport a request came over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// `/mcp`.
+    Streamable,
+    /// `/sse` and its message endpoint.
+    Sse,
+}
+
+impl Transport {
+    fn as_str(self) -> &'static str {
+        match self {
+            Transport::Streamable => "streamable-http",
+            Transport::Sse => "sse",
+        }
+    }
+
+    fn path(self) -> &'static str {
+        match self {
+            Transport::Streamable => "/mcp",
+            Transport::Sse => "/sse",
+        }
+    }
+}
+
+/// A client's `clientInfo` from its session's `initialize`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+pub struct ClientInfo {
+    /// `clientInfo.name`.
+    pub name: Option<String>,
+    /// `clientInfo.version`.
+    pub version: Option<String>,
+}
+
+/// One audit event, as the hub knows it.
+#[derive(Debug, Clone)]
+pub struct AuditRecord {
+    /// The event type.
+    pub kind: AuditType,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Over which transport (none for a backend restart).
+    pub transport: Option<Transport>,
+    /// From request to outcome.
+    pub duration_ms: u64,
+    /// The bytes of the JSON-RPC response message as sent.
+    pub response_size: Option<usize>,
+    /// Where it came from.
+    pub source: Arc<Source>,
+    /// The session.
+    pub session: Option<SessionId>,
+    /// The client's own request id, as JSON text.
+    pub request_id: Option<String>,
+    /// Who (none for a refused credential or a backend restart).
+    pub user: Option<Principal>,
+    /// The session's `clientInfo`.
+    pub client: Option<Arc<ClientInfo>>,
+    /// The tool or prompt name, or the resource uri.
+    pub target_name: Option<String>,
+    /// The JSON-RPC method.
+    pub method: Option<String>,
+    /// `--base-path`, prefixed to the transport's path.
+    pub base_path: Arc<str>,
+    /// With `--audit-include-data`: the request and response messages, each cut to
+    /// `--audit-max-data` bytes, and whether either was cut.
+    pub data: Option<(String, String, bool)>,
+    /// `--audit-max-data`.
+    pub max_data: usize,
+}
+
+impl AuditRecord {
+    /// The event as one line of JSON (no newline), with the shell's `audit_id` (a UUID v4),
+    /// `logged_at` (RFC 3339 UTC with milliseconds, see [`rfc3339_millis`]) and `component`.
+    pub fn to_json(&self, audit_id: &str, logged_at: &str, component: &str) -> String {
+        use serde_json::{json, Value};
+        let request_id = (self.request_id.as_deref())
+            .and_then(|id| serde_json::from_str::<Value>(id).ok())
+            .unwrap_or(Value::Null);
+        let endpoint = self
+            .transport
+            .map(|t| format!("{}{}", self.base_path, t.path()));
+        let mut event = json!({
+            "metadata": {
+                "auditId": audit_id,
+                "extra": {
+                    "duration_ms": self.duration_ms,
+                    "transport": self.transport.map(Transport::as_str),
+                    "response_size_bytes": self.response_size,
+                },
+            },
+            "type": self.kind.as_str(),
+            "loggedAt": logged_at,
+            "outcome": self.outcome.as_str(),
+            "source": {
+                "type": "network",
+                "value": self.source.ip.map(|ip| ip.to_string()),
+                "extra": {
+                    "user_agent": self.source.user_agent,
+                    "session_id": self.session.map(|s| s.as_str().to_owned()),
+                    "request_id": request_id,
+                },
+            },
+            "subjects": {
+                "user": self.user.as_ref().map(|p| p.to_string()),
+                "user_id": self.user.as_ref().map(|p| p.user_id().to_owned()),
+                "client_name": self.client.as_ref().and_then(|c| c.name.clone()),
+                "client_version": self.client.as_ref().and_then(|c| c.version.clone()),
+            },
+            "component": component,
+            "target": {
+                "type": self.kind.target_type(),
+                "name": self.target_name,
+                "method": self.method,
+                "endpoint": endpoint,
+            },
+        });
+        if let Some((request, response, truncated)) = &self.data {
+            event["data"] = json!({"request": request, "response": response});
+            if *truncated {
+                event["data"]["truncated"] = json!(true);
+            }
+        }
+        event.to_string()
+    }
+}
+
+/// `text` cut on a UTF-8 boundary to at most `max` bytes, and whether it was cut.
+pub fn cut(text: &str, max: usize) -> (&str, bool) {
+    if text.len() <= max {
+        return (text, false);
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    (&text[..end], true)
+}
+
+/// Milliseconds since the Unix epoch as RFC 3339 UTC with milliseconds
+/// (`2026-12-04T16:40:00.123Z`).
+pub fn rfc3339_millis(unix_ms: u64) -> String {
+    let (secs, ms) = (unix_ms / 1000, unix_ms % 1000);
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Howard Hinnant's days-to-civil algorithm.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{ms:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// The client's address: the rightmost `X-Forwarded-For` address that is not itself a
+/// trusted proxy, when the peer is one; otherwise the peer's.
+pub fn client_ip(
+    peer: Option<IpAddr>,
+    forwarded_for: Option<&str>,
+    trusted: &[Cidr],
+) -> Option<IpAddr> {
+    let is_trusted = |ip: &IpAddr| trusted.iter().any(|c| c.contains(ip));
+    let peer_ip = peer?;
+    if !is_trusted(&peer_ip) {
+        return Some(peer_ip);
+    }
+    let hops = forwarded_for.into_iter().flat_map(|h| h.rsplit(','));
+    for hop in hops {
+        match hop.trim().parse::<IpAddr>() {
+            Ok(ip) if is_trusted(&ip) => continue,
+            Ok(ip) => return Some(ip),
+            // A hop that is not an address: the chain cannot be trusted past it.
+            Err(_) => return Some(peer_ip),
+        }
+    }
+    Some(peer_ip)
+}
+
+/// An address block (`--trusted-proxy 10.0.0.0/8`, `::1/128`, or one address).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    net: IpAddr,
+    bits: u8,
+}
+
+impl std::str::FromStr for Cidr {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Cidr, String> {
+        let (addr, bits) = match text.split_once('/') {
+            Some((a, b)) => (a, Some(b)),
+            None => (text, None),
+        };
+        let net: IpAddr = addr
+            .parse()
+            .map_err(|_| format!("{text:?}: not an IP address or CIDR block"))?;
+        let max = if net.is_ipv4() { 32 } else { 128 };
+        let bits = match bits {
+            Some(b) => b
+                .parse::<u8>()
+                .ok()
+                .filter(|b| *b <= max)
+                .ok_or_else(|| format!("{text:?}: the prefix length must be 0 to {max}"))?,
+            None => max,
+        };
+        Ok(Cidr { net, bits })
+    }
+}
+
+impl Cidr {
+    /// Whether `ip` is in the block (an IPv4-mapped IPv6 address counts as IPv4).
+    pub fn contains(&self, ip: &IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(*ip, IpAddr::V4),
+            v4 => *v4,
+        };
+        match (self.net, ip) {
+            (IpAddr::V4(n), IpAddr::V4(a)) => prefix_eq(&n.octets(), &a.octets(), self.bits),
+            (IpAddr::V6(n), IpAddr::V6(a)) => prefix_eq(&n.octets(), &a.octets(), self.bits),
+            _ => false,
+        }
+    }
+}
+
+fn prefix_eq(a: &[u8], b: &[u8], bits: u8) -> bool {
+    let (whole, rest) = (usize::from(bits / 8), bits % 8);
+    if a[..whole] != b[..whole] {
+        return false;
+    }
+    rest == 0 || (a[whole] ^ b[whole]) >> (8 - rest) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_rfc3339_utc_with_milliseconds() {
+        assert_eq!(rfc3339_millis(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339_millis(951_782_400_007), "2000-02-29T00:00:00.007Z");
+        assert_eq!(
+            rfc3339_millis(1_796_402_405_123),
+            "2026-12-04T16:40:05.123Z"
+        );
+    }
+
+    #[test]
+    fn data_is_cut_on_a_character_boundary() {
+        assert_eq!(cut("héllo", 2), ("h", true));
+        assert_eq!(cut("héllo", 3), ("hé", true));
+        assert_eq!(cut("hi", 2), ("hi", false));
+    }
+
+    #[test]
+    fn client_ip_trusts_only_trusted_proxies() {
+        let trusted: Vec<Cidr> = ["127.0.0.1", "10.0.0.0/8"]
+            .iter()
+            .map(|c| c.parse().unwrap())
+            .collect();
+        let ip = |s: &str| Some(s.parse::<IpAddr>().unwrap());
+        let xff = Some("203.0.113.9, 198.51.100.7, 10.1.2.3");
+        assert_eq!(
+            client_ip(ip("127.0.0.1"), xff, &trusted),
+            ip("198.51.100.7")
+        );
+        // An untrusted peer's header is ignored.
+        assert_eq!(client_ip(ip("192.0.2.1"), xff, &trusted), ip("192.0.2.1"));
+        assert_eq!(client_ip(ip("127.0.0.1"), None, &trusted), ip("127.0.0.1"));
+        assert_eq!(
+            client_ip(ip("127.0.0.1"), Some("junk"), &trusted),
+            ip("127.0.0.1")
+        );
+        assert_eq!(
+            client_ip(ip("::ffff:10.0.0.1"), Some("1.2.3.4"), &trusted),
+            ip("1.2.3.4")
+        );
+        assert!("10.0.0.0/33".parse::<Cidr>().is_err());
+        assert!("nope".parse::<Cidr>().is_err());
+        let any: Cidr = "0.0.0.0/0".parse().unwrap();
+        assert!(any.contains(&"8.8.8.8".parse().unwrap()));
+    }
+}

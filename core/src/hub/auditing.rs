@@ -1,0 +1,326 @@
+//! SPEC section 11: the hub's audit records. A POST's context is noted when it arrives,
+//! completed once its message is read, and then either answered at once (a refusal: its
+//! event is written with the HTTP answer) or carried with the request in flight (legacy:
+//! the session's bounded in-flight table; Streamable: its `InFlight` entry) until its
+//! JSON-RPC answer. Routing never looks at any of it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::sessions::SessionNumber;
+use super::Hub;
+use crate::audit::{cut, AuditRecord, AuditType, ClientInfo, Outcome, Source, Transport};
+use crate::auth::Principal;
+use crate::http::{Endpoint, Request};
+use crate::message::Kind;
+use crate::output::{Event, Output, RequestId};
+use crate::router::Checked;
+
+/// What a request's event needs, kept with the request until its outcome is known.
+#[derive(Debug)]
+pub(crate) struct Started {
+    at: Instant,
+    kind: AuditType,
+    method: Option<String>,
+    name: Option<String>,
+    request_id: Option<String>,
+    request: Option<(String, bool)>,
+    source: Arc<Source>,
+    transport: Transport,
+    principal: Principal,
+    session: Option<crate::routed_id::SessionId>,
+}
+
+/// The audit part: contexts of POSTs not answered yet.
+#[derive(Debug, Default)]
+pub(crate) struct Auditor {
+    pending: HashMap<RequestId, Box<Started>>,
+    /// The time of the latest input, for events written with an HTTP answer.
+    clock: Option<Instant>,
+}
+
+impl Auditor {
+    /// Notes the time of an input.
+    pub(super) fn tick(&mut self, now: Instant) {
+        self.clock = Some(now);
+    }
+
+    /// Whether a POST's context waits for its answer.
+    pub(super) fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+}
+
+impl Hub {
+    /// A POST or `GET /sse` arrived: its context, while auditing is on.
+    pub(super) fn audit_arrived(&mut self, now: Instant, id: RequestId, req: &Request) {
+        let Some(_) = &self.settings.audit else {
+            return;
+        };
+        let (kind, transport) = match req.endpoint {
+            Endpoint::Stream => (AuditType::SessionOpen, Transport::Sse),
+            Endpoint::Messages => (AuditType::Request, Transport::Sse),
+            Endpoint::McpPost => (AuditType::Request, Transport::Streamable),
+            _ => return,
+        };
+        let started = Started {
+            at: now,
+            kind,
+            method: None,
+            name: None,
+            request_id: None,
+            request: None,
+            source: req.source.clone(),
+            transport,
+            principal: req.principal.clone(),
+            session: match req.endpoint {
+                Endpoint::Messages => crate::routed_id::SessionId::parse(&req.session),
+                _ => req
+                    .mcp
+                    .session
+                    .as_deref()
+                    .and_then(crate::routed_id::SessionId::parse),
+            },
+        };
+        self.audit.pending.insert(id, Box::new(started));
+    }
+
+    /// The POST's message was read: its type, method, target and id.
+    pub(super) fn audit_describe(&mut self, id: RequestId, msg: &Checked) {
+        let Some(audit) = &self.settings.audit else {
+            return;
+        };
+        let Some(started) = self.audit.pending.get_mut(&id) else {
+            return;
+        };
+        started.kind = AuditType::of_method(&msg.method);
+        started.method = Some(msg.method.clone());
+        started.name = msg.name.clone().or_else(|| msg.uri.clone());
+        started.request_id = msg.id.is_some().then(|| msg.raw_id().to_owned());
+        started.request = (audit.include_data).then(|| {
+            let (text, truncated) = cut(msg.text(), audit.max_data);
+            (text.to_owned(), truncated)
+        });
+        if msg.kind == Kind::Notification {
+            // Notifications produce no event.
+            self.audit.pending.remove(&id);
+        }
+    }
+
+    /// The POST was accepted: its context goes with the request in flight.
+    pub(super) fn audit_take(&mut self, id: RequestId) -> Option<Box<Started>> {
+        self.audit.pending.remove(&id)
+    }
+
+    /// `id` is answered over HTTP with `response` while its context is still pending: a
+    /// refusal, written now.
+    pub(super) fn audit_refused(&mut self, id: RequestId, response: &crate::http::Response) {
+        let Some(started) = self.audit.pending.remove(&id) else {
+            return;
+        };
+        let status = response.status;
+        // The JSON-RPC message it carries, if any, is the response as sent.
+        let message = response
+            .body
+            .starts_with(b"{\"jsonrpc\"")
+            .then_some(&response.body[..]);
+        let outcome = match status {
+            200..=299 => Outcome::Success,
+            401 | 403 | 429 => Outcome::Denied,
+            _ => Outcome::Error,
+        };
+        let now = self.audit.clock.unwrap_or(started.at);
+        let text = message.map(|m| String::from_utf8_lossy(m).into_owned());
+        let mut record = self.record(now, *started, outcome, message.map(<[u8]>::len), text);
+        let session = record.session.and_then(|sid| self.sessions.find(&sid));
+        record.client = session.and_then(|n| self.sessions.get(n)?.client.clone());
+        self.emit(record);
+    }
+
+    /// A request's JSON-RPC answer `message` went out: its event. `outcome` is the proxy's
+    /// own verdict; `None` for the backend's answer (a result succeeded, an error failed).
+    pub(super) fn audit_answered(
+        &mut self,
+        now: Instant,
+        number: SessionNumber,
+        started: Box<Started>,
+        message: &[u8],
+        outcome: Option<Outcome>,
+    ) {
+        let Some(audit) = &self.settings.audit else {
+            return;
+        };
+        let outcome = outcome.unwrap_or_else(|| Outcome::of_answer(message));
+        let response = (audit.include_data).then(|| String::from_utf8_lossy(message).into_owned());
+        let mut record = self.record(now, *started, outcome, Some(message.len()), response);
+        if let Some(session) = self.sessions.get(number) {
+            record.session = Some(session.id);
+            record.client = session.client.clone();
+        }
+        self.emit(record);
+    }
+
+    /// A session opened (`success`) or closed.
+    pub(super) fn audit_session(&mut self, now: Instant, number: SessionNumber, opened: bool) {
+        let (Some(audit), Some(session)) = (&self.settings.audit, self.sessions.get(number)) else {
+            return;
+        };
+        let legacy = matches!(session.kind, super::sessions::Kind::Legacy { .. });
+        let record = AuditRecord {
+            kind: if opened {
+                AuditType::SessionOpen
+            } else {
+                AuditType::SessionClose
+            },
+            outcome: Outcome::Success,
+            transport: Some(if legacy {
+                Transport::Sse
+            } else {
+                Transport::Streamable
+            }),
+            duration_ms: 0,
+            response_size: None,
+            source: session.source.clone(),
+            session: Some(session.id),
+            request_id: None,
+            user: Some(session.principal.clone()),
+            client: session.client.clone(),
+            target_name: None,
+            method: None,
+            base_path: audit.base_path.clone(),
+            data: None,
+            max_data: audit.max_data,
+        };
+        let _ = now;
+        self.emit(record);
+    }
+
+    /// Session `number` ends: each legacy request still unanswered gets its `error` event,
+    /// then the session its `session_close`.
+    pub(super) fn audit_closing(&mut self, now: Instant, number: SessionNumber) {
+        if self.settings.audit.is_none() {
+            return;
+        }
+        let unanswered = match self.sessions.get_mut(number).map(|s| &mut s.kind) {
+            Some(super::sessions::Kind::Legacy { in_flight, .. }) => std::mem::take(in_flight),
+            _ => Default::default(),
+        };
+        for started in unanswered.into_values().filter_map(|t| t.audit) {
+            let mut record = self.record(now, *started, Outcome::Error, None, None);
+            record.session = self.sessions.get(number).map(|s| s.id);
+            self.emit(record);
+        }
+        self.audit_session(now, number, false);
+    }
+
+    /// Notes where session `number` came from and, from its `initialize`, its client.
+    pub(super) fn audit_session_origin(&mut self, number: SessionNumber, source: &Arc<Source>) {
+        if self.settings.audit.is_none() {
+            return;
+        }
+        if let Some(session) = self.sessions.get_mut(number) {
+            session.source = source.clone();
+        }
+    }
+
+    /// Remembers `clientInfo` of an `initialize` for the session's events.
+    pub(super) fn audit_client_info(&mut self, number: SessionNumber, msg: &Checked) {
+        if self.settings.audit.is_none() || !msg.is_request("initialize") {
+            return;
+        }
+        #[derive(serde::Deserialize)]
+        struct Params {
+            params: Option<Init>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Init {
+            #[serde(rename = "clientInfo")]
+            client_info: Option<ClientInfo>,
+        }
+        let info = serde_json::from_str::<Params>(msg.text()).ok();
+        let info = info.and_then(|p| p.params?.client_info);
+        if let Some(session) = self.sessions.get_mut(number) {
+            session.client = info.map(Arc::new);
+        }
+    }
+
+    /// A refused credential (401), from `source`.
+    pub(super) fn audit_auth_failure(&mut self, source: Arc<Source>) {
+        self.emit_plain(AuditType::AuthFailure, Outcome::Denied, source);
+    }
+
+    /// The backend exited and is restarted.
+    pub(super) fn audit_restart(&mut self) {
+        self.emit_plain(AuditType::BackendRestart, Outcome::Error, Arc::default());
+    }
+
+    /// The shell's audit queue was full: counted, the first drop logged.
+    pub(super) fn audit_dropped(&mut self) {
+        self.metrics.audit_dropped += 1;
+        if self.metrics.audit_dropped == 1 {
+            self.log(Event::AuditDropped);
+        }
+    }
+
+    fn emit_plain(&mut self, kind: AuditType, outcome: Outcome, source: Arc<Source>) {
+        let Some(audit) = &self.settings.audit else {
+            return;
+        };
+        let record = AuditRecord {
+            kind,
+            outcome,
+            transport: None,
+            duration_ms: 0,
+            response_size: None,
+            source,
+            session: None,
+            request_id: None,
+            user: None,
+            client: None,
+            target_name: None,
+            method: None,
+            base_path: audit.base_path.clone(),
+            data: None,
+            max_data: audit.max_data,
+        };
+        self.emit(record);
+    }
+
+    fn record(
+        &self,
+        now: Instant,
+        started: Started,
+        outcome: Outcome,
+        response_size: Option<usize>,
+        response: Option<String>,
+    ) -> AuditRecord {
+        let audit = self.settings.audit.as_ref().expect("audited");
+        let data = started.request.map(|(request, cut_request)| {
+            let response = response.unwrap_or_default();
+            let (response, cut_response) = cut(&response, audit.max_data);
+            (request, response.to_owned(), cut_request || cut_response)
+        });
+        AuditRecord {
+            kind: started.kind,
+            outcome,
+            transport: Some(started.transport),
+            duration_ms: now.saturating_duration_since(started.at).as_millis() as u64,
+            response_size,
+            source: started.source,
+            session: started.session,
+            request_id: started.request_id,
+            user: Some(started.principal),
+            client: None,
+            target_name: started.name,
+            method: started.method,
+            base_path: audit.base_path.clone(),
+            data,
+            max_data: audit.max_data,
+        }
+    }
+
+    fn emit(&mut self, record: AuditRecord) {
+        self.outputs.push_back(Output::Audit(Box::new(record)));
+    }
+}
