@@ -52,7 +52,7 @@ fn no_token_byte_run_reaches_an_audit_event_a_log_line_or_a_metric() {
         let mut now = Instant::now();
         let mut hub = Hub::new(settings, now);
         let mut text = String::new();
-        let mut render = |hub: &mut Hub, text: &mut String| {
+        let render = |hub: &mut Hub, text: &mut String| {
             while let Some(output) = hub.poll_output() {
                 match output {
                     Output::Audit(r) => text.push_str(&r.to_json("id", "t", "switchboard")),
