@@ -3,7 +3,8 @@
 //! `mcp-server-time`, under a policy, produces exactly the expected events (session open,
 //! initialize, list, a call, the backend's error, a denied call, session close), each in
 //! ToolHive's AuditEvent shape, and a refused credential exactly one `auth_failure`. No
-//! bearer token appears in the audit log or the proxy's log.
+//! bearer token appears in the audit log or the proxy's log. Through the nginx recipe,
+//! `source.value` is the client's address only when nginx is a `--trusted-proxy`.
 //!
 //! Needs `SWITCHBOARD_PYTHON` (see `python_sdk.rs`); `tests/run.sh` sets it up.
 
@@ -59,7 +60,11 @@ fn an_sdk_session_produces_exactly_the_expected_events(target: Target) {
     assert_eq!(r.status, 401);
     let mut seen = 1;
     for transport in ["sse", "mcp"] {
-        let args = [format!("http://{}", p.addr), ALICE.1.to_owned(), transport.to_owned()];
+        let args = [
+            format!("http://{}", p.addr),
+            ALICE.1.to_owned(),
+            transport.to_owned(),
+        ];
         let out = run_script(&python, &p, "audit_client.py", &args);
         assert_eq!(out["errors"][1], -32003, "{transport}: {out}");
         let expected = [
@@ -75,19 +80,30 @@ fn an_sdk_session_produces_exactly_the_expected_events(target: Target) {
         let got: Vec<(String, String)> = all[seen..].iter().map(kind_and_outcome).collect();
         let mut got_sorted = got.clone();
         got_sorted.sort();
-        let mut want: Vec<(String, String)> =
-            expected.iter().map(|(k, o)| (k.to_string(), o.to_string())).collect();
+        let mut want: Vec<(String, String)> = expected
+            .iter()
+            .map(|(k, o)| (k.to_string(), o.to_string()))
+            .collect();
         want.sort();
         assert_eq!(got_sorted, want, "{transport}: {got:?}\n{}", p.log());
-        let wire = if transport == "sse" { "sse" } else { "streamable-http" };
+        let wire = if transport == "sse" {
+            "sse"
+        } else {
+            "streamable-http"
+        };
         for e in &all[seen..] {
             assert_eq!(e["source"]["value"], "127.0.0.1", "{e}");
             assert_eq!(e["subjects"]["user"], "alice", "{e}");
             assert_eq!(e["metadata"]["extra"]["transport"], wire, "{e}");
             assert_eq!(e["target"]["endpoint"], format!("/{transport}"), "{e}");
             assert_eq!(e["component"], "switchboard", "{e}");
-            assert!(e["metadata"]["auditId"].as_str().is_some_and(|id| id.len() == 36));
-            assert!(e["loggedAt"].as_str().is_some_and(|t| t.ends_with('Z')), "{e}");
+            assert!(e["metadata"]["auditId"]
+                .as_str()
+                .is_some_and(|id| id.len() == 36));
+            assert!(
+                e["loggedAt"].as_str().is_some_and(|t| t.ends_with('Z')),
+                "{e}"
+            );
         }
         let call = all[seen..]
             .iter()
@@ -101,12 +117,78 @@ fn an_sdk_session_produces_exactly_the_expected_events(target: Target) {
         seen += expected.len();
     }
     let all = events(&log, |_| true);
-    assert_eq!(kind_and_outcome(&all[0]), ("auth_failure".into(), "denied".into()));
+    assert_eq!(
+        kind_and_outcome(&all[0]),
+        ("auth_failure".into(), "denied".into())
+    );
     assert_eq!(all.len(), seen, "{all:#?}");
     let text = std::fs::read_to_string(&log).unwrap() + &p.log() + &p.metrics();
     for token in [ALICE.1, WRONG] {
-        assert!(!text.contains(token), "a bearer token in the audit log, log or metrics");
+        assert!(
+            !text.contains(token),
+            "a bearer token in the audit log, log or metrics"
+        );
     }
 }
 
-suite!(an_sdk_session_produces_exactly_the_expected_events);
+/// `GET /sse` with `X-Forwarded-For: 203.0.113.7` through nginx at `nginx`, from the
+/// loopback address 127.0.0.3 (a client nginx sees as 127.0.0.3), by a small Python socket
+/// client that reads the answer's status line and hangs up.
+fn open_from(python: &std::path::Path, nginx: std::net::SocketAddr, token: &str) -> String {
+    let script = format!(
+        "import socket\n\
+         s = socket.create_connection(('127.0.0.1', {port}), timeout=10, source_address=('127.0.0.3', 0))\n\
+         s.sendall(b'GET /sse HTTP/1.1\\r\\nHost: {host}\\r\\nAuthorization: Bearer {token}\\r\\nX-Forwarded-For: 203.0.113.7\\r\\nAccept: text/event-stream\\r\\n\\r\\n')\n\
+         print(s.recv(64).split(b'\\r\\n')[0].decode())\n",
+        port = nginx.port(),
+        host = switchboard_tests::nginx::PUBLIC_HOST,
+    );
+    let out = std::process::Command::new(python)
+        .args(["-c", &script])
+        .output()
+        .expect("run python");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+/// Through the nginx recipe, `source.value` is the client's own address only when nginx
+/// is a `--trusted-proxy`; otherwise it is nginx's, whatever `X-Forwarded-For` says.
+fn behind_nginx_the_client_address_comes_only_from_a_trusted_proxy(target: Target) {
+    let Some(python) = python() else { return };
+    let Some(binary) = switchboard_tests::nginx::nginx_or_skip("audit behind nginx") else {
+        return;
+    };
+    for (trusted, expected) in [(true, "127.0.0.3"), (false, "127.0.0.1")] {
+        let dir = TempDir::new("audit-nginx");
+        let log = dir.file("audit.jsonl");
+        let mut builder = Proxy::builder(target)
+            .args([
+                "--instance",
+                "a",
+                "--allow-host",
+                switchboard_tests::nginx::PUBLIC_HOST,
+            ])
+            .args(["--audit-log".to_owned(), log.display().to_string()])
+            .tokens(&[ALICE]);
+        if trusted {
+            builder = builder.args(["--trusted-proxy", "127.0.0.1/32"]);
+        }
+        let p = builder.start();
+        let nginx = switchboard_tests::nginx::Nginx::start(&binary, &[("a", p.addr)]);
+        let status = open_from(&python, nginx.addr, ALICE.1);
+        assert!(status.contains("200"), "{status}\n{}", nginx.error_log());
+        let all = events(&log, |e| e.iter().any(|e| e["type"] == "session_open"));
+        let open = all
+            .iter()
+            .find(|e| e["type"] == "session_open")
+            .expect("session_open");
+        assert_eq!(
+            open["source"]["value"], expected,
+            "trusted: {trusted}: {open}"
+        );
+    }
+}
+
+suite!(
+    an_sdk_session_produces_exactly_the_expected_events,
+    behind_nginx_the_client_address_comes_only_from_a_trusted_proxy
+);
