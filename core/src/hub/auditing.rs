@@ -46,6 +46,11 @@ impl Auditor {
         self.clock = Some(now);
     }
 
+    /// How many contexts wait for an HTTP answer.
+    pub(super) fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
     /// Whether a POST's context waits for its answer.
     pub(super) fn has_pending(&self) -> bool {
         !self.pending.is_empty()

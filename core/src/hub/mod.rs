@@ -348,6 +348,12 @@ impl Hub {
         self.sessions.get(state.session).map(|s| s.id)
     }
 
+    /// Audit contexts of requests not answered yet (tests check they never outnumber them).
+    #[doc(hidden)]
+    pub fn audit_pending(&self) -> usize {
+        self.audit.pending()
+    }
+
     /// The Prometheus text for `/metrics`.
     pub fn metrics_text(&self) -> String {
         let gauges = ShellGauges {

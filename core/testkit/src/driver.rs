@@ -387,6 +387,13 @@ impl Driver {
             });
             self.perform(output);
         }
+        // An audit context lives no longer than its request's HTTP exchange.
+        assert!(
+            self.hub.audit_pending() <= self.pending.len(),
+            "{} audit contexts for {} requests not answered",
+            self.hub.audit_pending(),
+            self.pending.len()
+        );
     }
 
     fn answered(&mut self, request: RequestId, answer: Answer) {

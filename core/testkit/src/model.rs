@@ -839,6 +839,12 @@ impl Model {
             on_backend_exit: switchboard_core::config::OnBackendExit::CloseSessions,
             // A hang-up ends the request's wait (resumption has its scenarios).
             resume_window: None,
+            // Every event is built (and checked to be JSON by the driver) on every step.
+            audit: Some(switchboard_core::settings::Audit {
+                include_data: false,
+                max_data: 256,
+                base_path: std::sync::Arc::from(""),
+            }),
             ..Settings::default()
         };
         let mut driver = Driver::new(settings);
@@ -1119,6 +1125,9 @@ impl Model {
                         level,
                     });
                 }
+                // Audit events may follow any step; the driver checks each is JSON, and the
+                // model's properties are about routing.
+                Output::Audit(_) => {}
                 other => {
                     flush(&mut broadcast, &mut out.actions);
                     out.others.push(other);
