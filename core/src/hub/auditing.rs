@@ -58,6 +58,21 @@ impl Auditor {
 }
 
 impl Hub {
+    /// The shell's audit queue could not take an [`Output::Audit`]: counted, the first
+    /// drop logged.
+    pub fn handle_audit_dropped(&mut self) {
+        self.metrics.audit_dropped += 1;
+        if self.metrics.audit_dropped == 1 {
+            self.log(Event::AuditDropped);
+        }
+    }
+
+    /// Audit contexts of requests not answered yet (tests check they never outnumber them).
+    #[doc(hidden)]
+    pub fn audit_pending(&self) -> usize {
+        self.audit.pending()
+    }
+
     /// A POST or `GET /sse` arrived: its context, while auditing is on.
     pub(super) fn audit_arrived(&mut self, now: Instant, id: RequestId, req: &Request) {
         let Some(_) = &self.settings.audit else {
@@ -258,14 +273,6 @@ impl Hub {
     /// The backend exited and is restarted.
     pub(super) fn audit_restart(&mut self) {
         self.emit_plain(AuditType::BackendRestart, Outcome::Error, Arc::default());
-    }
-
-    /// The shell's audit queue was full: counted, the first drop logged.
-    pub(super) fn audit_dropped(&mut self) {
-        self.metrics.audit_dropped += 1;
-        if self.metrics.audit_dropped == 1 {
-            self.log(Event::AuditDropped);
-        }
     }
 
     fn emit_plain(&mut self, kind: AuditType, outcome: Outcome, source: Arc<Source>) {

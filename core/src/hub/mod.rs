@@ -247,12 +247,6 @@ impl Hub {
         }
     }
 
-    /// The shell's audit queue could not take an [`Output::Audit`]: counted, the first
-    /// drop logged.
-    pub fn handle_audit_dropped(&mut self) {
-        self.audit_dropped();
-    }
-
     /// A stream ended on the shell's side (the client left, or its queue was full): a
     /// legacy session ends with it; a Streamable session only loses that stream.
     pub fn handle_stream_closed(&mut self, now: Instant, stream: StreamId, end: StreamEnd) {
@@ -346,12 +340,6 @@ impl Hub {
     pub fn stream_session(&self, stream: StreamId) -> Option<SessionId> {
         let state = self.streams.get(stream)?;
         self.sessions.get(state.session).map(|s| s.id)
-    }
-
-    /// Audit contexts of requests not answered yet (tests check they never outnumber them).
-    #[doc(hidden)]
-    pub fn audit_pending(&self) -> usize {
-        self.audit.pending()
     }
 
     /// The Prometheus text for `/metrics`.
