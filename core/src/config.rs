@@ -662,7 +662,7 @@ impl Config {
     }
 
     /// What audit records hold, when `--audit-log` is given.
-    fn audit(&self) -> Option<crate::settings::Audit> {
+    pub(crate) fn audit(&self) -> Option<crate::settings::Audit> {
         self.audit_log.as_ref()?;
         Some(crate::settings::Audit {
             include_data: self.audit_include_data,

@@ -67,6 +67,7 @@ impl Config {
             ("--max-line", self.max_line != running.max_line),
             ("--log-level", self.log_level != running.log_level),
             ("--log-format", self.log_format != running.log_format),
+            ("--audit-log", self.audit_log != running.audit_log),
         ];
         let changed = changed.into_iter().filter(|(_, changed)| *changed);
         changed.map(|(flag, _)| flag).collect()
@@ -77,8 +78,13 @@ impl Loaded {
     /// What the hub is told when this replaces a running configuration that started with
     /// the flags `running`.
     pub fn reload(&self, running: &Config) -> Reload {
+        let mut settings = self.settings.clone();
+        if self.config.audit_log.is_some() != running.audit_log.is_some() {
+            // The shell's writer is the one it started with: auditing stays on or off.
+            settings.audit = running.audit();
+        }
         Reload {
-            settings: self.settings.clone(),
+            settings,
             principals: self.front.gate.auth.principals(),
             ignored: self.config.restart_only_changes(running),
         }
