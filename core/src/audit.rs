@@ -214,55 +214,133 @@ impl AuditRecord {
     /// The event as one line of JSON (no newline), with the shell's `audit_id` (a UUID v4),
     /// `logged_at` (RFC 3339 UTC with milliseconds, see [`rfc3339_millis`]) and `component`.
     pub fn to_json(&self, audit_id: &str, logged_at: &str, component: &str) -> String {
-        use serde_json::{json, Value};
-        let request_id = (self.request_id.as_deref())
-            .and_then(|id| serde_json::from_str::<Value>(id).ok())
-            .unwrap_or(Value::Null);
-        let endpoint = self
-            .transport
-            .map(|t| format!("{}{}", self.base_path, t.path()));
-        let mut event = json!({
-            "metadata": {
-                "auditId": audit_id,
-                "extra": {
-                    "duration_ms": self.duration_ms,
-                    "transport": self.transport.map(Transport::as_str),
-                    "response_size_bytes": self.response_size,
-                },
-            },
-            "type": self.kind.as_str(),
-            "loggedAt": logged_at,
-            "outcome": self.outcome.as_str(),
-            "source": {
-                "type": "network",
-                "value": self.source.ip.map(|ip| ip.to_string()),
-                "extra": {
-                    "user_agent": self.source.user_agent,
-                    "session_id": self.session.map(|s| s.as_str().to_owned()),
-                    "request_id": request_id,
-                },
-            },
-            "subjects": {
-                "user": self.user.as_ref().map(|p| p.to_string()),
-                "user_id": self.user.as_ref().map(|p| p.user_id().to_owned()),
-                "client_name": self.client.as_ref().and_then(|c| c.name.clone()),
-                "client_version": self.client.as_ref().and_then(|c| c.version.clone()),
-            },
-            "component": component,
-            "target": {
-                "type": self.kind.target_type(),
-                "name": self.target_name,
-                "method": self.method,
-                "endpoint": endpoint,
-            },
-        });
-        if let Some((request, response, truncated)) = &self.data {
-            event["data"] = json!({"request": request, "response": response});
-            if *truncated {
-                event["data"]["truncated"] = json!(true);
+        let mut out = String::with_capacity(640);
+        self.write_json(&mut out, [audit_id, logged_at, component]);
+        out
+    }
+
+    /// [`AuditRecord::to_json`] appended to `out`: written by hand, in ToolHive's order, so a
+    /// busy audit log costs a few small copies per event.
+    pub fn write_json(&self, out: &mut String, [audit_id, logged_at, component]: [&str; 3]) {
+        use std::fmt::Write as _;
+        let user = self.user.as_ref();
+        let client = self.client.as_deref();
+        out.push_str(r#"{"metadata":{"auditId":"#);
+        json_str(out, Some(audit_id));
+        let _ = write!(
+            out,
+            r#","extra":{{"duration_ms":{},"transport":"#,
+            self.duration_ms
+        );
+        json_str(out, self.transport.map(Transport::as_str));
+        out.push_str(r#","response_size_bytes":"#);
+        match self.response_size {
+            Some(n) => {
+                let _ = write!(out, "{n}");
             }
+            None => out.push_str("null"),
         }
-        event.to_string()
+        out.push_str(r#"}},"type":"#);
+        json_str(out, Some(self.kind.as_str()));
+        out.push_str(r#","loggedAt":"#);
+        json_str(out, Some(logged_at));
+        out.push_str(r#","outcome":"#);
+        json_str(out, Some(self.outcome.as_str()));
+        out.push_str(r#","source":{"type":"network","value":"#);
+        match self.source.ip {
+            Some(ip) => {
+                let _ = write!(out, "\"{ip}\"");
+            }
+            None => out.push_str("null"),
+        }
+        out.push_str(r#","extra":{"user_agent":"#);
+        json_str(out, self.source.user_agent.as_deref());
+        out.push_str(r#","session_id":"#);
+        json_str(out, self.session.as_ref().map(SessionId::as_str));
+        out.push_str(r#","request_id":"#);
+        json_id(out, self.request_id.as_deref());
+        out.push_str(r#"}},"subjects":{"user":"#);
+        json_str(out, user.map(|p| p.to_string()).as_deref());
+        out.push_str(r#","user_id":"#);
+        json_str(out, user.map(Principal::user_id));
+        out.push_str(r#","client_name":"#);
+        json_str(out, client.and_then(|c| c.name.as_deref()));
+        out.push_str(r#","client_version":"#);
+        json_str(out, client.and_then(|c| c.version.as_deref()));
+        out.push_str(r#"},"component":"#);
+        json_str(out, Some(component));
+        out.push_str(r#","target":{"type":"#);
+        json_str(out, Some(self.kind.target_type()));
+        out.push_str(r#","name":"#);
+        json_str(out, self.target_name.as_deref());
+        out.push_str(r#","method":"#);
+        json_str(out, self.method.as_deref());
+        out.push_str(r#","endpoint":"#);
+        match self.transport {
+            Some(t) => {
+                out.push('"');
+                escape_into(out, &self.base_path);
+                out.push_str(t.path());
+                out.push('"');
+            }
+            None => out.push_str("null"),
+        }
+        out.push('}');
+        if let Some((request, response, truncated)) = &self.data {
+            out.push_str(r#","data":{"request":"#);
+            json_str(out, Some(request));
+            out.push_str(r#","response":"#);
+            json_str(out, Some(response));
+            if *truncated {
+                out.push_str(r#","truncated":true"#);
+            }
+            out.push('}');
+        }
+        out.push('}');
+    }
+}
+
+/// A JSON string (or `null`).
+fn json_str(out: &mut String, text: Option<&str>) {
+    match text {
+        Some(text) => {
+            out.push('"');
+            escape_into(out, text);
+            out.push('"');
+        }
+        None => out.push_str("null"),
+    }
+}
+
+/// A client's id as it wrote it (JSON text already), unless it holds an escape that does not
+/// make valid Unicode (a lone surrogate): then `null`, so that every line parses.
+fn json_id(out: &mut String, raw: Option<&str>) {
+    match raw {
+        Some(raw) if !raw.contains('\\') => out.push_str(raw),
+        Some(raw) if serde_json::from_str::<String>(raw).is_ok() => out.push_str(raw),
+        _ => out.push_str("null"),
+    }
+}
+
+/// `text` with JSON string escapes.
+fn escape_into(out: &mut String, text: &str) {
+    let plain = |b: u8| b >= 0x20 && b != b'"' && b != b'\\';
+    if text.bytes().all(plain) {
+        return out.push_str(text);
+    }
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                use std::fmt::Write as _;
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
     }
 }
 
@@ -391,6 +469,48 @@ mod tests {
             rfc3339_millis(1_796_402_405_123),
             "2026-12-04T16:40:05.123Z"
         );
+    }
+
+    #[test]
+    fn events_are_json_whatever_their_text_holds() {
+        let record = AuditRecord {
+            kind: AuditType::ToolCall,
+            outcome: Outcome::Failure,
+            transport: Some(Transport::Sse),
+            duration_ms: 12,
+            response_size: Some(99),
+            source: Arc::new(Source {
+                ip: Some("10.0.0.1".parse().unwrap()),
+                user_agent: Some("a \"quoted\"\tagent\u{1}\\".into()),
+            }),
+            session: None,
+            request_id: Some(r#""\ud800""#.into()),
+            user: Some(Principal::issuer_subject("https://idp", "ann")),
+            client: Some(Arc::new(ClientInfo {
+                name: Some("é\n".into()),
+                version: None,
+            })),
+            target_name: Some("tool".into()),
+            method: Some("tools/call".into()),
+            base_path: Arc::from("/p"),
+            data: Some(("{\"a\":1}".into(), "x".into(), true)),
+            max_data: 10,
+        };
+        let v: serde_json::Value = serde_json::from_str(&record.to_json("id", "t", "c")).unwrap();
+        assert_eq!(
+            v["source"]["extra"]["user_agent"],
+            "a \"quoted\"\tagent\u{1}\\"
+        );
+        assert_eq!(v["source"]["extra"]["request_id"], serde_json::Value::Null);
+        assert_eq!(v["subjects"]["user_id"], "ann");
+        assert_eq!(v["subjects"]["client_name"], "é\n");
+        assert_eq!(v["target"]["endpoint"], "/p/sse");
+        assert_eq!(v["metadata"]["extra"]["response_size_bytes"], 99);
+        assert_eq!(v["data"]["truncated"], true);
+        let mut plain = record.clone();
+        plain.request_id = Some("7".into());
+        let v: serde_json::Value = serde_json::from_str(&plain.to_json("id", "t", "c")).unwrap();
+        assert_eq!(v["source"]["extra"]["request_id"], 7);
     }
 
     #[test]

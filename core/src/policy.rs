@@ -23,6 +23,12 @@ const MAX_DEPTH: usize = 10;
 pub struct Policy {
     policies: PolicySet,
     entities: Entities,
+    authorizer: Authorizer,
+    /// Some policy names an argument (`arg_`) or the context: a decision may depend on a
+    /// request's arguments.
+    reads_arguments: bool,
+    /// Some policy names a claim (`claim_`) or the context.
+    reads_claims: bool,
 }
 
 impl std::fmt::Debug for Policy {
@@ -110,7 +116,27 @@ impl Policy {
                 Entities::from_json_str(json, None).map_err(|e| format!("entities_json: {e}"))?
             }
         };
-        Ok(Policy { policies, entities })
+        // Cedar reads an attribute only by its name, so a policy set whose text never names
+        // an argument attribute (nor the context, which holds them all) decides the same
+        // whatever the arguments are; likewise for claims.
+        let names = |what: &str| cedar.policies.iter().any(|p| p.contains(what));
+        Ok(Policy {
+            policies,
+            entities,
+            authorizer: Authorizer::new(),
+            reads_arguments: names("arg_") || names("context"),
+            reads_claims: names("claim_") || names("context"),
+        })
+    }
+
+    /// Whether a decision may depend on a request's arguments (else they need not be read).
+    pub fn reads_arguments(&self) -> bool {
+        self.reads_arguments
+    }
+
+    /// Whether a decision may depend on the caller's claims.
+    pub fn reads_claims(&self) -> bool {
+        self.reads_claims
     }
 
     /// Whether `caller` may do `ask`. Anything that fails to build or evaluate denies.
@@ -153,7 +179,9 @@ impl Policy {
             .chain(args.into_iter().flatten());
         let context = Context::from_pairs(context).ok()?;
         let request = Request::new(principal, action_uid, resource_uid, context, None).ok()?;
-        let response = Authorizer::new().is_authorized(&request, &self.policies, &entities);
+        let response = self
+            .authorizer
+            .is_authorized(&request, &self.policies, &entities);
         // As in ToolHive: an error in any policy denies, whatever the others say.
         let failed = response.diagnostics().errors().next().is_some();
         Some(!failed && response.decision() == Decision::Allow)

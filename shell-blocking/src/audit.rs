@@ -1,16 +1,22 @@
 //! The audit log writer (SPEC section 11): a thread of its own behind a bounded queue, so a
-//! slow disk never stalls the loop. The loop hands it each `Output::Audit`; what does not
+//! slow disk never stalls the loop. The loop hands it each `Output::Audit` without waking it
+//! (the writer looks every few milliseconds and writes what came as one batch); what does not
 //! fit is reported to the hub, which counts it and logs the first drop.
 
 use std::io::Write;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError, TrySendError};
 use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use switchboard_core::audit::{rfc3339_millis, AuditRecord};
 use switchboard_core::SessionId;
 
 /// Events that may wait for the writer.
 const QUEUE: usize = 65_536;
+
+/// How often the writer looks for events: a bound on how late a line is written, and on
+/// how often the writer runs (never once per event).
+const BATCH_EVERY: Duration = Duration::from_millis(5);
 
 /// The loop's end of the audit log.
 pub struct AuditLog {
@@ -44,38 +50,84 @@ impl AuditLog {
     }
 }
 
-/// Writes each event as one line, flushing whenever the queue runs dry.
+/// Writes each event as one line, a batch at a time, until the loop's end is gone.
 fn write_events(events: Receiver<Box<AuditRecord>>, out: Box<dyn Write + Send>, component: &str) {
-    let mut out = std::io::BufWriter::new(out);
-    while let Ok(mut record) = events.recv() {
-        loop {
-            let line = record.to_json(&audit_id(), &logged_at(), component);
-            if writeln!(out, "{line}").is_err() {
-                return;
-            }
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, out);
+    let (mut ids, mut clock) = (Ids::new(), Clock::default());
+    let mut line = String::with_capacity(1024);
+    loop {
+        std::thread::sleep(BATCH_EVERY);
+        let gone = loop {
             match events.try_recv() {
-                Ok(next) => record = next,
-                Err(_) => break,
+                Ok(record) => {
+                    line.clear();
+                    record.write_json(&mut line, [&ids.next(), clock.now(), component]);
+                    line.push('\n');
+                    if out.write_all(line.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+                Err(TryRecvError::Empty) => break false,
+                Err(TryRecvError::Disconnected) => break true,
             }
-        }
-        if out.flush().is_err() {
+        };
+        if out.flush().is_err() || gone {
             return;
         }
     }
-    let _ = out.flush();
 }
 
-/// A random UUID v4.
-fn audit_id() -> String {
-    let mut bytes = [0u8; 16];
-    let _ = getrandom::fill(&mut bytes);
-    SessionId::from_random(bytes).as_str().to_owned()
+/// Audit ids: random UUIDs v4 from one seed from the OS (a system call per event would
+/// cost more than the event).
+struct Ids {
+    seed: [u64; 2],
+    n: u64,
 }
 
-/// Now, as RFC 3339 UTC with milliseconds.
-fn logged_at() -> String {
-    let ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    rfc3339_millis(ms)
+impl Ids {
+    fn new() -> Ids {
+        let mut bytes = [0u8; 16];
+        let _ = getrandom::fill(&mut bytes);
+        let (a, b) = bytes.split_at(8);
+        let seed = [a, b].map(|half| u64::from_le_bytes(half.try_into().expect("8 bytes")));
+        Ids { seed, n: 0 }
+    }
+
+    fn next(&mut self) -> String {
+        self.n += 1;
+        let [a, b] = self
+            .seed
+            .map(|s| splitmix64(s ^ self.n.wrapping_mul(0xA076_1D64_78BD_642F)));
+        let mut bytes = [0u8; 16];
+        bytes[..8].copy_from_slice(&a.to_le_bytes());
+        bytes[8..].copy_from_slice(&b.to_le_bytes());
+        SessionId::from_random(bytes).as_str().to_owned()
+    }
+}
+
+fn splitmix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The wall-clock time as RFC 3339, formatted once per millisecond.
+#[derive(Default)]
+struct Clock {
+    ms: u64,
+    text: String,
+}
+
+impl Clock {
+    fn now(&mut self) -> &str {
+        let ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        if ms != self.ms || self.text.is_empty() {
+            self.ms = ms;
+            self.text = rfc3339_millis(ms);
+        }
+        &self.text
+    }
 }

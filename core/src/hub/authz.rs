@@ -2,6 +2,7 @@
 //! answered -32003 by the proxy and never reaches the backend; a list result is filtered
 //! for the session that asked, its routed id marked so that the way back needs no table.
 
+use std::collections::HashMap;
 use std::ops::Range;
 
 use serde::Deserialize;
@@ -27,6 +28,51 @@ const LISTS: [&str; 4] = [
 /// The result members that hold a list's entries.
 const ENTRIES: [&str; 4] = ["tools", "prompts", "resources", "resourceTemplates"];
 
+/// Decisions remembered, at most this many (then forgotten all at once).
+const MAX_DECISIONS: usize = 16_384;
+
+/// The policy's decisions by everything they can depend on: the principal, the claims and
+/// the arguments (each only when some policy names them), the action and its target. A
+/// policy evaluation costs far more than a lookup, and a client asks the same thing again
+/// and again (every `tools/list` entry, every call of a tool).
+#[derive(Debug, Default)]
+pub(crate) struct Decisions {
+    /// The policy they were made by (a reload brings another).
+    policy: Option<std::sync::Arc<Policy>>,
+    made: HashMap<DecisionKey, bool>,
+}
+
+/// (principal, claims as JSON text, what is asked, its target, arguments as JSON text).
+type DecisionKey = (Principal, String, &'static str, String, String);
+
+impl Decisions {
+    /// The decision for `key` under `policy`, made by `decide` when not known yet.
+    fn get(
+        &mut self,
+        policy: &std::sync::Arc<Policy>,
+        key: DecisionKey,
+        decide: impl FnOnce() -> bool,
+    ) -> bool {
+        if !self
+            .policy
+            .as_ref()
+            .is_some_and(|p| std::sync::Arc::ptr_eq(p, policy))
+        {
+            self.policy = Some(policy.clone());
+            self.made.clear();
+        }
+        if let Some(allowed) = self.made.get(&key) {
+            return *allowed;
+        }
+        if self.made.len() >= MAX_DECISIONS {
+            self.made.clear();
+        }
+        let allowed = decide();
+        self.made.insert(key, allowed);
+        allowed
+    }
+}
+
 /// A request's question to the policy, owning what it parsed.
 enum Question {
     CallTool(String, Option<Map<String, Value>>),
@@ -37,15 +83,19 @@ enum Question {
 
 impl Question {
     /// What the policy is asked about `msg`; `None` for what always passes: responses,
-    /// notifications, `initialize`, `ping`, `logging/setLevel` and the lists.
-    fn of(msg: &Checked) -> Option<Question> {
+    /// notifications, `initialize`, `ping`, `logging/setLevel` and the lists. Arguments are
+    /// read only `with_arguments`.
+    fn of(msg: &Checked, with_arguments: bool) -> Option<Question> {
         let method = msg.method.as_str();
         let passes = matches!(method, "initialize" | "ping" | "logging/setLevel");
         if msg.kind != Kind::Request || passes || LISTS.contains(&method) {
             return None;
         }
         let name = || msg.name.clone().unwrap_or_default();
-        let arguments = || msg.arguments().and_then(|a| serde_json::from_str(a).ok());
+        let arguments = || {
+            let text = msg.arguments().filter(|_| with_arguments)?;
+            serde_json::from_str(text).ok()
+        };
         Some(match method {
             "tools/call" => Question::CallTool(name(), arguments()),
             "prompts/get" => Question::GetPrompt(name(), arguments()),
@@ -57,6 +107,16 @@ impl Question {
             }
             _ => Question::Other(method.to_owned()),
         })
+    }
+
+    /// What is asked and of what, for the decision's key.
+    fn target(&self) -> (&'static str, &str) {
+        match self {
+            Question::CallTool(name, _) => ("call_tool", name),
+            Question::GetPrompt(name, _) => ("get_prompt", name),
+            Question::ReadResource(uri) => ("read_resource", uri),
+            Question::Other(method) => ("other", method),
+        }
     }
 
     fn ask(&self) -> Ask<'_> {
@@ -104,11 +164,45 @@ fn caller<'a>(principal: &'a Principal, grant: &'a Grant) -> Caller<'a> {
 
 impl Hub {
     /// Whether the policy denies `msg` of `principal` (SPEC section 10).
-    pub(super) fn forbidden(&self, principal: &Principal, grant: &Grant, msg: &Checked) -> bool {
-        let Some(policy) = &self.settings.policy else {
+    pub(super) fn forbidden(
+        &mut self,
+        principal: &Principal,
+        grant: &Grant,
+        msg: &Checked,
+    ) -> bool {
+        let Some(policy) = self.settings.policy.clone() else {
             return false;
         };
-        Question::of(msg).is_some_and(|q| !policy.allows(caller(principal, grant), q.ask()))
+        let Some(question) = Question::of(msg, policy.reads_arguments()) else {
+            return false;
+        };
+        let arguments =
+            (policy.reads_arguments()).then(|| msg.arguments().unwrap_or_default().to_owned());
+        !self.allowed(&policy, (principal, grant), &question, arguments)
+    }
+
+    /// The policy's decision on `question` of `principal` (remembered).
+    fn allowed(
+        &mut self,
+        policy: &std::sync::Arc<Policy>,
+        (principal, grant): (&Principal, &Grant),
+        question: &Question,
+        arguments: Option<String>,
+    ) -> bool {
+        let claims = match (&grant.claims, policy.reads_claims()) {
+            (Some(claims), true) => serde_json::to_string(claims).unwrap_or_default(),
+            _ => String::new(),
+        };
+        let (action, target) = question.target();
+        let key = (
+            principal.clone(),
+            claims,
+            action,
+            target.to_owned(),
+            arguments.unwrap_or_default(),
+        );
+        let decide = || policy.allows(caller(principal, grant), question.ask());
+        self.decisions.get(policy, key, decide)
     }
 
     /// Whether `msg` is a list whose result is filtered for its session: with a policy,
@@ -134,36 +228,41 @@ impl Hub {
         let Some(session) = self.sessions.find(sid).and_then(|n| self.sessions.get(n)) else {
             return (message, id);
         };
-        let (principal, grant) = (&session.principal, &session.grant);
-        let policy = self.settings.policy.as_deref();
-        let oauth = self.settings.oauth.as_deref();
-        let keep = |member: &str, entry: &Entry| -> bool {
-            let who = caller(principal, grant);
-            let ask = match (member, entry) {
+        let (principal, grant) = (session.principal.clone(), session.grant.clone());
+        let policy = self.settings.policy.clone();
+        let oauth = self.settings.oauth.clone();
+        let mut keep = |member: &str, entry: &Entry| -> bool {
+            let question = match (member, entry) {
                 ("tools", Entry { name: Some(n), .. }) => {
-                    let scoped = oauth.is_none_or(|o| {
+                    let scoped = oauth.as_ref().is_none_or(|o| {
                         (o.needed_scopes(Some(n)).iter()).all(|s| grant.scopes.contains(s))
                     });
                     if !scoped {
                         return false;
                     }
-                    Ask::CallTool(n, None)
+                    Question::CallTool(n.clone(), None)
                 }
-                ("prompts", Entry { name: Some(n), .. }) => Ask::GetPrompt(n, None),
-                ("resources", Entry { uri: Some(u), .. }) => Ask::ReadResource(u),
+                ("prompts", Entry { name: Some(n), .. }) => Question::GetPrompt(n.clone(), None),
+                ("resources", Entry { uri: Some(u), .. }) => Question::ReadResource(u.clone()),
                 (
                     "resourceTemplates",
                     Entry {
                         uri_template: Some(u),
                         ..
                     },
-                ) => Ask::ReadResource(u),
+                ) => Question::ReadResource(u.clone()),
                 _ => return false,
             };
-            policy.is_none_or(|p: &Policy| p.allows(who, ask))
+            let Some(policy) = &policy else {
+                return true;
+            };
+            // Checked as the matching call with no arguments.
+            let arguments = policy.reads_arguments().then(String::new);
+            self.allowed(policy, (&principal, &grant), &question, arguments)
         };
+        let filtered = filtered_result(&message, &mut keep);
         let raw_id = String::from_utf8_lossy(&message[id.clone()]).into_owned();
-        let result = match filtered_result(&message, keep) {
+        let result = match filtered {
             Ok(Some((result, hidden))) => {
                 self.metrics.entries_hidden += hidden;
                 router::response_line(&raw_id, "result", &result)

@@ -100,6 +100,7 @@ pub struct Hub {
     keys: keys::KeySets,
     buckets: limits::Buckets,
     audit: auditing::Auditor,
+    decisions: authz::Decisions,
     outputs: VecDeque<Output>,
     next_id: u64,
 }
@@ -118,6 +119,7 @@ impl Hub {
             keys: keys::KeySets::new(&settings.key_sources, now),
             buckets: limits::Buckets::default(),
             audit: auditing::Auditor::default(),
+            decisions: authz::Decisions::default(),
             settings,
             outputs: VecDeque::new(),
             next_id: 1,
