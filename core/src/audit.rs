@@ -260,7 +260,20 @@ impl AuditRecord {
         out.push_str(r#","request_id":"#);
         json_id(out, self.request_id.as_deref());
         out.push_str(r#"}},"subjects":{"user":"#);
-        json_str(out, user.map(|p| p.to_string()).as_deref());
+        match user {
+            // A principal's name holds no character JSON escapes (token file names are
+            // whitespace-free words; a JWT principal is shown as `sub (issuer iss)`).
+            Some(p)
+                if !p
+                    .as_str()
+                    .bytes()
+                    .any(|b| b < 0x20 || b == b'"' || b == b'\\') =>
+            {
+                let _ = write!(out, "\"{p}\"");
+            }
+            Some(p) => json_str(out, Some(&p.to_string())),
+            None => out.push_str("null"),
+        }
         out.push_str(r#","user_id":"#);
         json_str(out, user.map(Principal::user_id));
         out.push_str(r#","client_name":"#);

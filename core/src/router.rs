@@ -199,6 +199,8 @@ pub(crate) enum Routed {
         id: Range<usize>,
         /// Its routed id was marked: a list result to filter for the session.
         filtered: bool,
+        /// It is a JSON-RPC error (for the audit log's outcome).
+        failed: bool,
     },
     /// Progress for a routed token of `session`, token restored.
     Progress {
@@ -473,6 +475,7 @@ impl Router {
             message: splice(msg.text, edits, false),
             id,
             filtered: decoded.filtered,
+            failed: msg.error.is_some(),
         }
     }
 

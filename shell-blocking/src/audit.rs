@@ -61,7 +61,8 @@ fn write_events(events: Receiver<Box<AuditRecord>>, out: Box<dyn Write + Send>, 
             match events.try_recv() {
                 Ok(record) => {
                     line.clear();
-                    record.write_json(&mut line, [&ids.next(), clock.now(), component]);
+                    let id = ids.next();
+                    record.write_json(&mut line, [id.as_str(), clock.now(), component]);
                     line.push('\n');
                     if out.write_all(line.as_bytes()).is_err() {
                         return;
@@ -93,7 +94,7 @@ impl Ids {
         Ids { seed, n: 0 }
     }
 
-    fn next(&mut self) -> String {
+    fn next(&mut self) -> SessionId {
         self.n += 1;
         let [a, b] = self
             .seed
@@ -101,7 +102,7 @@ impl Ids {
         let mut bytes = [0u8; 16];
         bytes[..8].copy_from_slice(&a.to_le_bytes());
         bytes[8..].copy_from_slice(&b.to_le_bytes());
-        SessionId::from_random(bytes).as_str().to_owned()
+        SessionId::from_random(bytes)
     }
 }
 

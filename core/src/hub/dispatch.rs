@@ -41,12 +41,17 @@ impl Hub {
                 message,
                 id,
                 filtered,
+                failed,
             } => {
                 let (message, id) = match filtered {
                     true => self.filter_list(&session, message, id),
                     false => (message, id),
                 };
-                let what = Delivery::Response { id, outcome: None };
+                let outcome = Some(match failed {
+                    true => crate::audit::Outcome::Failure,
+                    false => crate::audit::Outcome::Success,
+                });
+                let what = Delivery::Response { id, outcome };
                 self.deliver_live(now, session, message, what, None)
             }
             Routed::Progress {
