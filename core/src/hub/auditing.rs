@@ -182,7 +182,7 @@ impl Hub {
     }
 
     /// A session opened (`success`) or closed.
-    pub(super) fn audit_session(&mut self, now: Instant, number: SessionNumber, opened: bool) {
+    pub(super) fn audit_session(&mut self, number: SessionNumber, opened: bool) {
         let (Some(audit), Some(session)) = (&self.settings.audit, self.sessions.get(number)) else {
             return;
         };
@@ -212,7 +212,6 @@ impl Hub {
             data: None,
             max_data: audit.max_data,
         };
-        let _ = now;
         self.emit(record);
     }
 
@@ -231,7 +230,7 @@ impl Hub {
             record.session = self.sessions.get(number).map(|s| s.id);
             self.emit(record);
         }
-        self.audit_session(now, number, false);
+        self.audit_session(number, false);
     }
 
     /// Notes where session `number` came from and, from its `initialize`, its client.

@@ -259,7 +259,7 @@ impl Hub {
         let number = self.sessions.open(sid, principal.clone(), kind)?;
         self.metrics.sessions_opened += 1;
         self.audit_session_origin(number, source);
-        self.audit_session(now, number, true);
+        self.audit_session(number, true);
         self.log(Event::SessionOpened {
             session: sid,
             principal,

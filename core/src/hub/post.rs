@@ -135,7 +135,7 @@ impl Hub {
         // The stream is its answer: no refusal event is due.
         let _ = self.audit_take(request);
         self.audit_session_origin(number, &req.source);
-        self.audit_session(now, number, true);
+        self.audit_session(number, true);
         let mut head = http::sse_head();
         if let Some(origin) = &req.cors {
             http::add_cors(&mut head, origin);
