@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::http::{self, Body, Response};
-use crate::node::{node_with, NodeRun};
+use crate::node::{node_with, Node, NodeRun};
 use crate::{TempDir, WAIT};
 
 /// The confidential client of the provider that may use `client_credentials` (and the
@@ -30,9 +30,13 @@ pub const TEST_CLIENT_ID: &str = "switchboard-tests";
 /// Its secret (`client_secret_post`).
 pub const TEST_CLIENT_SECRET: &str = "switchboard-tests-secret";
 
-/// How long the provider may take to print its issuer (Node start, an RSA key): generous,
-/// for a machine loaded by a parallel build and every test starting a provider at once.
-const START_TIMEOUT: Duration = Duration::from_secs(90);
+/// How long one start of the provider may take to print its issuer (Node start, an RSA
+/// key; about a second): generous, for a machine loaded by a parallel build and every test
+/// starting a provider at once.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Starts tried before the provider is given up on.
+const START_ATTEMPTS: usize = 3;
 
 /// How to start the provider; `Default` is a free port, RFC 8414 metadata served, no
 /// `Cache-Control` on the key set, account `alice`, one-hour tokens.
@@ -117,6 +121,32 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Runs the provider script with `args` until it prints its JSON line (`Ok`: the process and
+/// that line), exits, or takes longer than [`START_TIMEOUT`] (then it is killed).
+fn launch(node: &Node, args: &[String], scratch: &TempDir) -> Result<(NodeRun, Value), String> {
+    let mut run = node.spawn("node", args, scratch.path(), "oidc-provider");
+    let stdout = scratch.file("oidc-provider-stdout.txt");
+    let stderr = scratch.file("oidc-provider-stderr.txt");
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        let out = fs::read_to_string(&stdout).unwrap_or_default();
+        if let Some(line) = out.lines().find(|l| l.starts_with('{')) {
+            let started = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("the OpenID provider printed {line:?}: {e}"));
+            return Ok((run, started));
+        }
+        let exited = run.has_exited();
+        if exited || Instant::now() >= deadline {
+            let why = if exited { "exited" } else { "timed out" };
+            return Err(format!(
+                "{why}:\n--- stdout ---\n{out}\n--- stderr ---\n{}",
+                fs::read_to_string(&stderr).unwrap_or_default()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 impl OidcProvider {
     /// Starts the provider with `options`; `None` as [`oidc_provider`].
     pub fn start(what: &str, options: OidcOptions) -> Option<OidcProvider> {
@@ -139,26 +169,24 @@ impl OidcProvider {
         if let Some(s) = options.access_token_ttl {
             args.extend(["--access-token-ttl".to_owned(), s.to_string()]);
         }
-        let mut run = node.spawn("node", &args, scratch.path(), "oidc-provider");
-        let stdout = scratch.file("oidc-provider-stdout.txt");
-        let stderr = scratch.file("oidc-provider-stderr.txt");
-        let deadline = Instant::now() + START_TIMEOUT;
-        let started: Value = loop {
-            let out = fs::read_to_string(&stdout).unwrap_or_default();
-            if let Some(line) = out.lines().find(|l| l.starts_with('{')) {
-                break serde_json::from_str(line)
-                    .unwrap_or_else(|e| panic!("the OpenID provider printed {line:?}: {e}"));
+        // A start takes about a second; now and then, on a loaded machine, Node stalls
+        // before it listens: that attempt is killed and the provider started again.
+        let mut why = String::new();
+        let mut launched = None;
+        for _ in 0..START_ATTEMPTS {
+            match launch(&node, &args, &scratch) {
+                Ok(ok) => {
+                    launched = Some(ok);
+                    break;
+                }
+                Err(e) => why = e,
             }
-            let exited = run.has_exited();
-            if exited || Instant::now() >= deadline {
-                let why = if exited { "exited" } else { "timed out" };
-                panic!(
-                    "the OpenID provider did not start ({why}; port {}):\n--- stdout ---\n{out}\n--- stderr ---\n{}",
-                    options.port,
-                    fs::read_to_string(&stderr).unwrap_or_default()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        }
+        let Some((run, started)) = launched else {
+            panic!(
+                "the OpenID provider did not start (port {}): {why}",
+                options.port
+            );
         };
         let issuer = started["issuer"]
             .as_str()
