@@ -118,14 +118,17 @@ impl Policy {
         };
         // Cedar reads an attribute only by its name, so a policy set whose text never names
         // an argument attribute (nor the context, which holds them all) decides the same
-        // whatever the arguments are; likewise for claims.
+        // whatever the arguments are; likewise for claims. A name may also be spelt in a
+        // string (`resource["arg_n"]`, `has "arg_n"`) with escapes (`\u{61}rg_n`): a policy
+        // with an escape is taken to read everything.
         let names = |what: &str| cedar.policies.iter().any(|p| p.contains(what));
+        let escaped = names("\\");
         Ok(Policy {
             policies,
             entities,
             authorizer: Authorizer::new(),
-            reads_arguments: names("arg_") || names("context"),
-            reads_claims: names("claim_") || names("context"),
+            reads_arguments: escaped || names("arg_") || names("context"),
+            reads_claims: escaped || names("claim_") || names("context"),
         })
     }
 
@@ -431,6 +434,38 @@ mod tests {
             },
             Ask::Other("tasks/list")
         ));
+    }
+
+    #[test]
+    fn what_a_policy_reads_is_judged_conservatively() {
+        let reads = |text: &str| {
+            let p = policy(&[text]);
+            (p.reads_arguments(), p.reads_claims())
+        };
+        assert_eq!(
+            reads(r#"permit(principal, action, resource == Tool::"a");"#),
+            (false, false)
+        );
+        assert_eq!(
+            reads(r#"permit(principal, action, resource) when { resource.arg_n == 1 };"#),
+            (true, false)
+        );
+        assert_eq!(
+            reads(r#"permit(principal, action, resource) when { principal.claim_x == 1 };"#),
+            (false, true)
+        );
+        assert_eq!(
+            reads(r#"permit(principal, action, resource) when { context has x };"#),
+            (true, true)
+        );
+        // An attribute spelt with an escape is still read.
+        let escaped = r#"permit(principal, action, resource) when { resource has "\u{61}rg_n" && resource["\u{61}rg_n"] == 1 };"#;
+        assert_eq!(reads(escaped), (true, true));
+        let p = policy(&[escaped]);
+        let one = claims(serde_json::json!({"n": 1}));
+        let two = claims(serde_json::json!({"n": 2}));
+        assert!(p.allows(anyone(None), Ask::CallTool("t", Some(&one))));
+        assert!(!p.allows(anyone(None), Ask::CallTool("t", Some(&two))));
     }
 
     #[test]
