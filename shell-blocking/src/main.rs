@@ -1,8 +1,11 @@
 //! `switchboard-blocking`: the same proxy as `switchboard` on std threads, `httparse` and
 //! crossbeam-channel, for hosts where an async runtime is unwelcome.
 
+// The audit log writer and the key-set fetcher use no runtime: one source serves both shells.
+#[path = "../../shell-tokio/src/audit.rs"]
 mod audit;
 mod backend;
+#[path = "../../shell-tokio/src/fetch.rs"]
 mod fetch;
 mod memory;
 mod server;

@@ -1,7 +1,8 @@
-//! The audit log writer (SPEC section 11): a thread of its own behind a bounded queue, so a
-//! slow disk never stalls the loop. The loop hands it each `Output::Audit` without waking it
-//! (the writer looks every few milliseconds and writes what came as one batch); what does not
-//! fit is reported to the hub, which counts it and logs the first drop.
+//! The audit log writer (SPEC section 11; both shells compile this one file): a thread of
+//! its own behind a bounded queue, so a slow disk never stalls the loop. The loop hands it
+//! each `Output::Audit` without waking it (the writer looks every few milliseconds and
+//! writes what came as one batch); what does not fit is reported to the hub, which counts
+//! it and logs the first drop.
 
 use std::io::Write;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError, TrySendError};
