@@ -183,35 +183,23 @@ impl Hub {
 
     /// A session opened (`success`) or closed.
     pub(super) fn audit_session(&mut self, number: SessionNumber, opened: bool) {
-        let (Some(audit), Some(session)) = (&self.settings.audit, self.sessions.get(number)) else {
+        let Some(session) = self.sessions.get(number) else {
             return;
         };
-        let legacy = matches!(session.kind, super::sessions::Kind::Legacy { .. });
-        let record = AuditRecord {
-            kind: if opened {
-                AuditType::SessionOpen
-            } else {
-                AuditType::SessionClose
-            },
-            outcome: Outcome::Success,
-            transport: Some(if legacy {
-                Transport::Sse
-            } else {
-                Transport::Streamable
-            }),
-            duration_ms: 0,
-            response_size: None,
-            source: session.source.clone(),
-            session: Some(session.id),
-            request_id: None,
-            user: Some(session.principal.clone()),
-            client: session.client.clone(),
-            target_name: None,
-            method: None,
-            base_path: audit.base_path.clone(),
-            data: None,
-            max_data: audit.max_data,
+        let kind = match opened {
+            true => AuditType::SessionOpen,
+            false => AuditType::SessionClose,
         };
+        let Some(mut record) = self.plain(kind, Outcome::Success, session.source.clone()) else {
+            return;
+        };
+        record.transport = Some(match session.kind {
+            super::sessions::Kind::Legacy { .. } => Transport::Sse,
+            super::sessions::Kind::Mcp(_) => Transport::Streamable,
+        });
+        record.session = Some(session.id);
+        record.user = Some(session.principal.clone());
+        record.client = session.client.clone();
         self.emit(record);
     }
 
@@ -275,10 +263,15 @@ impl Hub {
     }
 
     fn emit_plain(&mut self, kind: AuditType, outcome: Outcome, source: Arc<Source>) {
-        let Some(audit) = &self.settings.audit else {
-            return;
-        };
-        let record = AuditRecord {
+        if let Some(record) = self.plain(kind, outcome, source) {
+            self.emit(record);
+        }
+    }
+
+    /// An event with no request behind it (`None` while auditing is off).
+    fn plain(&self, kind: AuditType, outcome: Outcome, source: Arc<Source>) -> Option<AuditRecord> {
+        let audit = self.settings.audit.as_ref()?;
+        Some(AuditRecord {
             kind,
             outcome,
             transport: None,
@@ -294,8 +287,7 @@ impl Hub {
             base_path: audit.base_path.clone(),
             data: None,
             max_data: audit.max_data,
-        };
-        self.emit(record);
+        })
     }
 
     fn record(
