@@ -214,11 +214,28 @@ impl Hub {
             _ => Default::default(),
         };
         for started in unanswered.into_values().filter_map(|t| t.audit) {
-            let mut record = self.record(now, *started, Outcome::Error, None, None);
-            record.session = self.sessions.get(number).map(|s| s.id);
-            self.emit(record);
+            self.audit_unanswered(now, number, started);
         }
         self.audit_session(number, false);
+    }
+
+    /// A request of session `number` will not be answered through the proxy (cancelled,
+    /// its stream gone for good, its session ending): its `error` event, with no response.
+    pub(super) fn audit_unanswered(
+        &mut self,
+        now: Instant,
+        number: SessionNumber,
+        started: Box<Started>,
+    ) {
+        if self.settings.audit.is_none() {
+            return;
+        }
+        let mut record = self.record(now, *started, Outcome::Error, None, None);
+        if let Some(session) = self.sessions.get(number) {
+            record.session = Some(session.id);
+            record.client = session.client.clone();
+        }
+        self.emit(record);
     }
 
     /// Notes where session `number` came from and, from its `initialize`, its client.

@@ -348,9 +348,12 @@ impl Hub {
     /// The client cancelled request `key`: its stream ends at once, a JSON waiter is told;
     /// the backend's late answer will find nothing in flight.
     fn cancelled_by_client(&mut self, now: Instant, number: SessionNumber, key: &IdKey) {
-        let Some(entry) = self.take_in_flight(number, key) else {
+        let Some(mut entry) = self.take_in_flight(number, key) else {
             return;
         };
+        if let Some(started) = entry.audit.take() {
+            self.audit_unanswered(now, number, started);
+        }
         match entry.stream {
             Some(key) => self.drop_stream(number, key),
             None => {
@@ -383,6 +386,14 @@ impl Hub {
         }
         self.sessions.request_timers.remove(&(number, key));
         Some(entry)
+    }
+
+    /// Request `key` of session `number` is awaited no longer and will get no answer
+    /// through the proxy (its stream is gone for good): its `error` event.
+    pub(super) fn abandon_in_flight(&mut self, now: Instant, number: SessionNumber, key: &IdKey) {
+        if let Some(started) = self.take_in_flight(number, key).and_then(|e| e.audit) {
+            self.audit_unanswered(now, number, started);
+        }
     }
 
     /// Delivers a message for a Streamable session (SPEC section 7's table).

@@ -21,6 +21,7 @@ use crate::routed_id::SessionId;
 use crate::router::{Checked, Forward, RESPONSE_ID_AT};
 use crate::settings::OnBackendExit;
 use crate::sse;
+use crate::streamable::IdKey;
 
 /// A POST checked in full, ready to act on.
 #[derive(Debug)]
@@ -368,8 +369,23 @@ impl Hub {
             .get(session)
             .map(|s| s.id)
             .ok_or(Rejection::SessionNotFound)?;
+        if let Err(rejection) = self.check_tracking(session, msg) {
+            self.metrics.rejected(&rejection);
+            let mut response = match rejection {
+                Rejection::IdInFlight => crate::streamable::id_in_flight(msg.raw_id()),
+                _ => rejection.response(),
+            };
+            if let Some(origin) = cors {
+                http::add_cors(&mut response, origin);
+            }
+            self.respond(request, response);
+            return Ok(());
+        }
         sender.started = self.audit_take(request);
         self.client_message(now, (session, sid), msg, sender);
+        if let Some(cancels) = &msg.cancels {
+            self.legacy_cancelled(now, session, &cancels.key);
+        }
         let mut response = http::accepted();
         if let Some(origin) = cors {
             http::add_cors(&mut response, origin);
@@ -426,6 +442,41 @@ impl Hub {
                 self.answer_client(now, sid, msg, (answer, outcome))
             }
             Forward::Waiting | Forward::Absorbed => {}
+        }
+    }
+
+    /// With auditing on, a legacy request waits for its answer in its session's bounded
+    /// in-flight table, so, as on `/mcp`: an id already in flight gets 409 and a request
+    /// past `--max-inflight` 429; every request accepted is audited.
+    fn check_tracking(&self, number: SessionNumber, msg: &Checked) -> Result<(), Rejection> {
+        let (Some(_), Some(id)) = (&self.settings.audit, &msg.id) else {
+            return Ok(());
+        };
+        let Some(Kind::Legacy { in_flight, .. }) = self.sessions.get(number).map(|s| &s.kind)
+        else {
+            return Ok(());
+        };
+        if msg.kind != message::Kind::Request {
+            Ok(())
+        } else if in_flight.contains_key(&id.key) {
+            Err(Rejection::IdInFlight)
+        } else if in_flight.len() >= self.settings.max_inflight {
+            Err(Rejection::TooManyInFlight)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The client of legacy session `number` cancelled request `key`: it is awaited no
+    /// longer (the backend's late answer still goes to the stream), and its event says so.
+    fn legacy_cancelled(&mut self, now: Instant, number: SessionNumber, key: &IdKey) {
+        let Some(Kind::Legacy { in_flight, .. }) =
+            self.sessions.get_mut(number).map(|s| &mut s.kind)
+        else {
+            return;
+        };
+        if let Some(started) = in_flight.remove(key).and_then(|t| t.audit) {
+            self.audit_unanswered(now, number, started);
         }
     }
 
