@@ -572,6 +572,8 @@ pub enum Rejection {
     KeysUnavailable,
     /// 429: past `--rate-limit` or `--tool-rate-limit` (the hub adds `Retry-After`).
     RateLimited,
+    /// 403: a notification the policy denies (a request gets -32003 under its id).
+    ForbiddenByPolicy,
     /// 429: the principal holds `--max-sessions-per-principal` sessions.
     PrincipalSessions,
     /// 503: the shell could not start what would serve the connection (a thread); its
@@ -691,7 +693,7 @@ impl Rejection {
             Rejection::TooManyInFlight => 429,
             Rejection::IdInFlight => 409,
             Rejection::UnknownEventId => 400,
-            Rejection::InsufficientScope => 403,
+            Rejection::InsufficientScope | Rejection::ForbiddenByPolicy => 403,
             Rejection::RateLimited | Rejection::PrincipalSessions => 429,
             Rejection::SessionNotFound | Rejection::NotFound => 404,
             Rejection::MethodNotAllowed { .. } => 405,
@@ -731,6 +733,7 @@ impl Rejection {
             Rejection::InsufficientScope => "insufficient_scope",
             Rejection::KeysUnavailable => "keys_unavailable",
             Rejection::RateLimited => "rate_limited",
+            Rejection::ForbiddenByPolicy => "forbidden_by_policy",
             Rejection::PrincipalSessions => "principal_sessions",
         }
     }
@@ -778,6 +781,7 @@ impl Rejection {
             Rejection::InsufficientScope => (-32001, "Forbidden: insufficient scope"),
             Rejection::KeysUnavailable => (-32002, "Signing keys not available yet, retry later"),
             Rejection::RateLimited => (-32029, "rate limit exceeded"),
+            Rejection::ForbiddenByPolicy => (-32003, "forbidden by policy"),
             Rejection::PrincipalSessions => {
                 (-32029, "Too many sessions for this principal, retry later")
             }

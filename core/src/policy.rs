@@ -19,6 +19,10 @@ use serde_json::{Map, Value};
 /// Claims and arguments nested deeper than this are left out (as ToolHive does).
 const MAX_DEPTH: usize = 10;
 
+/// A request with more arguments than this is denied when a policy reads arguments: its
+/// evaluation runs on the hub's thread, and no tool takes so many.
+pub const MAX_ARGUMENTS: usize = 256;
+
 /// A loaded policy file: its policies and the entities it declares.
 pub struct Policy {
     policies: PolicySet,
@@ -154,27 +158,25 @@ impl Policy {
             Ask::CallTool(_, args) | Ask::GetPrompt(_, args) => args,
             _ => None,
         };
+        if args.is_some_and(|a| a.len() > MAX_ARGUMENTS) {
+            return None;
+        }
         let args = args.map(|a| prefixed("arg_", a, true));
         let principal = uid("Client", caller.id)?;
         let action_uid = uid("Action", action)?;
         let resource_uid = uid(resource.kind, resource.id.as_ref())?;
-        // Parents the policy file gives this principal (its groups) are kept.
-        let parents = (self.entities.get(&principal))
-            .map(|e| e.clone().into_inner().2)
-            .unwrap_or_default();
-        let mut resource_attrs = resource.attributes;
-        resource_attrs.extend(args.iter().flatten().map(|(k, v)| (k.clone(), v.clone())));
         let operation = [("operation".to_owned(), string(action))];
+        // What the policy file says of the principal and the resource (groups, attributes)
+        // stays: the request only adds to it. Claims and arguments never replace an
+        // attribute the file or the proxy gives.
+        let mut resource_attrs = args.clone().unwrap_or_default();
+        resource_attrs.extend(resource.attributes);
         let entities = [
-            Entity::new(
-                principal.clone(),
-                claims.clone().unwrap_or_default(),
-                parents,
-            ),
-            Entity::new(action_uid.clone(), operation.into(), HashSet::new()),
-            Entity::new(resource_uid.clone(), resource_attrs, HashSet::new()),
+            self.merged(principal.clone(), claims.clone().unwrap_or_default()),
+            Entity::new(action_uid.clone(), operation.into(), HashSet::new()).ok(),
+            self.merged(resource_uid.clone(), resource_attrs),
         ];
-        let entities = entities.into_iter().collect::<Result<Vec<_>, _>>().ok()?;
+        let entities = entities.into_iter().collect::<Option<Vec<_>>>()?;
         let entities = self.entities.clone().upsert_entities(entities, None).ok()?;
         let context = claims
             .into_iter()
@@ -188,6 +190,24 @@ impl Policy {
         // As in ToolHive: an error in any policy denies, whatever the others say.
         let failed = response.diagnostics().errors().next().is_some();
         Some(!failed && response.decision() == Decision::Allow)
+    }
+}
+
+impl Policy {
+    /// Entity `uid` with the request's `attributes` under the parents and attributes the
+    /// policy file declares for it (the file's win).
+    fn merged(
+        &self,
+        uid: EntityUid,
+        mut attributes: HashMap<String, RestrictedExpression>,
+    ) -> Option<Entity> {
+        let mut parents = HashSet::new();
+        if let Some(declared) = self.entities.get(&uid) {
+            let (_, declared_attributes, declared_parents) = declared.clone().into_inner();
+            attributes.extend(declared_attributes);
+            parents = declared_parents;
+        }
+        Entity::new(uid, attributes, parents).ok()
     }
 }
 
@@ -252,14 +272,18 @@ fn prefixed(
     flat: bool,
 ) -> HashMap<String, RestrictedExpression> {
     let mut out = HashMap::with_capacity(members.len());
+    let mut present = Vec::new();
     for (name, value) in members {
         let scalar = matches!(value, Value::String(_) | Value::Bool(_) | Value::Number(_));
         if flat && !scalar {
-            let present = RestrictedExpression::new_bool(true);
-            out.insert(format!("{prefix}{name}_present"), present);
+            present.push(format!("{prefix}{name}_present"));
         } else if let Some(expr) = expression(value, 0) {
             out.insert(format!("{prefix}{name}"), expr);
         }
+    }
+    // Written last, so that an argument named `<name>_present` cannot unset the flag.
+    for flag in present {
+        out.insert(flag, RestrictedExpression::new_bool(true));
     }
     out
 }
@@ -434,6 +458,64 @@ mod tests {
             },
             Ask::Other("tasks/list")
         ));
+    }
+
+    #[test]
+    fn what_the_file_declares_of_a_request_entity_stays() {
+        let entities = serde_json::json!([
+            {"uid": {"type": "Tool", "id": "deploy"}, "attrs": {},
+             "parents": [{"type": "ToolGroup", "id": "dangerous"}]},
+            {"uid": {"type": "Tool", "id": "wipe"}, "attrs": {"risk": "high"}, "parents": []},
+            {"uid": {"type": "Client", "id": "ann"}, "attrs": {"claim_team": "ops"}, "parents": []},
+        ]);
+        let file = serde_json::json!({
+            "version": "1.0", "type": "cedarv1",
+            "cedar": {
+                "policies": [
+                    r#"permit(principal, action == Action::"call_tool", resource) when { principal.claim_team == "ops" };"#,
+                    r#"forbid(principal, action, resource in ToolGroup::"dangerous");"#,
+                    r#"forbid(principal, action, resource) when { resource has risk && resource.risk == "high" };"#,
+                ],
+                "entities_json": entities.to_string(),
+            }
+        });
+        let p = Policy::parse(&file.to_string()).unwrap();
+        // A token's claim does not replace the file's attribute.
+        let dev = claims(serde_json::json!({"team": "dev"}));
+        let ann = Caller {
+            id: "ann",
+            claims: Some(&dev),
+        };
+        assert!(p.allows(ann, Ask::CallTool("status", None)));
+        // The tool's group and attributes from the file still apply; an argument named
+        // like an attribute changes nothing.
+        let ops = claims(serde_json::json!({"team": "ops"}));
+        let bo = Caller {
+            id: "bo",
+            claims: Some(&ops),
+        };
+        let risk = claims(serde_json::json!({"risk": "low"}));
+        assert!(p.allows(bo, Ask::CallTool("status", Some(&risk))));
+        assert!(!p.allows(bo, Ask::CallTool("deploy", None)));
+        assert!(!p.allows(bo, Ask::CallTool("wipe", None)));
+        assert!(!p.allows(bo, Ask::CallTool("wipe", Some(&risk))));
+    }
+
+    #[test]
+    fn presence_flags_cannot_be_forged_and_argument_floods_are_denied() {
+        let p = policy(&[
+            r#"permit(principal, action, resource) when { !(resource has arg_q_present) || !resource.arg_q_present };"#,
+        ]);
+        let forged = claims(serde_json::json!({"q": {"deep": 1}, "q_present": false}));
+        let plain = claims(serde_json::json!({"q_present": false}));
+        assert!(!p.allows(anyone(None), Ask::CallTool("t", Some(&forged))));
+        assert!(p.allows(anyone(None), Ask::CallTool("t", Some(&plain))));
+        let many: Map<String, Value> = (0..=MAX_ARGUMENTS)
+            .map(|i| (format!("a{i}"), Value::from(i)))
+            .collect();
+        let few: Map<String, Value> = many.clone().into_iter().take(MAX_ARGUMENTS).collect();
+        assert!(p.allows(anyone(None), Ask::CallTool("t", Some(&few))));
+        assert!(!p.allows(anyone(None), Ask::CallTool("t", Some(&many))));
     }
 
     #[test]

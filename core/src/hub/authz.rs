@@ -28,8 +28,14 @@ const LISTS: [&str; 4] = [
 /// The result members that hold a list's entries.
 const ENTRIES: [&str; 4] = ["tools", "prompts", "resources", "resourceTemplates"];
 
-/// Decisions remembered, at most this many (then forgotten all at once).
+/// Decisions remembered, at most this many, with keys of at most this many bytes in all
+/// (then forgotten all at once).
 const MAX_DECISIONS: usize = 16_384;
+const MAX_DECISION_BYTES: usize = 8 << 20;
+
+/// A decision on arguments longer than this (as JSON text) is made every time, never
+/// remembered, so that the cache stays small in bytes.
+const MAX_REMEMBERED_ARGUMENTS: usize = 1024;
 
 /// The policy's decisions by everything they can depend on: the principal, the claims and
 /// the arguments (each only when some policy names them), the action and its target. A
@@ -40,6 +46,8 @@ pub(crate) struct Decisions {
     /// The policy they were made by (a reload brings another).
     policy: Option<std::sync::Arc<Policy>>,
     made: HashMap<DecisionKey, bool>,
+    /// The bytes of the texts in `made`'s keys.
+    bytes: usize,
 }
 
 /// (principal, claims as JSON text, what is asked, its target, arguments as JSON text).
@@ -60,41 +68,58 @@ impl Decisions {
         {
             self.policy = Some(policy.clone());
             self.made.clear();
+            self.bytes = 0;
         }
         if let Some(allowed) = self.made.get(&key) {
             return *allowed;
         }
-        if self.made.len() >= MAX_DECISIONS {
+        let bytes = key.1.len() + key.3.len() + key.4.len();
+        if self.made.len() >= MAX_DECISIONS || self.bytes + bytes > MAX_DECISION_BYTES {
             self.made.clear();
+            self.bytes = 0;
         }
         let allowed = decide();
         self.made.insert(key, allowed);
+        self.bytes += bytes;
         allowed
     }
 }
 
 /// A request's question to the policy, owning what it parsed.
 enum Question {
-    CallTool(String, Option<Map<String, Value>>),
-    GetPrompt(String, Option<Map<String, Value>>),
+    CallTool(String, Option<Arguments>),
+    GetPrompt(String, Option<Arguments>),
     ReadResource(String),
     Other(String),
 }
 
+/// Arguments as the policy reads them, and the text they were read from: what the
+/// decision is remembered by, so that it is exactly what was evaluated.
+struct Arguments {
+    text: String,
+    members: Map<String, Value>,
+}
+
 impl Question {
     /// What the policy is asked about `msg`; `None` for what always passes: responses,
-    /// notifications, `initialize`, `ping`, `logging/setLevel` and the lists. Arguments are
-    /// read only `with_arguments`.
+    /// `notifications/*`, `initialize`, `ping`, `logging/setLevel` and the lists. A method
+    /// sent without an id (`tools/call` as a notification) is asked like its request.
+    /// Arguments are read only `with_arguments`.
     fn of(msg: &Checked, with_arguments: bool) -> Option<Question> {
         let method = msg.method.as_str();
-        let passes = matches!(method, "initialize" | "ping" | "logging/setLevel");
-        if msg.kind != Kind::Request || passes || LISTS.contains(&method) {
+        let passes = matches!(method, "initialize" | "ping" | "logging/setLevel")
+            || (msg.kind == Kind::Notification && method.starts_with("notifications/"));
+        if msg.kind == Kind::Response || passes || LISTS.contains(&method) {
             return None;
         }
         let name = || msg.name.clone().unwrap_or_default();
         let arguments = || {
             let text = msg.arguments().filter(|_| with_arguments)?;
-            serde_json::from_str(text).ok()
+            let members = serde_json::from_str(text).ok()?;
+            Some(Arguments {
+                text: text.to_owned(),
+                members,
+            })
         };
         Some(match method {
             "tools/call" => Question::CallTool(name(), arguments()),
@@ -119,10 +144,22 @@ impl Question {
         }
     }
 
+    /// The text of the arguments it carries ("" for none).
+    fn arguments(&self) -> &str {
+        match self {
+            Question::CallTool(_, Some(args)) | Question::GetPrompt(_, Some(args)) => &args.text,
+            _ => "",
+        }
+    }
+
     fn ask(&self) -> Ask<'_> {
         match self {
-            Question::CallTool(name, args) => Ask::CallTool(name, args.as_ref()),
-            Question::GetPrompt(name, args) => Ask::GetPrompt(name, args.as_ref()),
+            Question::CallTool(name, args) => {
+                Ask::CallTool(name, args.as_ref().map(|a| &a.members))
+            }
+            Question::GetPrompt(name, args) => {
+                Ask::GetPrompt(name, args.as_ref().map(|a| &a.members))
+            }
             Question::ReadResource(uri) => Ask::ReadResource(uri),
             Question::Other(method) => Ask::Other(method),
         }
@@ -176,19 +213,22 @@ impl Hub {
         let Some(question) = Question::of(msg, policy.reads_arguments()) else {
             return false;
         };
-        let arguments =
-            (policy.reads_arguments()).then(|| msg.arguments().unwrap_or_default().to_owned());
-        !self.allowed(&policy, (principal, grant), &question, arguments)
+        !self.allowed(&policy, (principal, grant), &question)
     }
 
-    /// The policy's decision on `question` of `principal` (remembered).
+    /// The policy's decision on `question` of `principal` (remembered, unless its
+    /// arguments are long).
     fn allowed(
         &mut self,
         policy: &std::sync::Arc<Policy>,
         (principal, grant): (&Principal, &Grant),
         question: &Question,
-        arguments: Option<String>,
     ) -> bool {
+        let decide = || policy.allows(caller(principal, grant), question.ask());
+        let arguments = question.arguments();
+        if arguments.len() > MAX_REMEMBERED_ARGUMENTS {
+            return decide();
+        }
         let claims = match (&grant.claims, policy.reads_claims()) {
             (Some(claims), true) => serde_json::to_string(claims).unwrap_or_default(),
             _ => String::new(),
@@ -199,9 +239,8 @@ impl Hub {
             claims,
             action,
             target.to_owned(),
-            arguments.unwrap_or_default(),
+            arguments.to_owned(),
         );
-        let decide = || policy.allows(caller(principal, grant), question.ask());
         self.decisions.get(policy, key, decide)
     }
 
@@ -257,8 +296,7 @@ impl Hub {
                 return true;
             };
             // Checked as the matching call with no arguments.
-            let arguments = policy.reads_arguments().then(String::new);
-            self.allowed(policy, (&principal, &grant), &question, arguments)
+            self.allowed(policy, (&principal, &grant), &question)
         };
         let filtered = filtered_result(&message, &mut keep);
         let raw_id = String::from_utf8_lossy(&message[id.clone()]).into_owned();

@@ -273,6 +273,11 @@ impl Hub {
             return Ok(());
         }
         let forbidden = self.forbidden(&principal, &grant, prepared.message());
+        if forbidden && prepared.message().kind == message::Kind::Notification {
+            // No id to answer under: the POST itself is refused.
+            self.metrics.policy_denied += 1;
+            return Err(Rejection::ForbiddenByPolicy);
+        }
         let post = Post {
             request,
             cors,
