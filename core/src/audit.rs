@@ -357,6 +357,16 @@ fn escape_into(out: &mut String, text: &str) {
     }
 }
 
+/// Free-text fields a client chooses (user agent, client name and version, method, target
+/// name) are kept to at most this many bytes, so that a hostile client cannot make every
+/// event of its session huge.
+pub const MAX_FIELD: usize = 1024;
+
+/// `text` cut to [`MAX_FIELD`] bytes on a UTF-8 boundary.
+pub fn field(text: &str) -> String {
+    cut(text, MAX_FIELD).0.to_owned()
+}
+
 /// `text` cut on a UTF-8 boundary to at most `max` bytes, and whether it was cut.
 pub fn cut(text: &str, max: usize) -> (&str, bool) {
     if text.len() <= max {
@@ -393,18 +403,15 @@ pub fn rfc3339_millis(unix_ms: u64) -> String {
 }
 
 /// The client's address: the rightmost `X-Forwarded-For` address that is not itself a
-/// trusted proxy, when the peer is one; otherwise the peer's.
-pub fn client_ip(
-    peer: Option<IpAddr>,
-    forwarded_for: Option<&str>,
-    trusted: &[Cidr],
-) -> Option<IpAddr> {
+/// trusted proxy, when the peer is one; otherwise the peer's. Several field lines are one
+/// list (RFC 9110 section 5.3), so a proxy that adds its own line is read past too.
+pub fn client_ip(peer: Option<IpAddr>, forwarded_for: &[&str], trusted: &[Cidr]) -> Option<IpAddr> {
     let is_trusted = |ip: &IpAddr| trusted.iter().any(|c| c.contains(ip));
     let peer_ip = peer?;
     if !is_trusted(&peer_ip) {
         return Some(peer_ip);
     }
-    let hops = forwarded_for.into_iter().flat_map(|h| h.rsplit(','));
+    let hops = forwarded_for.iter().rev().flat_map(|h| h.rsplit(','));
     for hop in hops {
         match hop.trim().parse::<IpAddr>() {
             Ok(ip) if is_trusted(&ip) => continue,
@@ -475,6 +482,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn client_chosen_fields_are_cut_on_a_character_boundary() {
+        let long = "é".repeat(MAX_FIELD);
+        let kept = field(&long);
+        assert!(kept.len() <= MAX_FIELD && kept.len() > MAX_FIELD - 2);
+        assert!(long.starts_with(&kept));
+        assert_eq!(field("curl/8"), "curl/8");
+    }
+
+    #[test]
     fn times_are_rfc3339_utc_with_milliseconds() {
         assert_eq!(rfc3339_millis(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(rfc3339_millis(951_782_400_007), "2000-02-29T00:00:00.007Z");
@@ -540,22 +556,31 @@ mod tests {
             .map(|c| c.parse().unwrap())
             .collect();
         let ip = |s: &str| Some(s.parse::<IpAddr>().unwrap());
-        let xff = Some("203.0.113.9, 198.51.100.7, 10.1.2.3");
+        let xff = &["203.0.113.9, 198.51.100.7, 10.1.2.3"];
         assert_eq!(
             client_ip(ip("127.0.0.1"), xff, &trusted),
             ip("198.51.100.7")
         );
         // An untrusted peer's header is ignored.
         assert_eq!(client_ip(ip("192.0.2.1"), xff, &trusted), ip("192.0.2.1"));
-        assert_eq!(client_ip(ip("127.0.0.1"), None, &trusted), ip("127.0.0.1"));
+        assert_eq!(client_ip(ip("127.0.0.1"), &[], &trusted), ip("127.0.0.1"));
         assert_eq!(
-            client_ip(ip("127.0.0.1"), Some("junk"), &trusted),
+            client_ip(ip("127.0.0.1"), &["junk"], &trusted),
             ip("127.0.0.1")
         );
         assert_eq!(
-            client_ip(ip("::ffff:10.0.0.1"), Some("1.2.3.4"), &trusted),
+            client_ip(ip("::ffff:10.0.0.1"), &["1.2.3.4"], &trusted),
             ip("1.2.3.4")
         );
+        // A trusted proxy that adds its own line: the client's spoofed first line is not
+        // the answer, the hop the proxy saw is; a line that was not text stops the walk.
+        let lines = &["203.0.113.66", "198.51.100.7"];
+        assert_eq!(
+            client_ip(ip("127.0.0.1"), lines, &trusted),
+            ip("198.51.100.7")
+        );
+        let lines = &["203.0.113.66", "10.0.0.2", ""];
+        assert_eq!(client_ip(ip("127.0.0.1"), lines, &trusted), ip("127.0.0.1"));
         assert!("10.0.0.0/33".parse::<Cidr>().is_err());
         assert!("nope".parse::<Cidr>().is_err());
         let any: Cidr = "0.0.0.0/0".parse().unwrap();

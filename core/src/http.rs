@@ -90,8 +90,9 @@ pub struct RequestHead<'a> {
     pub peer: Option<std::net::IpAddr>,
     /// The `User-Agent` header.
     pub user_agent: Option<&'a str>,
-    /// The `X-Forwarded-For` header (believed only from a `--trusted-proxy`).
-    pub forwarded_for: Option<&'a str>,
+    /// Every `X-Forwarded-For` field line, in order (believed only from a
+    /// `--trusted-proxy`); a line that is not visible ASCII as `""`, a hop never believed.
+    pub forwarded_for: &'a [&'a str],
 }
 
 impl<'a> RequestHead<'a> {
@@ -295,7 +296,7 @@ impl Gate {
         let ip = crate::audit::client_ip(head.peer, head.forwarded_for, &self.trusted_proxies);
         crate::audit::Source {
             ip,
-            user_agent: head.user_agent.map(str::to_owned),
+            user_agent: head.user_agent.map(crate::audit::field),
         }
     }
 

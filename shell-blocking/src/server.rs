@@ -187,12 +187,15 @@ impl Head {
     /// The first value of header `name`, as text when it is visible ASCII (as hyper's
     /// `to_str`); the framing check refused heads where the names that matter repeat.
     fn text(&self, name: &str) -> Option<&str> {
-        let value = self.bytes(name)?;
-        value
-            .iter()
-            .all(|&b| b == b'\t' || (b' '..0x7f).contains(&b))
-            .then(|| std::str::from_utf8(value).ok())
-            .flatten()
+        visible(self.bytes(name)?)
+    }
+
+    /// Every field line of `name`, in order; one that is not visible ASCII as `""`.
+    fn all_text(&self, name: &str) -> Vec<&str> {
+        (self.headers.iter())
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| visible(v).unwrap_or_default())
+            .collect()
     }
 
     fn bytes(&self, name: &str) -> Option<&[u8]> {
@@ -262,6 +265,7 @@ impl<'s> Connection<'s> {
             .map(|(name, value)| (name.as_bytes(), value.as_slice()));
         let framing = framing::check_head(head.minor, head.target.len(), headers, &limits)
             .map_err(Stop::Refuse)?;
+        let forwarded_for = head.all_text("x-forwarded-for");
         let request_head = RequestHead {
             method: &head.method,
             target: &head.target,
@@ -276,7 +280,7 @@ impl<'s> Connection<'s> {
             last_event_id: head.text("last-event-id"),
             peer: Some(self.peer.ip()),
             user_agent: head.text("user-agent"),
-            forwarded_for: head.text("x-forwarded-for"),
+            forwarded_for: &forwarded_for,
         };
         let no_body = head.method == "HEAD";
         let admitted = match self.front.gate.admit(&request_head, unix_now()) {
@@ -520,4 +524,12 @@ fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
+}
+
+/// A header value as text when it is visible ASCII (tabs allowed).
+fn visible(value: &[u8]) -> Option<&str> {
+    (value.iter())
+        .all(|&b| b == b'\t' || (b' '..0x7f).contains(&b))
+        .then(|| std::str::from_utf8(value).ok())
+        .flatten()
 }

@@ -341,8 +341,8 @@ impl Supervisor {
             }
             Output::Exit { status, drain } => return Some((status, drain)),
             Output::Audit(record) => {
-                if self.audit.as_ref().is_some_and(|log| !log.push(record)) {
-                    self.hub.handle_audit_dropped();
+                if let Some(lost) = self.audit.as_ref().map(|log| log.push(record)) {
+                    self.hub.handle_audit_dropped(lost);
                 }
             }
             Output::Log(event) => {

@@ -1,11 +1,13 @@
 //! The audit log writer (SPEC section 11; both shells compile this one file): a thread of
 //! its own behind a bounded queue, so a slow disk never stalls the loop. The loop hands it
 //! each `Output::Audit` without waking it (the writer looks every few milliseconds and
-//! writes what came as one batch); what does not fit is reported to the hub, which counts
-//! it and logs the first drop.
+//! writes what came as one batch); what does not fit, and what the writer could not
+//! write, is reported to the hub, which counts it and logs the first drop.
 
 use std::io::Write;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError, TrySendError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -22,6 +24,8 @@ const BATCH_EVERY: Duration = Duration::from_millis(5);
 /// The loop's end of the audit log.
 pub struct AuditLog {
     queue: SyncSender<Box<AuditRecord>>,
+    /// Events the writer failed to write, not reported yet.
+    unwritten: Arc<AtomicU64>,
 }
 
 impl AuditLog {
@@ -39,42 +43,78 @@ impl AuditLog {
             ),
         };
         let (queue, events) = sync_channel(QUEUE);
+        let unwritten = Arc::new(AtomicU64::new(0));
+        let writer = Writer {
+            out,
+            component,
+            unwritten: unwritten.clone(),
+        };
         let writer = std::thread::Builder::new()
             .name("audit-log".into())
-            .spawn(move || write_events(events, out, &component))?;
-        Ok((AuditLog { queue }, writer))
+            .spawn(move || writer.run(events))?;
+        Ok((AuditLog { queue, unwritten }, writer))
     }
 
-    /// Queues `record`; false when the queue is full (the record is dropped).
-    pub fn push(&self, record: Box<AuditRecord>) -> bool {
-        !matches!(self.queue.try_send(record), Err(TrySendError::Full(_)))
+    /// Queues `record`. Returns how many events were lost since the last call: this one
+    /// if the queue is full, and those the writer failed to write.
+    pub fn push(&self, record: Box<AuditRecord>) -> u64 {
+        let unwritten = match self.unwritten.load(Ordering::Relaxed) {
+            0 => 0,
+            _ => self.unwritten.swap(0, Ordering::Relaxed),
+        };
+        unwritten + u64::from(self.queue.try_send(record).is_err())
     }
 }
 
-/// Writes each event as one line, a batch at a time, until the loop's end is gone.
-fn write_events(events: Receiver<Box<AuditRecord>>, out: Box<dyn Write + Send>, component: &str) {
-    let mut out = std::io::BufWriter::with_capacity(1 << 16, out);
-    let (mut ids, mut clock) = (Ids::new(), Clock::default());
-    let mut line = String::with_capacity(1024);
-    loop {
-        std::thread::sleep(BATCH_EVERY);
-        let gone = loop {
-            match events.try_recv() {
-                Ok(record) => {
-                    line.clear();
-                    let id = ids.next();
-                    record.write_json(&mut line, [id.as_str(), clock.now(), component]);
-                    line.push('\n');
-                    if out.write_all(line.as_bytes()).is_err() {
-                        return;
+/// The writer thread's side.
+struct Writer {
+    out: Box<dyn Write + Send>,
+    component: String,
+    unwritten: Arc<AtomicU64>,
+}
+
+impl Writer {
+    /// Writes each event as one line, a batch at a time, until the loop's end is gone. A
+    /// batch that fails to write is counted lost (the first failure of a run is logged)
+    /// and the next batch tried again: a full disk that frees up loses only what came
+    /// meanwhile.
+    fn run(mut self, events: Receiver<Box<AuditRecord>>) {
+        let (mut ids, mut clock) = (Ids::new(), Clock::default());
+        let mut batch = String::with_capacity(1 << 16);
+        let mut failing = false;
+        loop {
+            std::thread::sleep(BATCH_EVERY);
+            batch.clear();
+            let mut lines = 0;
+            let gone = loop {
+                match events.try_recv() {
+                    Ok(record) => {
+                        let id = ids.next();
+                        let meta = [id.as_str(), clock.now(), self.component.as_str()];
+                        record.write_json(&mut batch, meta);
+                        batch.push('\n');
+                        lines += 1;
+                    }
+                    Err(TryRecvError::Empty) => break false,
+                    Err(TryRecvError::Disconnected) => break true,
+                }
+            };
+            if lines > 0 {
+                let written = self.out.write_all(batch.as_bytes());
+                match written.and_then(|()| self.out.flush()) {
+                    Ok(()) => failing = false,
+                    Err(error) => {
+                        if !failing {
+                            tracing::error!(%error, "cannot write the audit log; events are lost until it can");
+                        }
+                        failing = true;
+                        self.unwritten.fetch_add(lines, Ordering::Relaxed);
                     }
                 }
-                Err(TryRecvError::Empty) => break false,
-                Err(TryRecvError::Disconnected) => break true,
             }
-        };
-        if out.flush().is_err() || gone {
-            return;
+            if gone {
+                return;
+            }
         }
     }
 }

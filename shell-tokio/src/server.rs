@@ -121,6 +121,11 @@ impl Server {
                 .get(name)
                 .and_then(|v: &HeaderValue| v.to_str().ok())
         };
+        let forwarded_for: Vec<&str> = (req.headers())
+            .get_all(HeaderName::from_static("x-forwarded-for"))
+            .iter()
+            .map(|v| v.to_str().unwrap_or_default())
+            .collect();
         let head = RequestHead {
             method: req.method().as_str(),
             target: req.uri().path_and_query().map_or("/", |p| p.as_str()),
@@ -138,7 +143,7 @@ impl Server {
             last_event_id: text(HeaderName::from_static("last-event-id")),
             peer: Some(peer.ip()),
             user_agent: text(header::USER_AGENT),
-            forwarded_for: text(HeaderName::from_static("x-forwarded-for")),
+            forwarded_for: &forwarded_for,
         };
         let admitted = match front.gate.admit(&head, unix_now()) {
             Ok(admitted) => admitted,

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use super::sessions::SessionNumber;
 use super::Hub;
-use crate::audit::{cut, AuditRecord, AuditType, ClientInfo, Outcome, Source, Transport};
+use crate::audit::{cut, field, AuditRecord, AuditType, ClientInfo, Outcome, Source, Transport};
 use crate::auth::Principal;
 use crate::http::{Endpoint, Request};
 use crate::message::Kind;
@@ -58,11 +58,15 @@ impl Auditor {
 }
 
 impl Hub {
-    /// The shell's audit queue could not take an [`Output::Audit`]: counted, the first
-    /// drop logged.
-    pub fn handle_audit_dropped(&mut self) {
-        self.metrics.audit_dropped += 1;
-        if self.metrics.audit_dropped == 1 {
+    /// `lost` audit events did not reach the log (the shell's queue was full, or the
+    /// writer failed): counted, the first drop logged.
+    pub fn handle_audit_dropped(&mut self, lost: u64) {
+        if lost == 0 {
+            return;
+        }
+        let first = self.metrics.audit_dropped == 0;
+        self.metrics.audit_dropped += lost;
+        if first {
             self.log(Event::AuditDropped);
         }
     }
@@ -115,8 +119,8 @@ impl Hub {
             return;
         };
         started.kind = AuditType::of_method(&msg.method);
-        started.method = Some(msg.method.clone());
-        started.name = msg.name.clone().or_else(|| msg.uri.clone());
+        started.method = Some(field(&msg.method));
+        started.name = msg.name.as_deref().or(msg.uri.as_deref()).map(field);
         started.request_id = msg.id.is_some().then(|| msg.raw_id().to_owned());
         started.request = (audit.include_data).then(|| {
             let (text, truncated) = cut(msg.text(), audit.max_data);
@@ -153,8 +157,13 @@ impl Hub {
         let now = self.audit.clock.unwrap_or(started.at);
         let text = message.map(|m| String::from_utf8_lossy(m).into_owned());
         let mut record = self.record(now, *started, outcome, message.map(<[u8]>::len), text);
+        // The client of the session it named, only if that session is the caller's own (a
+        // 404 for another's session says nothing of that session's client).
         let session = record.session.and_then(|sid| self.sessions.find(&sid));
-        record.client = session.and_then(|n| self.sessions.get(n)?.client.clone());
+        let session = session.and_then(|n| self.sessions.get(n));
+        record.client = session
+            .filter(|s| record.user.as_ref() == Some(&s.principal))
+            .and_then(|s| s.client.clone());
         self.emit(record);
     }
 
@@ -263,7 +272,12 @@ impl Hub {
             client_info: Option<ClientInfo>,
         }
         let info = serde_json::from_str::<Params>(msg.text()).ok();
-        let info = info.and_then(|p| p.params?.client_info);
+        let info = info
+            .and_then(|p| p.params?.client_info)
+            .map(|info| ClientInfo {
+                name: info.name.as_deref().map(field),
+                version: info.version.as_deref().map(field),
+            });
         if let Some(session) = self.sessions.get_mut(number) {
             session.client = info.map(Arc::new);
         }
