@@ -287,11 +287,12 @@ impl<'s> Connection<'s> {
             Ok(admitted) => admitted,
             Err(refused) => {
                 debug!(peer = %self.peer, reason = refused.rejection.as_str(), "refused");
-                // Counting is best effort: never wait on the loop for it.
+                // Counted and audited like any request: a refused client waits for room
+                // on the loop's queue as every other does.
                 let _ = self
                     .server
                     .inputs
-                    .try_send(Input::Refused(refused.rejection, refused.source));
+                    .send(Input::Refused(refused.rejection, refused.source));
                 // The body is read and dropped, so the next request starts where it ends;
                 // one the client waits to send (100-continue) is not asked for.
                 let keep = framing.keep_alive

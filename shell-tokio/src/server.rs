@@ -149,9 +149,10 @@ impl Server {
             Ok(admitted) => admitted,
             Err(refused) => {
                 debug!(%peer, reason = refused.rejection.as_str(), "refused");
-                // Counting is best effort: never wait on the loop for it.
+                // Counted and audited like any request: a refused client waits for room
+                // on the loop's queue as every other does.
                 let input = Input::Refused(refused.rejection, refused.source);
-                let _ = self.inputs.try_send(input);
+                let _ = self.inputs.send(input).await;
                 return full(refused.response);
             }
         };
