@@ -33,6 +33,8 @@ pub struct Loaded {
     pub front: Arc<Front>,
     /// For the hub.
     pub settings: Settings,
+    /// Flags a reload found changed that need a restart (kept as the proxy started).
+    pub ignored: Vec<&'static str>,
 }
 
 impl Config {
@@ -51,7 +53,27 @@ impl Config {
             front: Arc::new(front),
             settings: self.settings_with(&mut read)?,
             config: self,
+            ignored: Vec::new(),
         })
+    }
+
+    /// A reload's flags: these, with every flag a running proxy cannot change kept as
+    /// `running` has it (so that nothing is built from a value not in force), and the names
+    /// of those that differed.
+    pub fn for_reload(mut self, running: &Config) -> (Config, Vec<&'static str>) {
+        let ignored = self.restart_only_changes(running);
+        self.listen = running.listen;
+        self.host = running.host;
+        self.port = running.port;
+        self.instance.clone_from(&running.instance);
+        self.env.clone_from(&running.env);
+        self.max_line = running.max_line;
+        self.log_level.clone_from(&running.log_level);
+        self.log_format = running.log_format;
+        self.audit_log.clone_from(&running.audit_log);
+        self.demo_backend = running.demo_backend;
+        self.command.clone_from(&running.command);
+        (self, ignored)
     }
 
     /// The flags a running proxy cannot change (SPEC section 10) that differ in `self`
@@ -68,6 +90,10 @@ impl Config {
             ("--log-level", self.log_level != running.log_level),
             ("--log-format", self.log_format != running.log_format),
             ("--audit-log", self.audit_log != running.audit_log),
+            (
+                "the backend command",
+                self.demo_backend != running.demo_backend || self.command != running.command,
+            ),
         ];
         let changed = changed.into_iter().filter(|(_, changed)| *changed);
         changed.map(|(flag, _)| flag).collect()
@@ -75,18 +101,13 @@ impl Config {
 }
 
 impl Loaded {
-    /// What the hub is told when this replaces a running configuration that started with
-    /// the flags `running`.
-    pub fn reload(&self, running: &Config) -> Reload {
-        let mut settings = self.settings.clone();
-        if self.config.audit_log.is_some() != running.audit_log.is_some() {
-            // The shell's writer is the one it started with: auditing stays on or off.
-            settings.audit = running.audit();
-        }
+    /// What the hub is told when this (loaded by [`CommandLine::reload`]) replaces the
+    /// running configuration.
+    pub fn reload(&self) -> Reload {
         Reload {
-            settings,
+            settings: self.settings.clone(),
             principals: self.front.gate.auth.principals(),
-            ignored: self.config.restart_only_changes(running),
+            ignored: self.ignored.clone(),
         }
     }
 }

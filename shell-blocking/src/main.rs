@@ -112,8 +112,9 @@ fn run(
     let front = Arc::new(Shared::new(loaded.front));
     // The loop stops the server, which needs the loop's inputs: it gets the server later.
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<Arc<server::Listening>>(1);
+    let running = Arc::new(loaded.config);
     let (mut supervisor, inputs, closed, shutdown) = Supervisor::new(
-        Arc::new(loaded.config),
+        running.clone(),
         loaded.settings,
         front.clone(),
         command,
@@ -129,7 +130,7 @@ fn run(
     let reloads = inputs.clone();
     thread::Builder::new()
         .name("signals".into())
-        .spawn(move || on_signals(signals, &line, budget, &reloads, &shutdown))?;
+        .spawn(move || on_signals(signals, (&line, &running), budget, &reloads, &shutdown))?;
 
     let server = Arc::new(Server {
         front,
@@ -168,7 +169,7 @@ fn bind(listen: std::net::SocketAddr) -> Result<std::net::TcpListener, String> {
 /// result.
 fn on_signals(
     mut signals: signal_hook::iterator::Signals,
-    line: &CommandLine,
+    (line, running): (&CommandLine, &Config),
     budget: usize,
     reloads: &crossbeam_channel::Sender<supervisor::Input>,
     shutdown: &crossbeam_channel::Sender<()>,
@@ -179,7 +180,8 @@ fn on_signals(
             return;
         }
         info!("SIGHUP: reloading the configuration");
-        let loaded = Box::new(line.load(read_file).map(|l| capped(l, budget)));
+        let loaded = line.reload(read_file, running).map(|l| capped(l, budget));
+        let loaded = Box::new(loaded);
         if reloads.send(supervisor::Input::Reload(loaded)).is_err() {
             return;
         }

@@ -208,7 +208,7 @@ impl Supervisor {
     /// take its gate and limits once the hub's outputs are performed (`drain`).
     fn reload(&mut self, now: Instant, loaded: Loaded) {
         self.key_store = loaded.front.gate.key_store();
-        self.hub.handle_reload(now, loaded.reload(&self.config));
+        self.hub.handle_reload(now, loaded.reload());
         self.next_front = Some(loaded.front);
     }
 

@@ -87,11 +87,20 @@ fn run(config: Config, line: CommandLine) -> Result<i32, Box<dyn std::error::Err
         let key_store = loaded.front.gate.key_store();
         let front = Arc::new(Shared::new(loaded.front));
         let config = Arc::new(loaded.config);
-        let (mut supervisor, inputs) =
-            Supervisor::new(config, loaded.settings, front.clone(), command, stop_tx);
+        let (mut supervisor, inputs) = Supervisor::new(
+            config.clone(),
+            loaded.settings,
+            front.clone(),
+            command,
+            stop_tx,
+        );
         supervisor.use_key_store(key_store);
         supervisor.use_audit_log(audit);
-        tokio::spawn(reload_on_hangup(hangup, line, inputs.clone()));
+        tokio::spawn(reload_on_hangup(
+            hangup,
+            (line, config.clone()),
+            inputs.clone(),
+        ));
         let server = Arc::new(Server { front, inputs });
         let accept = tokio::spawn(server.serve(listener, stop_rx));
         // On a runtime worker, not the thread blocked in `block_on`: every hand-off to and
@@ -113,11 +122,15 @@ fn run(config: Config, line: CommandLine) -> Result<i32, Box<dyn std::error::Err
 
 /// On each SIGHUP the command line, the config file and every file they name are read
 /// again off the loop, and the loop gets the result.
-async fn reload_on_hangup(mut hangup: Signal, line: CommandLine, inputs: mpsc::Sender<Input>) {
+async fn reload_on_hangup(
+    mut hangup: Signal,
+    (line, running): (CommandLine, Arc<Config>),
+    inputs: mpsc::Sender<Input>,
+) {
     while hangup.recv().await.is_some() {
         info!("SIGHUP: reloading the configuration");
-        let line = line.clone();
-        let loaded = tokio::task::spawn_blocking(move || line.load(read_file))
+        let (line, running) = (line.clone(), running.clone());
+        let loaded = tokio::task::spawn_blocking(move || line.reload(read_file, &running))
             .await
             .unwrap_or_else(|e| Err(format!("the reload task failed: {e}")));
         if inputs.send(Input::Reload(Box::new(loaded))).await.is_err() {
