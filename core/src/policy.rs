@@ -272,18 +272,19 @@ fn prefixed(
     flat: bool,
 ) -> HashMap<String, RestrictedExpression> {
     let mut out = HashMap::with_capacity(members.len());
-    let mut present = Vec::new();
     for (name, value) in members {
         let scalar = matches!(value, Value::String(_) | Value::Bool(_) | Value::Number(_));
         if flat && !scalar {
-            present.push(format!("{prefix}{name}_present"));
+            out.insert(
+                format!("{prefix}{name}_present"),
+                RestrictedExpression::new_bool(true),
+            );
+        } else if flat && name.ends_with("_present") {
+            // A flag is the proxy's word, never a client's: an argument spelt like one is
+            // left out, so it can neither set nor unset one.
         } else if let Some(expr) = expression(value, 0) {
             out.insert(format!("{prefix}{name}"), expr);
         }
-    }
-    // Written last, so that an argument named `<name>_present` cannot unset the flag.
-    for flag in present {
-        out.insert(flag, RestrictedExpression::new_bool(true));
     }
     out
 }
@@ -506,10 +507,17 @@ mod tests {
         let p = policy(&[
             r#"permit(principal, action, resource) when { !(resource has arg_q_present) || !resource.arg_q_present };"#,
         ]);
-        let forged = claims(serde_json::json!({"q": {"deep": 1}, "q_present": false}));
+        let unset = claims(serde_json::json!({"q": {"deep": 1}, "q_present": false}));
         let plain = claims(serde_json::json!({"q_present": false}));
-        assert!(!p.allows(anyone(None), Ask::CallTool("t", Some(&forged))));
+        assert!(!p.allows(anyone(None), Ask::CallTool("t", Some(&unset))));
         assert!(p.allows(anyone(None), Ask::CallTool("t", Some(&plain))));
+        let set = policy(&[
+            r#"permit(principal, action, resource) when { resource has arg_cfg_present };"#,
+        ]);
+        let forged = claims(serde_json::json!({"cfg_present": true}));
+        let real = claims(serde_json::json!({"cfg": [1]}));
+        assert!(!set.allows(anyone(None), Ask::CallTool("t", Some(&forged))));
+        assert!(set.allows(anyone(None), Ask::CallTool("t", Some(&real))));
         let many: Map<String, Value> = (0..=MAX_ARGUMENTS)
             .map(|i| (format!("a{i}"), Value::from(i)))
             .collect();

@@ -85,6 +85,10 @@ impl Writer {
         loop {
             std::thread::sleep(BATCH_EVERY);
             batch.clear();
+            if failing {
+                // The failed write may have left a partial line: never glue onto it.
+                batch.push('\n');
+            }
             let mut lines = 0;
             let gone = loop {
                 match events.try_recv() {

@@ -13,7 +13,6 @@ use super::Hub;
 use crate::audit::{cut, field, AuditRecord, AuditType, ClientInfo, Outcome, Source, Transport};
 use crate::auth::Principal;
 use crate::http::{Endpoint, Request};
-use crate::message::Kind;
 use crate::output::{Event, Output, RequestId};
 use crate::router::Checked;
 
@@ -30,6 +29,13 @@ pub(crate) struct Started {
     transport: Transport,
     principal: Principal,
     session: Option<crate::routed_id::SessionId>,
+}
+
+impl Started {
+    /// When its request arrived.
+    pub(super) fn at(&self) -> Instant {
+        self.at
+    }
 }
 
 /// The audit part: contexts of POSTs not answered yet.
@@ -126,10 +132,8 @@ impl Hub {
             let (text, truncated) = cut(msg.text(), audit.max_data);
             (text.to_owned(), truncated)
         });
-        if msg.kind == Kind::Notification {
-            // Notifications produce no event.
-            self.audit.pending.remove(&id);
-        }
+        // A notification keeps its context too: accepted, it produces no event (its accept
+        // path drops the context); refused, its refusal does.
     }
 
     /// The POST was accepted: its context goes with the request in flight.

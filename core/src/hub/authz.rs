@@ -73,7 +73,10 @@ impl Decisions {
         if let Some(allowed) = self.made.get(&key) {
             return *allowed;
         }
-        let bytes = key.1.len() + key.3.len() + key.4.len();
+        let bytes = key.0.as_str().len() + key.1.len() + key.3.len() + key.4.len();
+        if bytes > MAX_DECISION_BYTES / 64 {
+            return decide();
+        }
         if self.made.len() >= MAX_DECISIONS || self.bytes + bytes > MAX_DECISION_BYTES {
             self.made.clear();
             self.bytes = 0;

@@ -166,6 +166,8 @@ impl Hub {
         };
         if msg.kind == message::Kind::Notification {
             self.touch(number, now);
+            // Accepted: a notification produces no event.
+            let _ = self.audit_take(request);
             let response = decorate(streamable::notification_accepted(), sid, cors);
             self.respond(request, response);
             self.client_message(now, (number, sid), &msg, sender);
@@ -388,9 +390,20 @@ impl Hub {
         Some(entry)
     }
 
-    /// Request `key` of session `number` is awaited no longer and will get no answer
-    /// through the proxy (its stream is gone for good): its `error` event.
-    pub(super) fn abandon_in_flight(&mut self, now: Instant, number: SessionNumber, key: &IdKey) {
+    /// Request `key` of session `number`, answered on `stream`, is awaited no longer and
+    /// will get no answer through the proxy (that stream is gone for good): its `error`
+    /// event. A later request that reuses the id (the first was answered) is not touched.
+    pub(super) fn abandon_in_flight(
+        &mut self,
+        now: Instant,
+        (number, stream): (SessionNumber, StreamKey),
+        key: &IdKey,
+    ) {
+        let m = self.sessions.mcp(number);
+        let entry = m.and_then(|m| m.in_flight.get(key));
+        if entry.is_none_or(|e| e.stream != Some(stream)) {
+            return;
+        }
         if let Some(started) = self.take_in_flight(number, key).and_then(|e| e.audit) {
             self.audit_unanswered(now, number, started);
         }

@@ -214,7 +214,11 @@ impl Hub {
         (principal, cors): (&Principal, &Option<String>),
         msg: &Checked,
     ) -> bool {
-        if msg.kind != message::Kind::Request {
+        // Requests, and a method sent without an id (a call is a call, answered or not).
+        let notification = msg.kind == message::Kind::Notification;
+        if msg.kind == message::Kind::Response
+            || (notification && msg.method.starts_with("notifications/"))
+        {
             return false;
         }
         let tool_rate = msg.tool.as_deref().and_then(|tool| {
@@ -374,7 +378,7 @@ impl Hub {
             .get(session)
             .map(|s| s.id)
             .ok_or(Rejection::SessionNotFound)?;
-        if let Err(rejection) = self.check_tracking(session, msg) {
+        if let Err(rejection) = self.check_tracking(now, session, msg) {
             self.metrics.rejected(&rejection);
             let mut response = match rejection {
                 Rejection::IdInFlight => crate::streamable::id_in_flight(msg.raw_id()),
@@ -452,24 +456,53 @@ impl Hub {
 
     /// With auditing on, a legacy request waits for its answer in its session's bounded
     /// in-flight table, so, as on `/mcp`: an id already in flight gets 409 and a request
-    /// past `--max-inflight` 429; every request accepted is audited.
-    fn check_tracking(&self, number: SessionNumber, msg: &Checked) -> Result<(), Rejection> {
+    /// past `--max-inflight` 429; every request accepted is audited. A request unanswered
+    /// for `--request-timeout` is awaited no longer (`error`), so that requests the backend
+    /// never answers cannot hold the table (nothing is sent: legacy requests do not time
+    /// out, and a late answer still goes to the stream).
+    fn check_tracking(
+        &mut self,
+        now: Instant,
+        number: SessionNumber,
+        msg: &Checked,
+    ) -> Result<(), Rejection> {
         let (Some(_), Some(id)) = (&self.settings.audit, &msg.id) else {
             return Ok(());
         };
-        let Some(Kind::Legacy { in_flight, .. }) = self.sessions.get(number).map(|s| &s.kind)
+        if msg.kind != message::Kind::Request {
+            return Ok(());
+        }
+        let max = self.settings.max_inflight;
+        let blocked = |in_flight: &std::collections::BTreeMap<IdKey, Tracked>| {
+            if in_flight.contains_key(&id.key) {
+                Err(Rejection::IdInFlight)
+            } else if in_flight.len() >= max {
+                Err(Rejection::TooManyInFlight)
+            } else {
+                Ok(())
+            }
+        };
+        let Some(Kind::Legacy { in_flight, .. }) =
+            self.sessions.get_mut(number).map(|s| &mut s.kind)
         else {
             return Ok(());
         };
-        if msg.kind != message::Kind::Request {
-            Ok(())
-        } else if in_flight.contains_key(&id.key) {
-            Err(Rejection::IdInFlight)
-        } else if in_flight.len() >= self.settings.max_inflight {
-            Err(Rejection::TooManyInFlight)
-        } else {
-            Ok(())
+        let (Err(_), Some(timeout)) = (blocked(in_flight), self.settings.request_timeout) else {
+            return blocked(in_flight);
+        };
+        let expired: Vec<_> = (in_flight.iter())
+            .filter(|(_, t)| t.audit.as_ref().is_some_and(|a| a.at() + timeout <= now))
+            .map(|(key, _)| key.clone())
+            .collect();
+        let expired: Vec<_> = (expired.iter())
+            .filter_map(|key| in_flight.remove(key)?.audit)
+            .collect();
+        let result = blocked(in_flight);
+        for started in expired {
+            let at = started.at() + timeout;
+            self.audit_unanswered(at, number, started);
         }
+        result
     }
 
     /// The client of legacy session `number` cancelled request `key`: it is awaited no

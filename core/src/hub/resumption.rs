@@ -167,7 +167,7 @@ impl Hub {
         match (self.settings.resume_window, carries) {
             (Some(window), _) => self.sessions.resume_timers.set((number, key), now + window),
             (None, Carries::Request(id, _)) => {
-                self.abandon_in_flight(now, number, &id);
+                self.abandon_in_flight(now, (number, key), &id);
                 self.forget_stream(number, key, false);
             }
             (None, Carries::Get) => self.forget_stream(number, key, false),
@@ -185,7 +185,7 @@ impl Hub {
             return;
         }
         if let Carries::Request(id, _) = log.carries.clone() {
-            self.abandon_in_flight(now, number, &id);
+            self.abandon_in_flight(now, (number, key), &id);
         }
         self.forget_stream(number, key, true);
         self.touch(number, now);
@@ -272,7 +272,7 @@ impl Hub {
         if let Some(log) = live.filter(|log| matches!(log.carries, Carries::Request(..))) {
             let (carries, attached) = (log.carries.clone(), log.attached);
             if let Carries::Request(id, _) = carries {
-                self.abandon_in_flight(now, number, &id);
+                self.abandon_in_flight(now, (number, key), &id);
             }
             // Remembered as expired, with where its answer was if it was written.
             self.forget_stream(number, key, true);
