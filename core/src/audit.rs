@@ -223,8 +223,6 @@ impl AuditRecord {
     /// busy audit log costs a few small copies per event.
     pub fn write_json(&self, out: &mut String, [audit_id, logged_at, component]: [&str; 3]) {
         use std::fmt::Write as _;
-        let user = self.user.as_ref();
-        let client = self.client.as_deref();
         out.push_str(r#"{"metadata":{"auditId":"#);
         json_str(out, Some(audit_id));
         let _ = write!(
@@ -246,6 +244,27 @@ impl AuditRecord {
         json_str(out, Some(logged_at));
         out.push_str(r#","outcome":"#);
         json_str(out, Some(self.outcome.as_str()));
+        self.write_source(out);
+        self.write_subjects(out);
+        out.push_str(r#","component":"#);
+        json_str(out, Some(component));
+        self.write_target(out);
+        if let Some((request, response, truncated)) = &self.data {
+            out.push_str(r#","data":{"request":"#);
+            json_str(out, Some(request));
+            out.push_str(r#","response":"#);
+            json_str(out, Some(response));
+            if *truncated {
+                out.push_str(r#","truncated":true"#);
+            }
+            out.push('}');
+        }
+        out.push('}');
+    }
+
+    /// `"source":{...}`: where the request came from.
+    fn write_source(&self, out: &mut String) {
+        use std::fmt::Write as _;
         out.push_str(r#","source":{"type":"network","value":"#);
         match self.source.ip {
             Some(ip) => {
@@ -259,7 +278,15 @@ impl AuditRecord {
         json_str(out, self.session.as_ref().map(SessionId::as_str));
         out.push_str(r#","request_id":"#);
         json_id(out, self.request_id.as_deref());
-        out.push_str(r#"}},"subjects":{"user":"#);
+        out.push_str("}}");
+    }
+
+    /// `"subjects":{...}`: who asked, with which client.
+    fn write_subjects(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let user = self.user.as_ref();
+        let client = self.client.as_deref();
+        out.push_str(r#","subjects":{"user":"#);
         match user {
             // A principal's name holds no character JSON escapes (token file names are
             // whitespace-free words; a JWT principal is shown as `sub (issuer iss)`).
@@ -280,8 +307,11 @@ impl AuditRecord {
         json_str(out, client.and_then(|c| c.name.as_deref()));
         out.push_str(r#","client_version":"#);
         json_str(out, client.and_then(|c| c.version.as_deref()));
-        out.push_str(r#"},"component":"#);
-        json_str(out, Some(component));
+        out.push('}');
+    }
+
+    /// `"target":{...}`: what was asked of which endpoint.
+    fn write_target(&self, out: &mut String) {
         out.push_str(r#","target":{"type":"#);
         json_str(out, Some(self.kind.target_type()));
         out.push_str(r#","name":"#);
@@ -297,17 +327,6 @@ impl AuditRecord {
                 out.push('"');
             }
             None => out.push_str("null"),
-        }
-        out.push('}');
-        if let Some((request, response, truncated)) = &self.data {
-            out.push_str(r#","data":{"request":"#);
-            json_str(out, Some(request));
-            out.push_str(r#","response":"#);
-            json_str(out, Some(response));
-            if *truncated {
-                out.push_str(r#","truncated":true"#);
-            }
-            out.push('}');
         }
         out.push('}');
     }

@@ -404,26 +404,32 @@ impl Event {
     }
 }
 
+impl CloseReason {
+    /// Why a session closed, for its log line.
+    fn explained(self) -> &'static str {
+        match self {
+            CloseReason::ClientGone => "stream ended",
+            CloseReason::SlowConsumer => {
+                "slow consumer (its buffer is full; it is disconnected, never thinned)"
+            }
+            CloseReason::BackendExited => "backend exited",
+            CloseReason::Shutdown => "shutting down",
+            CloseReason::Deleted => "deleted by its client",
+            CloseReason::Idle => "idle",
+            CloseReason::Revoked => "a reload removed its principal",
+        }
+    }
+}
+
 impl fmt::Display for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Event::SessionOpened { principal, .. } => {
                 write!(f, "session opened for principal {principal}")
             }
-            Event::SessionClosed { reason, .. } => match reason {
-                CloseReason::ClientGone => write!(f, "session closed: stream ended"),
-                CloseReason::SlowConsumer => write!(
-                    f,
-                    "session closed: slow consumer (its buffer is full; it is disconnected, never thinned)"
-                ),
-                CloseReason::BackendExited => write!(f, "session closed: backend exited"),
-                CloseReason::Shutdown => write!(f, "session closed: shutting down"),
-                CloseReason::Deleted => write!(f, "session closed: deleted by its client"),
-                CloseReason::Idle => write!(f, "session closed: idle"),
-                CloseReason::Revoked => {
-                    write!(f, "session closed: a reload removed its principal")
-                }
-            },
+            Event::SessionClosed { reason, .. } => {
+                write!(f, "session closed: {}", reason.explained())
+            }
             Event::Dropped { reason, method, .. } => match method {
                 Some(m) => write!(f, "dropped backend message ({reason}, method {m})"),
                 None => write!(f, "dropped backend message ({reason})"),
@@ -445,7 +451,7 @@ impl fmt::Display for Event {
             Event::ShutdownRequested => write!(f, "shutdown requested"),
             Event::AuditDropped => write!(
                 f,
-                "audit log cannot keep up: events are dropped (switchboard_audit_dropped_total)"
+                "audit events are dropped: the queue is full or the log cannot be written (switchboard_audit_dropped_total)"
             ),
             Event::StillRunning { signal } => {
                 write!(f, "backend still running; sending {signal:?}")
