@@ -215,39 +215,6 @@ if grep -q '"violations":[1-9]' "$results"; then
     exit 1
 fi
 
-# write_doc DOC REPORT: replaces the lines between `<!-- bench:begin -->` and
-# `<!-- bench:end -->` of DOC (each alone on its line, once, in that order) with a line
-# saying which run this was and the REPORT; DOC keeps every other line. Without both
-# markers DOC is left alone.
-write_doc() {
-    local doc="$1" report="$2" begin='<!-- bench:begin -->' end='<!-- bench:end -->'
-    local b e
-    b="$(grep -nxF -- "$begin" "$doc" 2>/dev/null | cut -d: -f1 || true)"
-    e="$(grep -nxF -- "$end" "$doc" 2>/dev/null | cut -d: -f1 || true)"
-    if [[ ! "$b" =~ ^[0-9]+$ || ! "$e" =~ ^[0-9]+$ ]] || ((b >= e)); then
-        echo "bench: $doc has no single '$begin' line before a single '$end' line: the report is not written there" >&2
-        return 0
-    fi
-    local commit dirty=""
-    commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-    if ! git diff --quiet HEAD -- . ":(exclude)$doc" 2>/dev/null; then
-        dirty=" with local changes"
-    fi
-    {
-        head -n "$b" "$doc"
-        echo
-        echo "The last run: \`tests/bench.sh\`, $rounds round$( ((rounds == 1)) || echo s)," \
-            "on $(nproc) CPUs, load average" \
-            "$load_start at the start and $load_end at the end; $(date -u +%Y-%m-%d)," \
-            "commit $commit$dirty."
-        echo
-        cat "$report"
-        echo
-        tail -n "+$e" "$doc"
-    } >"$doc.new"
-    mv "$doc.new" "$doc"
-    echo "bench: the report is in $doc"
-}
 if [[ -n "$doc" ]]; then
-    write_doc "$doc" "$target_dir/bench/last.txt"
+    write_doc bench "$doc" "$target_dir/bench/last.txt"
 fi

@@ -385,38 +385,6 @@ if ((failures)); then
     exit 1
 fi
 
-# write_doc DOC REPORT: replaces the lines between `<!-- features:begin -->` and
-# `<!-- features:end -->` of DOC (each alone on its line, once, in that order) with a line
-# saying which run this was and the REPORT; DOC keeps every other line.
-write_doc() {
-    local doc="$1" report="$2" begin='<!-- features:begin -->' end='<!-- features:end -->'
-    local b e
-    b="$(grep -nxF -- "$begin" "$doc" 2>/dev/null | cut -d: -f1 || true)"
-    e="$(grep -nxF -- "$end" "$doc" 2>/dev/null | cut -d: -f1 || true)"
-    if [[ ! "$b" =~ ^[0-9]+$ || ! "$e" =~ ^[0-9]+$ ]] || ((b >= e)); then
-        echo "bench_features: $doc has no single '$begin' line before a single '$end' line: the report is not written there" >&2
-        return 0
-    fi
-    local commit dirty=""
-    commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-    if ! git diff --quiet HEAD -- . ":(exclude)$doc" 2>/dev/null; then
-        dirty=" with local changes"
-    fi
-    {
-        head -n "$b" "$doc"
-        echo
-        echo "The last run: \`tests/bench_features.sh\`, $rounds round$( ((rounds == 1)) || echo s)," \
-            "on $(nproc) CPUs, load average" \
-            "$load_start at the start and $load_end at the end; $(date -u +%Y-%m-%d)," \
-            "commit $commit$dirty."
-        echo
-        cat "$report"
-        echo
-        tail -n "+$e" "$doc"
-    } >"$doc.new"
-    mv "$doc.new" "$doc"
-    echo "bench_features: the report is in $doc"
-}
 if [[ -n "$doc" ]]; then
-    write_doc "$doc" "$report"
+    write_doc features "$doc" "$report"
 fi

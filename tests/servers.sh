@@ -1,6 +1,7 @@
-# Sourced by tests/bench.sh and tests/soak.sh (which set `tool` to their name first): a
-# scratch folder `$work` with `$results`, servers started on loopback and waited for, and a
-# cleanup that stops every one of them however the script ends.
+# Sourced by tests/bench.sh, tests/bench_features.sh and tests/soak.sh (which set `tool` to
+# their name first): a scratch folder `$work` with `$results`, servers started on loopback
+# and waited for, a cleanup that stops every one of them however the script ends, and
+# `write_doc` for the benchmark reports.
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/switchboard-$tool.XXXXXX")"
 results="$work/results.jsonl"
@@ -93,4 +94,39 @@ forget() { # pid
         [[ "$p" == "$1" ]] || kept+=("$p")
     done
     started_pids=("${kept[@]}")
+}
+
+# write_doc NAME DOC REPORT: replaces the lines between `<!-- NAME:begin -->` and
+# `<!-- NAME:end -->` of DOC (each alone on its line, once, in that order) with a line saying
+# which run this was (the caller's `$rounds`, `$load_start`, `$load_end`) and the REPORT; DOC
+# keeps every other line. Without both markers DOC is left alone.
+write_doc() {
+    local name="$1" doc="$2" report="$3"
+    local begin="<!-- $name:begin -->" end="<!-- $name:end -->"
+    local b e
+    b="$(grep -nxF -- "$begin" "$doc" 2>/dev/null | cut -d: -f1 || true)"
+    e="$(grep -nxF -- "$end" "$doc" 2>/dev/null | cut -d: -f1 || true)"
+    if [[ ! "$b" =~ ^[0-9]+$ || ! "$e" =~ ^[0-9]+$ ]] || ((b >= e)); then
+        echo "$tool: $doc has no single '$begin' line before a single '$end' line: the report is not written there" >&2
+        return 0
+    fi
+    local commit dirty=""
+    commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    if ! git diff --quiet HEAD -- . ":(exclude)$doc" 2>/dev/null; then
+        dirty=" with local changes"
+    fi
+    {
+        head -n "$b" "$doc"
+        echo
+        echo "The last run: \`tests/$tool.sh\`, $rounds round$( ((rounds == 1)) || echo s)," \
+            "on $(nproc) CPUs, load average" \
+            "$load_start at the start and $load_end at the end; $(date -u +%Y-%m-%d)," \
+            "commit $commit$dirty."
+        echo
+        cat "$report"
+        echo
+        tail -n "+$e" "$doc"
+    } >"$doc.new"
+    mv "$doc.new" "$doc"
+    echo "$tool: the report is in $doc"
 }
