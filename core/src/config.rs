@@ -247,7 +247,8 @@ pub struct Config {
     #[cfg_attr(feature = "cli", arg(long, default_value = "30m", value_parser = parse_duration, value_name = "DURATION"))]
     pub session_idle: Duration,
 
-    /// Requests one Streamable HTTP session may have in flight; more get 429.
+    /// Requests one Streamable HTTP session (and, with --audit-log, one legacy session) may
+    /// have in flight; more get 429.
     #[cfg_attr(feature = "cli", arg(long, default_value_t = 256, value_name = "N"))]
     pub max_inflight: usize,
 
