@@ -57,46 +57,32 @@ impl Config {
         })
     }
 
-    /// A reload's flags: these, with every flag a running proxy cannot change kept as
-    /// `running` has it (so that nothing is built from a value not in force), and the names
-    /// of those that differed.
+    /// A reload's flags: these, with every flag a running proxy cannot change (SPEC section
+    /// 10) kept as `running` has it (so that nothing is built from a value not in force),
+    /// and the names of those that differed. One list, so that what is kept and what is
+    /// reported cannot drift apart.
     pub fn for_reload(mut self, running: &Config) -> (Config, Vec<&'static str>) {
-        let ignored = self.restart_only_changes(running);
-        self.listen = running.listen;
-        self.host = running.host;
-        self.port = running.port;
-        self.instance.clone_from(&running.instance);
-        self.env.clone_from(&running.env);
-        self.max_line = running.max_line;
-        self.log_level.clone_from(&running.log_level);
-        self.log_format = running.log_format;
-        self.audit_log.clone_from(&running.audit_log);
-        self.demo_backend = running.demo_backend;
-        self.command.clone_from(&running.command);
+        let mut ignored = Vec::new();
+        if self.listen_addr() != running.listen_addr() {
+            ignored.push("--listen/--host/--port");
+        }
+        (self.listen, self.host, self.port) = (running.listen, running.host, running.port);
+        macro_rules! keep {
+            ($name:literal: $($field:ident),+) => {
+                if $(self.$field != running.$field)||+ {
+                    ignored.push($name);
+                }
+                $(self.$field.clone_from(&running.$field);)+
+            };
+        }
+        keep!("--instance": instance);
+        keep!("--env": env);
+        keep!("--max-line": max_line);
+        keep!("--log-level": log_level);
+        keep!("--log-format": log_format);
+        keep!("--audit-log": audit_log);
+        keep!("the backend command": demo_backend, command);
         (self, ignored)
-    }
-
-    /// The flags a running proxy cannot change (SPEC section 10) that differ in `self`
-    /// from `running`'s.
-    pub fn restart_only_changes(&self, running: &Config) -> Vec<&'static str> {
-        let changed = [
-            (
-                "--listen/--host/--port",
-                self.listen_addr() != running.listen_addr(),
-            ),
-            ("--instance", self.instance != running.instance),
-            ("--env", self.env != running.env),
-            ("--max-line", self.max_line != running.max_line),
-            ("--log-level", self.log_level != running.log_level),
-            ("--log-format", self.log_format != running.log_format),
-            ("--audit-log", self.audit_log != running.audit_log),
-            (
-                "the backend command",
-                self.demo_backend != running.demo_backend || self.command != running.command,
-            ),
-        ];
-        let changed = changed.into_iter().filter(|(_, changed)| *changed);
-        changed.map(|(flag, _)| flag).collect()
     }
 }
 
