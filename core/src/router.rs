@@ -133,6 +133,17 @@ impl Checked {
         Ok(Checked { text, ..checked })
     }
 
+    /// Whether it asks something of the server: a request, or a method sent without an id
+    /// other than `notifications/*` (a `tools/call` as a notification still runs the tool).
+    /// The policy and the rate limits judge these.
+    pub(crate) fn is_call(&self) -> bool {
+        match self.kind {
+            message::Kind::Request => true,
+            message::Kind::Notification => !self.method.starts_with("notifications/"),
+            message::Kind::Response => false,
+        }
+    }
+
     /// A request's id as the client wrote it (`null` for a notification).
     pub(crate) fn raw_id(&self) -> &str {
         self.id

@@ -110,9 +110,8 @@ impl Question {
     /// Arguments are read only `with_arguments`.
     fn of(msg: &Checked, with_arguments: bool) -> Option<Question> {
         let method = msg.method.as_str();
-        let passes = matches!(method, "initialize" | "ping" | "logging/setLevel")
-            || (msg.kind == Kind::Notification && method.starts_with("notifications/"));
-        if msg.kind == Kind::Response || passes || LISTS.contains(&method) {
+        let passes = matches!(method, "initialize" | "ping" | "logging/setLevel");
+        if !msg.is_call() || passes || LISTS.contains(&method) {
             return None;
         }
         let name = || msg.name.clone().unwrap_or_default();

@@ -214,11 +214,7 @@ impl Hub {
         (principal, cors): (&Principal, &Option<String>),
         msg: &Checked,
     ) -> bool {
-        // Requests, and a method sent without an id (a call is a call, answered or not).
-        let notification = msg.kind == message::Kind::Notification;
-        if msg.kind == message::Kind::Response
-            || (notification && msg.method.starts_with("notifications/"))
-        {
+        if !msg.is_call() {
             return false;
         }
         let tool_rate = msg.tool.as_deref().and_then(|tool| {
@@ -378,17 +374,19 @@ impl Hub {
             .get(session)
             .map(|s| s.id)
             .ok_or(Rejection::SessionNotFound)?;
-        if let Err(rejection) = self.check_tracking(now, session, msg) {
-            self.metrics.rejected(&rejection);
-            let mut response = match rejection {
-                Rejection::IdInFlight => crate::streamable::id_in_flight(msg.raw_id()),
-                _ => rejection.response(),
-            };
-            if let Some(origin) = cors {
-                http::add_cors(&mut response, origin);
+        match self.check_tracking(now, session, msg) {
+            // 409 carries the id that is taken.
+            Err(Rejection::IdInFlight) => {
+                self.metrics.rejected(&Rejection::IdInFlight);
+                let mut response = crate::streamable::id_in_flight(msg.raw_id());
+                if let Some(origin) = cors {
+                    http::add_cors(&mut response, origin);
+                }
+                self.respond(request, response);
+                return Ok(());
             }
-            self.respond(request, response);
-            return Ok(());
+            Err(rejection) => return Err(rejection),
+            Ok(()) => {}
         }
         sender.started = self.audit_take(request);
         self.client_message(now, (session, sid), msg, sender);
