@@ -121,6 +121,21 @@ impl Outcome {
         }
     }
 
+    /// A request refused with HTTP `status` before any JSON-RPC answer. 401, 403 and 429
+    /// are `denied`: a decision about who may ask what, from where (credential, Origin,
+    /// Host, scope, policy, rate limit). Every other refusal (400 for framing or admission,
+    /// 404, 405, 406, 409, 413, 415, 503) is `error`: SPEC section 11 keeps `failure` for
+    /// the backend's own JSON-RPC error and `denied` for those decisions, and a request
+    /// that could not be served as sent ended in error, as one that timed out or met a
+    /// backend that was down did.
+    pub fn of_refusal(status: u16) -> Outcome {
+        match status {
+            200..=299 => Outcome::Success,
+            401 | 403 | 429 => Outcome::Denied,
+            _ => Outcome::Error,
+        }
+    }
+
     /// A backend's answer: a result succeeded, an error failed.
     pub(crate) fn of_answer(message: &[u8]) -> Outcome {
         match crate::message::parse_backend(std::str::from_utf8(message).unwrap_or("")) {
@@ -165,6 +180,52 @@ impl Transport {
     }
 }
 
+/// What a request the hub never saw asked for (one the gate or the HTTP/1.1 framing rules
+/// refused in the shell): where it came from and which endpoint it named, for the event of
+/// its refusal ([`Asked::new`] decides which event that is).
+#[derive(Debug, Clone)]
+pub struct Asked {
+    /// Where it came from.
+    pub source: Arc<Source>,
+    /// The event its refusal is, unless a credential was refused (`auth_failure`):
+    /// `session_open` for `GET /sse`, `session_close` for `DELETE /mcp`, else `mcp_request`
+    /// (its message, if any, was not read).
+    pub kind: AuditType,
+    /// The transport whose endpoint it named; `None` for any other path.
+    pub transport: Option<Transport>,
+    /// The path asked for (no query: it may carry a token), cut to [`MAX_FIELD`] bytes,
+    /// when it names neither transport's endpoint: the event's `target.endpoint` then,
+    /// with `transport` null. `None` otherwise.
+    pub path: Option<String>,
+}
+
+impl Asked {
+    /// A request for `method` and `path` (without query, `--base-path` included) under
+    /// `base_path`: `/sse`, `/messages` and `/messages/` are the legacy transport, `/mcp`
+    /// and `/mcp/` Streamable HTTP; anything else names neither.
+    pub fn new(source: Arc<Source>, method: &str, path: &str, base_path: &str) -> Asked {
+        let rest = path
+            .strip_prefix(base_path.trim_end_matches('/'))
+            .filter(|rest| rest.starts_with('/'));
+        let transport = match rest {
+            Some("/sse" | "/messages" | "/messages/") => Some(Transport::Sse),
+            Some("/mcp" | "/mcp/") => Some(Transport::Streamable),
+            _ => None,
+        };
+        let kind = match (method, rest) {
+            ("GET", Some("/sse")) => AuditType::SessionOpen,
+            ("DELETE", Some("/mcp" | "/mcp/")) => AuditType::SessionClose,
+            _ => AuditType::Request,
+        };
+        Asked {
+            source,
+            kind,
+            transport,
+            path: transport.is_none().then(|| field(path)),
+        }
+    }
+}
+
 /// A client's `clientInfo` from its session's `initialize`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
 pub struct ClientInfo {
@@ -181,8 +242,12 @@ pub struct AuditRecord {
     pub kind: AuditType,
     /// How it ended.
     pub outcome: Outcome,
-    /// Over which transport (none for a backend restart).
+    /// Over which transport (none for a backend restart, and for a refused request that
+    /// named neither transport's endpoint).
     pub transport: Option<Transport>,
+    /// The path a refused request asked for when it named neither transport's endpoint
+    /// ([`Asked::path`]): `target.endpoint` when `transport` is `None`.
+    pub path: Option<String>,
     /// From request to outcome.
     pub duration_ms: u64,
     /// The bytes of the JSON-RPC response message as sent.
@@ -326,7 +391,7 @@ impl AuditRecord {
                 out.push_str(t.path());
                 out.push('"');
             }
-            None => out.push_str("null"),
+            None => json_str(out, self.path.as_deref()),
         }
         out.push('}');
     }
@@ -525,6 +590,7 @@ mod tests {
             kind: AuditType::ToolCall,
             outcome: Outcome::Failure,
             transport: Some(Transport::Sse),
+            path: None,
             duration_ms: 12,
             response_size: Some(99),
             source: Arc::new(Source {
@@ -559,6 +625,38 @@ mod tests {
         plain.request_id = Some("7".into());
         let v: serde_json::Value = serde_json::from_str(&plain.to_json("id", "t", "c")).unwrap();
         assert_eq!(v["source"]["extra"]["request_id"], 7);
+    }
+
+    #[test]
+    fn a_refused_request_names_its_transport_or_the_path_asked() {
+        let asked = |method, path| {
+            let a = Asked::new(Arc::default(), method, path, "/bp/");
+            (a.kind, a.transport, a.path)
+        };
+        let (sse, mcp) = (Some(Transport::Sse), Some(Transport::Streamable));
+        assert_eq!(asked("GET", "/bp/sse"), (AuditType::SessionOpen, sse, None));
+        assert_eq!(asked("POST", "/bp/sse"), (AuditType::Request, sse, None));
+        assert_eq!(
+            asked("POST", "/bp/messages/"),
+            (AuditType::Request, sse, None)
+        );
+        assert_eq!(
+            asked("DELETE", "/bp/mcp/"),
+            (AuditType::SessionClose, mcp, None)
+        );
+        assert_eq!(asked("GET", "/bp/mcp"), (AuditType::Request, mcp, None));
+        // Outside the base path, or any other path: named as asked, no transport.
+        let other = |path: &str| (AuditType::Request, None, Some(path.to_owned()));
+        assert_eq!(asked("GET", "/sse"), other("/sse"));
+        assert_eq!(asked("GET", "/bp/sse/"), other("/bp/sse/"));
+        assert_eq!(asked("GET", "/bpmcp"), other("/bpmcp"));
+        let long = format!("/{}", "x".repeat(2 * MAX_FIELD));
+        assert_eq!(asked("GET", &long).2.map(|p| p.len()), Some(MAX_FIELD));
+        let outcomes = [401, 403, 429, 400, 404, 405, 406, 503].map(Outcome::of_refusal);
+        assert_eq!(
+            outcomes.map(Outcome::as_str).join(" "),
+            "denied denied denied error error error error error"
+        );
     }
 
     #[test]

@@ -248,8 +248,8 @@ pub struct Refused {
     pub rejection: Rejection,
     /// The answer, CORS headers included for an allowed origin.
     pub response: Response,
-    /// Where it came from, for audit records.
-    pub source: std::sync::Arc<crate::audit::Source>,
+    /// Where it came from and what it asked for, for its audit event.
+    pub asked: crate::audit::Asked,
 }
 
 impl Gate {
@@ -278,17 +278,34 @@ impl Gate {
                     .headers
                     .push(("www-authenticate", Cow::Owned(challenge)));
             }
-            if rejection != Rejection::OriginNotAllowed {
-                if let Some(origin) = head.origin {
-                    add_cors(&mut response, origin);
-                }
+            let path = head.path_and_query().0;
+            if self
+                .oauth
+                .as_ref()
+                .is_some_and(|o| o.is_metadata_path(path))
+            {
+                // SPEC section 9: the metadata document is readable from any origin, and
+                // every answer at its path says so.
+                let any = Cow::Borrowed("*");
+                response.headers.push(("access-control-allow-origin", any));
+            } else if let Some(origin) = head.origin.filter(|o| self.origins.allows_origin(o)) {
+                // Only an allowed origin is echoed (SPEC section 1), whatever the refusal.
+                add_cors(&mut response, origin);
             }
             Refused {
                 rejection,
                 response,
-                source: std::sync::Arc::new(self.source(head)),
+                asked: self.asked(head),
             }
         })
+    }
+
+    /// Where a request came from and which endpoint it named, for the audit event of its
+    /// refusal (by the gate, or by the framing rules in the shell).
+    pub fn asked(&self, head: &RequestHead<'_>) -> crate::audit::Asked {
+        let source = std::sync::Arc::new(self.source(head));
+        let path = head.path_and_query().0;
+        crate::audit::Asked::new(source, head.method, path, &self.base_path)
     }
 
     /// Where a request came from: SPEC section 11's client address and its `User-Agent`.
@@ -480,17 +497,20 @@ pub struct OriginPolicy {
 }
 
 impl OriginPolicy {
+    /// Whether a browser `origin` may call: a loopback origin (any port) or one of
+    /// `--allow-origin`.
+    pub fn allows_origin(&self, origin: &str) -> bool {
+        self.allow_origins.iter().any(|o| o == origin)
+            || origin
+                .strip_prefix("http://")
+                .or_else(|| origin.strip_prefix("https://"))
+                .is_some_and(|rest| is_loopback_host(strip_port(rest)))
+    }
+
     /// Checks the `Origin` (when present) and then the `Host` header.
     pub fn check(&self, origin: Option<&str>, host: Option<&str>) -> Result<(), Rejection> {
-        if let Some(origin) = origin {
-            let allowed = self.allow_origins.iter().any(|o| o == origin)
-                || origin
-                    .strip_prefix("http://")
-                    .or_else(|| origin.strip_prefix("https://"))
-                    .is_some_and(|rest| is_loopback_host(strip_port(rest)));
-            if !allowed {
-                return Err(Rejection::OriginNotAllowed);
-            }
+        if origin.is_some_and(|origin| !self.allows_origin(origin)) {
+            return Err(Rejection::OriginNotAllowed);
         }
         if self.loopback_bind || !self.allow_hosts.is_empty() {
             let host = strip_port(host.unwrap_or_default());

@@ -102,7 +102,10 @@ fn no_token_byte_run_reaches_an_audit_event_a_log_line_or_a_metric() {
             };
             now += Duration::from_millis(3);
             match gate.admit(&head, 0) {
-                Err(refused) => hub.handle_refused(now, refused.rejection, refused.source),
+                Err(refused) => {
+                    let why = switchboard_core::hub::Refusal::Gate(refused.rejection);
+                    hub.handle_refused(now, why, refused.asked)
+                }
                 Ok(admitted) => {
                     let body = format!(
                         r#"{{"jsonrpc":"2.0","id":{step},"method":"tools/call","params":{{"name":"echo"}}}}"#

@@ -32,7 +32,7 @@ use switchboard_core::framing::{
     self, BodyLength, ChunkedBody, Framing, FramingError, Pipeline, H2_PREFACE,
 };
 use switchboard_core::http::{self, RequestHead};
-use switchboard_core::hub::Payload;
+use switchboard_core::hub::{Payload, Refusal};
 use switchboard_core::load::{Front, Shared};
 use switchboard_core::{Rejection, StreamId};
 use tracing::{debug, warn};
@@ -256,15 +256,6 @@ impl<'s> Connection<'s> {
     /// another.
     fn serve(&mut self, head: Head) -> Result<bool, Stop> {
         let limits = self.front.framing;
-        self.pipeline
-            .request(self.read_since_answer, &limits)
-            .map_err(Stop::Refuse)?;
-        let headers = head
-            .headers
-            .iter()
-            .map(|(name, value)| (name.as_bytes(), value.as_slice()));
-        let framing = framing::check_head(head.minor, head.target.len(), headers, &limits)
-            .map_err(Stop::Refuse)?;
         let forwarded_for = head.all_text("x-forwarded-for");
         let request_head = RequestHead {
             method: &head.method,
@@ -282,6 +273,14 @@ impl<'s> Connection<'s> {
             user_agent: head.text("user-agent"),
             forwarded_for: &forwarded_for,
         };
+        let headers = head
+            .headers
+            .iter()
+            .map(|(name, value)| (name.as_bytes(), value.as_slice()));
+        let framing = (self.pipeline)
+            .request(self.read_since_answer, &limits)
+            .and_then(|()| framing::check_head(head.minor, head.target.len(), headers, &limits))
+            .map_err(|refused| self.misframed(Stop::Refuse(refused), &request_head))?;
         let no_body = head.method == "HEAD";
         let admitted = match self.front.gate.admit(&request_head, unix_now()) {
             Ok(admitted) => admitted,
@@ -289,10 +288,8 @@ impl<'s> Connection<'s> {
                 debug!(peer = %self.peer, reason = refused.rejection.as_str(), "refused");
                 // Counted and audited like any request: a refused client waits for room
                 // on the loop's queue as every other does.
-                let _ = self
-                    .server
-                    .inputs
-                    .send(Input::Refused(refused.rejection, refused.source));
+                let why = Refusal::Gate(refused.rejection);
+                let _ = self.server.inputs.send(Input::Refused(why, refused.asked));
                 // The body is read and dropped, so the next request starts where it ends;
                 // one the client waits to send (100-continue) is not asked for.
                 let keep = framing.keep_alive
@@ -301,7 +298,9 @@ impl<'s> Connection<'s> {
                 return Ok(self.write(&refused.response, !keep, no_body));
             }
         };
-        let (payload, keep) = match self.read_body(&framing)? {
+        let body = self.read_body(&framing);
+        let body = body.map_err(|stop| self.misframed(stop, &request_head))?;
+        let (payload, keep) = match body {
             Some(body) => (Payload::Bytes(body), framing.keep_alive),
             // Not read: nothing more can be read from this connection.
             None => (Payload::TooLarge, false),
@@ -332,6 +331,16 @@ impl<'s> Connection<'s> {
                 Ok(false)
             }
         }
+    }
+
+    /// A request the framing rules refused once its head was read: the hub is told (it
+    /// audits the refusal); the caller answers it. Any other stop passes through.
+    fn misframed(&self, stop: Stop, head: &RequestHead<'_>) -> Stop {
+        if let Stop::Refuse(refused) = stop {
+            let asked = self.front.gate.asked(head);
+            let _ = (self.server.inputs).send(Input::Refused(Refusal::Framing(refused), asked));
+        }
+        stop
     }
 
     /// Reads the next request head within `deadline`.

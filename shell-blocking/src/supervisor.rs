@@ -16,7 +16,7 @@ use switchboard_core::jwt::KeyStore;
 use switchboard_core::load::{Front, Loaded, Shared};
 use switchboard_core::output::Level;
 use switchboard_core::supervise::Exit;
-use switchboard_core::{BackendId, FetchId, Output, Rejection, RequestId, StreamEnd, StreamId};
+use switchboard_core::{BackendId, FetchId, Output, RequestId, StreamEnd, StreamId};
 use tracing::{debug, info, warn};
 
 use crate::audit::AuditLog;
@@ -46,8 +46,9 @@ pub enum Input {
         fetch: FetchId,
         result: Result<Fetched, String>,
     },
-    /// A request the gate refused (already answered): counted.
-    Refused(Rejection, Arc<switchboard_core::audit::Source>),
+    /// A request the gate or the framing rules refused (already answered): counted and
+    /// audited.
+    Refused(hub::Refusal, switchboard_core::audit::Asked),
     /// A connection no thread could be started for: the hub says what it is answered.
     Unserved { reply: Sender<Reply> },
     /// Lines the backend wrote (`None`: one over `--max-line`).
@@ -179,7 +180,7 @@ impl Supervisor {
                 let id = self.hub.handle_request(now, *request);
                 self.replies.insert(id, reply);
             }
-            Input::Refused(rejection, source) => self.hub.handle_refused(now, rejection, source),
+            Input::Refused(why, asked) => self.hub.handle_refused(now, why, asked),
             Input::Fetched { fetch, result } => self.hub.handle_fetched(now, fetch, result),
             Input::Unserved { reply } => {
                 let id = self.hub.handle_unserved(now);

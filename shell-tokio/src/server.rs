@@ -22,12 +22,13 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderName, HeaderValue};
+use hyper::http::request::Parts;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use switchboard_core::framing::{self, FramingError, Limits, Pipeline};
 use switchboard_core::http::{self, RequestHead};
-use switchboard_core::hub::Payload;
+use switchboard_core::hub::{Payload, Refusal};
 use switchboard_core::load::{Front, Shared};
 use switchboard_core::Rejection;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -112,26 +113,23 @@ impl Server {
         reads: &Reads,
     ) -> Response<ResponseBody> {
         let front = self.front.get();
-        if let Err(refused) = self.check_framing(&req, reads, &front.framing) {
-            debug!(%peer, reason = refused.as_str(), "refused");
-            return full(refused.response());
-        }
+        let (req, body) = req.into_parts();
         let text = |name| {
-            req.headers()
+            req.headers
                 .get(name)
                 .and_then(|v: &HeaderValue| v.to_str().ok())
         };
-        let forwarded_for: Vec<&str> = (req.headers())
+        let forwarded_for: Vec<&str> = (req.headers)
             .get_all(HeaderName::from_static("x-forwarded-for"))
             .iter()
             .map(|v| v.to_str().unwrap_or_default())
             .collect();
         let head = RequestHead {
-            method: req.method().as_str(),
-            target: req.uri().path_and_query().map_or("/", |p| p.as_str()),
-            authority: req.uri().authority().map(|a| a.as_str()),
+            method: req.method.as_str(),
+            target: req.uri.path_and_query().map_or("/", |p| p.as_str()),
+            authority: req.uri.authority().map(|a| a.as_str()),
             authorization: req
-                .headers()
+                .headers
                 .get(header::AUTHORIZATION)
                 .map(HeaderValue::as_bytes),
             origin: text(header::ORIGIN),
@@ -145,23 +143,27 @@ impl Server {
             user_agent: text(header::USER_AGENT),
             forwarded_for: &forwarded_for,
         };
+        if let Err(refused) = self.check_framing(&req, reads, &front.framing) {
+            return self.misframed(peer, refused, front.gate.asked(&head)).await;
+        }
         let admitted = match front.gate.admit(&head, unix_now()) {
             Ok(admitted) => admitted,
             Err(refused) => {
                 debug!(%peer, reason = refused.rejection.as_str(), "refused");
                 // Counted and audited like any request: a refused client waits for room
                 // on the loop's queue as every other does.
-                let input = Input::Refused(refused.rejection, refused.source);
+                let input = Input::Refused(Refusal::Gate(refused.rejection), refused.asked);
                 let _ = self.inputs.send(input).await;
                 return full(refused.response);
             }
         };
-        let body = match read_limited(req.into_body(), front.max_body).await {
+        let body = match read_limited(body, front.max_body).await {
             Ok(body) => body,
-            Err(refused) => {
-                debug!(%peer, reason = refused.as_str(), "refused");
-                return full(refused.response());
+            Err(Some(refused)) => {
+                return self.misframed(peer, refused, front.gate.asked(&head)).await
             }
+            // The client left mid-body, as the blocking shell sees it: nothing to audit.
+            Err(None) => return full(FramingError::InvalidChunk.response()),
         };
         let request = Box::new(admitted.into_request(body, entropy));
         let (reply, answer) = oneshot::channel();
@@ -183,21 +185,36 @@ impl Server {
 }
 
 impl Server {
+    /// A request the framing rules refused once its head was read: the hub is told (it
+    /// audits the refusal) and the refusal answered.
+    async fn misframed(
+        &self,
+        peer: SocketAddr,
+        refused: FramingError,
+        asked: switchboard_core::audit::Asked,
+    ) -> Response<ResponseBody> {
+        debug!(%peer, reason = refused.as_str(), "refused");
+        let _ = (self.inputs)
+            .send(Input::Refused(Refusal::Framing(refused), asked))
+            .await;
+        full(refused.response())
+    }
+
     /// The core's framing rules on the head hyper parsed (within `limits`), and the
     /// connection's pipelining count.
     fn check_framing(
         &self,
-        req: &Request<Incoming>,
+        req: &Parts,
         reads: &Reads,
         limits: &Limits,
     ) -> Result<(), FramingError> {
-        let uri = req.uri();
+        let uri = &req.uri;
         let target_len = uri.scheme_str().map_or(0, |s| s.len() + 3)
             + uri.authority().map_or(0, |a| a.as_str().len())
             + uri.path_and_query().map_or(0, |p| p.as_str().len());
-        let minor = u8::from(req.version() != hyper::Version::HTTP_10);
+        let minor = u8::from(req.version != hyper::Version::HTTP_10);
         let headers = req
-            .headers()
+            .headers
             .iter()
             .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()));
         framing::check_head(minor, target_len, headers, limits)?;
@@ -213,16 +230,17 @@ impl Server {
 
 /// The body, or [`Payload::TooLarge`] past `limit` (by header, or counted as it arrives
 /// for chunked bodies): no more than `limit` bytes are ever held. A body hyper could not
-/// decode (a bad chunk, trailers that do not parse, the client gone) is refused: a
+/// decode (a bad chunk, trailers that do not parse; `None`: the client gone) is refused: a
 /// request is forwarded only once its whole body was framed correctly.
-async fn read_limited(mut body: Incoming, limit: usize) -> Result<Payload, FramingError> {
+async fn read_limited(mut body: Incoming, limit: usize) -> Result<Payload, Option<FramingError>> {
     use hyper::body::Body as _;
     if body.size_hint().lower() > limit as u64 {
         return Ok(Payload::TooLarge);
     }
     let mut buf = Vec::new();
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|_| FramingError::InvalidChunk)?;
+        let frame = frame
+            .map_err(|e| (!e.is_incomplete_message()).then_some(FramingError::InvalidChunk))?;
         if let Ok(data) = frame.into_data() {
             if buf.len() + data.len() > limit {
                 return Ok(Payload::TooLarge);

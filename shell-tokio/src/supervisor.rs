@@ -13,7 +13,7 @@ use switchboard_core::jwt::KeyStore;
 use switchboard_core::load::{Front, Loaded, Shared};
 use switchboard_core::output::Level;
 use switchboard_core::supervise::Exit;
-use switchboard_core::{BackendId, FetchId, Output, Rejection, RequestId, StreamEnd, StreamId};
+use switchboard_core::{BackendId, FetchId, Output, RequestId, StreamEnd, StreamId};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 
@@ -41,8 +41,9 @@ pub enum Input {
         fetch: FetchId,
         result: Result<Fetched, String>,
     },
-    /// A request the gate refused (already answered): counted.
-    Refused(Rejection, Arc<switchboard_core::audit::Source>),
+    /// A request the gate or the framing rules refused (already answered): counted and
+    /// audited.
+    Refused(hub::Refusal, switchboard_core::audit::Asked),
     /// Lines the backend wrote (`None`: one over `--max-line`).
     BackendLines {
         backend: BackendId,
@@ -175,7 +176,7 @@ impl Supervisor {
                 let id = self.hub.handle_request(now, *request);
                 self.replies.insert(id, reply);
             }
-            Input::Refused(rejection, source) => self.hub.handle_refused(now, rejection, source),
+            Input::Refused(why, asked) => self.hub.handle_refused(now, why, asked),
             Input::Fetched { fetch, result } => self.hub.handle_fetched(now, fetch, result),
             Input::BackendLines { backend, batch } => {
                 self.hub.handle_backend_lines(now, backend, batch)

@@ -121,6 +121,12 @@ fn an_sdk_session_produces_exactly_the_expected_events(target: Target) {
         kind_and_outcome(&all[0]),
         ("auth_failure".into(), "denied".into())
     );
+    assert_eq!(all[0]["target"]["endpoint"], "/sse", "{}", all[0]);
+    assert_eq!(
+        all[0]["metadata"]["extra"]["transport"], "sse",
+        "{}",
+        all[0]
+    );
     assert_eq!(all.len(), seen, "{all:#?}");
     let text = std::fs::read_to_string(&log).unwrap() + &p.log() + &p.metrics();
     for token in [ALICE.1, WRONG] {
@@ -188,7 +194,252 @@ fn behind_nginx_the_client_address_comes_only_from_a_trusted_proxy(target: Targe
     }
 }
 
+const BOB: (&str, &str) = ("bob", "bob-token-0123456789abcdefghij");
+
+/// Every refusal, by the gate, the hub or the framing rules, is exactly one event that
+/// names its endpoint (under `--base-path`) and transport: a refused credential's
+/// `auth_failure` too. A path that is neither transport's is named as asked, without its
+/// query, with `transport` null.
+fn every_refusal_is_one_event_with_its_endpoint_and_transport(target: Target) {
+    let dir = TempDir::new("audit-refusals");
+    let log = dir.file("audit.jsonl");
+    let p = Proxy::builder(target)
+        .tokens(&[ALICE, BOB])
+        .args(["--base-path", "/bp"])
+        .args(["--audit-log".to_owned(), log.display().to_string()])
+        .health_path("/bp/health")
+        .start();
+    let alice = format!("Bearer {}", ALICE.1);
+    let wrong = format!("Bearer {WRONG}");
+    let bobs = switchboard_tests::mcp::McpSession::start_at(p.addr, "/bp/mcp", Some(BOB.1));
+    let mut seen = events(&log, |e| e.len() >= 2).len();
+    assert_eq!(seen, 2, "bob's session_open and mcp_initialize");
+    let init = switchboard_tests::mcp::initialize_body(1);
+    let (json, both) = ("application/json", "application/json, text/event-stream");
+    let post = |headers: &[(&str, &str)]| {
+        let mut all = headers.to_vec();
+        for (name, value) in [("Content-Type", json), ("Accept", both)] {
+            if !headers.iter().any(|(n, _)| *n == name) {
+                all.push((name, value));
+            }
+        }
+        p.request("POST", "/bp/mcp", &all, Body::json(&init))
+    };
+    let foreign = [
+        ("Authorization", alice.as_str()),
+        ("Mcp-Session-Id", bobs.sid.as_str()),
+    ];
+    let unknown = [
+        ("Authorization", alice.as_str()),
+        ("Mcp-Session-Id", "6f1c2a9e-8a1b-4c3d-9e2f-0a1b2c3d4e5f"),
+        ("Accept", "text/event-stream"),
+    ];
+    let evil_origin = [
+        ("Authorization", alice.as_str()),
+        ("Origin", "http://evil.example"),
+    ];
+    let evil_host = [("Authorization", alice.as_str()), ("Host", "evil.example")];
+    let bad_accept = [("Authorization", alice.as_str()), ("Accept", "text/plain")];
+    let twice = [
+        ("Authorization", alice.as_str()),
+        ("Origin", "http://localhost"),
+        ("Origin", "http://localhost:1"),
+    ];
+    let auth = [("Authorization", alice.as_str())];
+    // (what, the answer's status, type, outcome, endpoint, transport)
+    type Case<'a> = (&'a str, u16, &'a str, &'a str, &'a str, Option<&'a str>);
+    let cases: [(Case, Box<dyn Fn() -> u16 + '_>); 11] = [
+        (
+            (
+                "wrong token",
+                401,
+                "auth_failure",
+                "denied",
+                "/bp/mcp",
+                Some("streamable-http"),
+            ),
+            Box::new(|| post(&[("Authorization", wrong.as_str())]).status),
+        ),
+        (
+            (
+                "Origin",
+                403,
+                "mcp_request",
+                "denied",
+                "/bp/mcp",
+                Some("streamable-http"),
+            ),
+            Box::new(|| post(&evil_origin).status),
+        ),
+        (
+            (
+                "Host",
+                403,
+                "session_open",
+                "denied",
+                "/bp/sse",
+                Some("sse"),
+            ),
+            Box::new(|| p.request("GET", "/bp/sse", &evil_host, Body::None).status),
+        ),
+        (
+            (
+                "DELETE foreign",
+                404,
+                "session_close",
+                "error",
+                "/bp/mcp",
+                Some("streamable-http"),
+            ),
+            Box::new(|| p.request("DELETE", "/bp/mcp", &foreign, Body::None).status),
+        ),
+        (
+            (
+                "GET unknown",
+                404,
+                "mcp_request",
+                "error",
+                "/bp/mcp",
+                Some("streamable-http"),
+            ),
+            Box::new(|| p.request("GET", "/bp/mcp", &unknown, Body::None).status),
+        ),
+        (
+            (
+                "405 /mcp",
+                405,
+                "mcp_request",
+                "error",
+                "/bp/mcp",
+                Some("streamable-http"),
+            ),
+            Box::new(|| p.request("PUT", "/bp/mcp", &auth, Body::None).status),
+        ),
+        (
+            (
+                "405 messages",
+                405,
+                "mcp_request",
+                "error",
+                "/bp/sse",
+                Some("sse"),
+            ),
+            Box::new(|| p.request("GET", "/bp/messages", &auth, Body::None).status),
+        ),
+        (
+            ("404 path", 404, "mcp_request", "error", "/bp/nope", None),
+            Box::new(|| {
+                p.request("GET", "/bp/nope?secret=s3cr3t", &auth, Body::None)
+                    .status
+            }),
+        ),
+        (
+            (
+                "406 POST",
+                406,
+                "mcp_request",
+                "error",
+                "/bp/mcp",
+                Some("streamable-http"),
+            ),
+            Box::new(|| post(&bad_accept).status),
+        ),
+        (
+            (
+                "406 GET",
+                406,
+                "mcp_request",
+                "error",
+                "/bp/mcp",
+                Some("streamable-http"),
+            ),
+            Box::new(|| p.request("GET", "/bp/mcp", &foreign, Body::None).status),
+        ),
+        (
+            (
+                "Origin twice",
+                400,
+                "mcp_request",
+                "error",
+                "/bp/mcp",
+                Some("streamable-http"),
+            ),
+            Box::new(|| post(&twice).status),
+        ),
+    ];
+    for ((what, status, kind, outcome, endpoint, transport), send) in &cases {
+        assert_eq!(send(), *status, "{what}");
+        let all = events(&log, |e| e.len() > seen);
+        let e = all.get(seen).unwrap_or_else(|| panic!("{what}: no event"));
+        assert_eq!(
+            kind_and_outcome(e),
+            (kind.to_string(), outcome.to_string()),
+            "{what}: {e}"
+        );
+        assert_eq!(e["target"]["endpoint"], *endpoint, "{what}: {e}");
+        let wire = transport.map_or(Value::Null, Value::from);
+        assert_eq!(e["metadata"]["extra"]["transport"], wire, "{what}: {e}");
+        assert_eq!(e["source"]["value"], "127.0.0.1", "{what}: {e}");
+        seen += 1;
+    }
+    // The foreign session was not disturbed, and nothing else was written: one more
+    // refusal's event comes next, right after those above.
+    assert_eq!(
+        bobs.post(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#)
+            .status(),
+        200
+    );
+    assert_eq!(post(&[("Authorization", wrong.as_str())]).status, 401);
+    let all = events(&log, |e| {
+        e.iter().skip(seen).any(|e| e["type"] == "auth_failure")
+    });
+    let kinds: Vec<_> = all[seen..].iter().map(kind_and_outcome).collect();
+    let want = [("mcp_ping", "success"), ("auth_failure", "denied")];
+    let want: Vec<_> = want
+        .iter()
+        .map(|(k, o)| (k.to_string(), o.to_string()))
+        .collect();
+    assert_eq!(kinds, want, "{all:#?}");
+    assert!(!std::fs::read_to_string(&log).unwrap().contains("s3cr3t"));
+}
+
+/// A refusal echoes a browser's `Origin` in `Access-Control-Allow-Origin` only when that
+/// origin is allowed (SPEC section 1): 401, 404 and 405 alike.
+fn only_an_allowed_origin_is_echoed_on_a_refusal(target: Target) {
+    let p = Proxy::builder(target)
+        .tokens(&[ALICE])
+        .args(["--allow-origin", "https://app.example"])
+        .start();
+    let alice = format!("Bearer {}", ALICE.1);
+    for origin in [
+        "http://evil.example",
+        "http://localhost:3000",
+        "https://app.example",
+    ] {
+        let allowed = origin != "http://evil.example";
+        let gone = if allowed { 404 } else { 403 };
+        let with_token = vec![("Origin", origin), ("Authorization", alice.as_str())];
+        let refusals = [
+            (401, "POST", "/mcp", vec![("Origin", origin)]),
+            (404, "GET", "/nope", vec![("Origin", origin)]),
+            (405, "PUT", "/mcp", vec![("Origin", origin)]),
+            (405, "POST", "/health", vec![("Origin", origin)]),
+            // An unknown session: the hub's 404, or the gate's 403 for a bad origin.
+            (gone, "POST", "/messages?session_id=gone", with_token),
+        ];
+        for (status, method, path, headers) in refusals {
+            let r = p.request(method, path, &headers, Body::json("{}"));
+            assert_eq!(r.status, status, "{method} {path} from {origin}");
+            let echoed = r.header("access-control-allow-origin");
+            let want = allowed.then_some(origin);
+            assert_eq!(echoed, want, "{method} {path} from {origin}: {}", r.status);
+        }
+    }
+}
+
 suite!(
     an_sdk_session_produces_exactly_the_expected_events,
-    behind_nginx_the_client_address_comes_only_from_a_trusted_proxy
+    behind_nginx_the_client_address_comes_only_from_a_trusted_proxy,
+    every_refusal_is_one_event_with_its_endpoint_and_transport,
+    only_an_allowed_origin_is_echoed_on_a_refusal
 );

@@ -357,6 +357,15 @@ fn oauth_resource_server_face(target: Target) {
                    "scopes_supported": ["mcp:tools", "mcp:read"], "resource_name": "Switchboard"}),
             "{path}"
         );
+        // Every answer at the document's path is readable from any origin, a 405 too.
+        let origin = [("Origin", "https://evil.example")];
+        let r = p.request("POST", path, &origin, Body::json("{}"));
+        assert_eq!(r.status, 405, "POST {path}");
+        assert_eq!(
+            r.header("access-control-allow-origin"),
+            Some("*"),
+            "POST {path}"
+        );
     }
     let call = r#"{"jsonrpc":"2.0","id":41,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
     let post = |token: Option<&str>, target: &str| {

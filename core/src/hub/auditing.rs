@@ -10,9 +10,11 @@ use std::time::Instant;
 
 use super::sessions::SessionNumber;
 use super::Hub;
+use crate::audit::Asked;
 use crate::audit::{cut, field, AuditRecord, AuditType, ClientInfo, Outcome, Source, Transport};
 use crate::auth::Principal;
-use crate::http::{Endpoint, Request};
+use crate::framing::FramingError;
+use crate::http::{Endpoint, Rejection, Request};
 use crate::output::{Event, Output, RequestId};
 use crate::router::Checked;
 
@@ -61,6 +63,24 @@ impl Auditor {
     pub(super) fn has_pending(&self) -> bool {
         !self.pending.is_empty()
     }
+
+    /// `GET /mcp` `id` is answered with a stream: no refusal, no event.
+    pub(super) fn answered_with_stream(&mut self, id: RequestId) {
+        if self.has_pending() {
+            self.pending.remove(&id);
+        }
+    }
+}
+
+/// Why the shell refused a request before the hub saw it ([`Hub::handle_refused`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The gate's refusal ([`crate::http::Gate::admit`]).
+    Gate(Rejection),
+    /// The HTTP/1.1 framing rules', for a request whose head was read
+    /// ([`crate::framing::check_head`], the pipeline count, a body that is not framed
+    /// correctly).
+    Framing(FramingError),
 }
 
 impl Hub {
@@ -88,10 +108,14 @@ impl Hub {
         let Some(_) = &self.settings.audit else {
             return;
         };
+        // A `GET /mcp` or `DELETE /mcp` is audited only when refused (as `mcp_request` and
+        // `session_close`): an opened stream is no request, and a session that ends says
+        // so itself.
         let (kind, transport) = match req.endpoint {
             Endpoint::Stream => (AuditType::SessionOpen, Transport::Sse),
             Endpoint::Messages => (AuditType::Request, Transport::Sse),
-            Endpoint::McpPost => (AuditType::Request, Transport::Streamable),
+            Endpoint::McpPost | Endpoint::McpGet => (AuditType::Request, Transport::Streamable),
+            Endpoint::McpDelete => (AuditType::SessionClose, Transport::Streamable),
             _ => return,
         };
         let started = Started {
@@ -153,11 +177,7 @@ impl Hub {
             .body
             .starts_with(b"{\"jsonrpc\"")
             .then_some(&response.body[..]);
-        let outcome = match status {
-            200..=299 => Outcome::Success,
-            401 | 403 | 429 => Outcome::Denied,
-            _ => Outcome::Error,
-        };
+        let outcome = Outcome::of_refusal(status);
         let now = self.audit.clock.unwrap_or(started.at);
         let text = message.map(|m| String::from_utf8_lossy(m).into_owned());
         let mut record = self.record(now, *started, outcome, message.map(<[u8]>::len), text);
@@ -287,9 +307,22 @@ impl Hub {
         }
     }
 
-    /// A refused credential (401), from `source`.
-    pub(super) fn audit_auth_failure(&mut self, source: Arc<Source>) {
-        self.emit_plain(AuditType::AuthFailure, Outcome::Denied, source);
+    /// The shell refused a request before the hub saw it: one event, `auth_failure`
+    /// (`denied`) for a refused credential, else the event [`Asked::kind`] names with the
+    /// outcome of its status ([`Outcome::of_refusal`]); its endpoint and transport from
+    /// what it asked.
+    pub(super) fn audit_turned_away(&mut self, why: Refusal, asked: Asked) {
+        let (kind, status) = match why {
+            Refusal::Gate(Rejection::Unauthorized(_)) => (AuditType::AuthFailure, 401),
+            Refusal::Gate(rejection) => (asked.kind, rejection.status()),
+            Refusal::Framing(error) => (asked.kind, error.status()),
+        };
+        let outcome = Outcome::of_refusal(status);
+        if let Some(mut record) = self.plain(kind, outcome, asked.source) {
+            record.transport = asked.transport;
+            record.path = asked.path;
+            self.emit(record);
+        }
     }
 
     /// The backend exited and is restarted.
@@ -310,6 +343,7 @@ impl Hub {
             kind,
             outcome,
             transport: None,
+            path: None,
             duration_ms: 0,
             response_size: None,
             source,
@@ -343,6 +377,7 @@ impl Hub {
             kind: started.kind,
             outcome,
             transport: Some(started.transport),
+            path: None,
             duration_ms: now.saturating_duration_since(started.at).as_millis() as u64,
             response_size,
             source: started.source,

@@ -284,8 +284,13 @@ impl Hub {
             return Ok(());
         }
         if let Some(last) = &req.mcp.last_event_id {
-            return self.resume(now, request, req, (number, sid), last);
+            let resumed = self.resume(now, request, req, (number, sid), last);
+            if resumed.is_ok() {
+                self.audit.answered_with_stream(request);
+            }
+            return resumed;
         }
+        self.audit.answered_with_stream(request);
         let key = self.open_mcp_stream(now, request, (number, sid), &req.cors, Carries::Get);
         let old = self
             .sessions
@@ -310,6 +315,8 @@ impl Hub {
         if self.insufficient_scope(request, (&req.grant, &req.cors), (None, None)) {
             return Ok(());
         }
+        // Its event is the session's own `session_close`: the 204 is no refusal.
+        let _ = self.audit_take(request);
         self.end_session(now, number, CloseReason::Deleted);
         self.respond(request, decorate(streamable::deleted(), sid, &req.cors));
         Ok(())

@@ -46,6 +46,7 @@ use std::time::Instant;
 
 pub use crate::http::{Payload, Request};
 pub use crate::settings::{Reload, Settings, EXIT_DRAIN, RESUME_GLOBAL, STDIN_QUEUE};
+pub use auditing::Refusal;
 pub use keys::Fetched;
 pub use resume::MAX_FINISHED_KEPT;
 
@@ -230,18 +231,15 @@ impl Hub {
         id
     }
 
-    /// Counts a request the gate refused before the hub saw it (the shell answered it). A
-    /// token naming a key no key set has refetches them (at most once per 30 s per URL).
-    pub fn handle_refused(
-        &mut self,
-        now: Instant,
-        rejection: Rejection,
-        source: std::sync::Arc<crate::audit::Source>,
-    ) {
+    /// A request the shell refused before the hub saw it (and answered): by the gate
+    /// (counted) or by the framing rules; audited either way, from what it `asked`. A token
+    /// naming a key no key set has refetches them (at most once per 30 s per URL).
+    pub fn handle_refused(&mut self, now: Instant, why: Refusal, asked: crate::audit::Asked) {
+        self.audit_turned_away(why, asked);
+        let Refusal::Gate(rejection) = why else {
+            return;
+        };
         self.metrics.rejected(&rejection);
-        if let Rejection::Unauthorized(_) = rejection {
-            self.audit_auth_failure(source);
-        }
         if rejection == Rejection::Unauthorized(crate::principal::AuthFailure::UnknownKey)
             && self.keys.unknown_kid(now)
         {

@@ -274,8 +274,9 @@ impl Driver {
 
     /// The gate refused a request (e.g. a token naming an unknown key).
     pub fn refused(&mut self, rejection: switchboard_core::Rejection) {
-        self.hub
-            .handle_refused(self.now, rejection, std::sync::Arc::default());
+        let asked = switchboard_core::audit::Asked::new(Default::default(), "POST", "/mcp", "");
+        let why = switchboard_core::hub::Refusal::Gate(rejection);
+        self.hub.handle_refused(self.now, why, asked);
         self.drain();
     }
 

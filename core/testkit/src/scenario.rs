@@ -1319,6 +1319,7 @@ fn render_audit(r: &switchboard_core::audit::AuditRecord) -> String {
         ("user", r.user.as_ref().map(|u| u.to_string())),
         ("client", (r.client.as_ref()).and_then(|c| c.name.clone())),
         ("ip", r.source.ip.map(|ip| ip.to_string())),
+        ("path", r.path.clone()),
     ];
     for (name, value) in fields {
         if let Some(value) = value {
