@@ -250,6 +250,10 @@ pub struct Refused {
     pub response: Response,
     /// Where it came from, for audit records.
     pub source: std::sync::Arc<crate::audit::Source>,
+    /// For a token naming a key its issuer's key sets lack: the issuer it claims (not
+    /// verified), whose key sets the hub may refetch
+    /// ([`Hub::handle_refused`](crate::Hub::handle_refused)).
+    pub claimed_issuer: Option<std::sync::Arc<str>>,
 }
 
 impl Gate {
@@ -283,10 +287,14 @@ impl Gate {
                     add_cors(&mut response, origin);
                 }
             }
+            let unknown_key = rejection == Rejection::Unauthorized(AuthFailure::UnknownKey);
             Refused {
                 rejection,
                 response,
                 source: std::sync::Arc::new(self.source(head)),
+                claimed_issuer: unknown_key
+                    .then(|| self.auth.claimed_issuer(head.authorization))
+                    .flatten(),
             }
         })
     }
@@ -861,6 +869,7 @@ mod tests {
             tool_scopes: Vec::new(),
             name: "Switchboard".into(),
             public_url: None,
+            listen_origin: "http://127.0.0.1:8000".into(),
             base_path: String::new(),
         };
         let table = crate::auth::TokenTable::parse("alice aaaaaaaaaaaaaaaaaaaa").unwrap();

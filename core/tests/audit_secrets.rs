@@ -102,7 +102,12 @@ fn no_token_byte_run_reaches_an_audit_event_a_log_line_or_a_metric() {
             };
             now += Duration::from_millis(3);
             match gate.admit(&head, 0) {
-                Err(refused) => hub.handle_refused(now, refused.rejection, refused.source),
+                Err(refused) => hub.handle_refused(
+                    now,
+                    refused.rejection,
+                    refused.source,
+                    refused.claimed_issuer.as_deref(),
+                ),
                 Ok(admitted) => {
                     let body = format!(
                         r#"{{"jsonrpc":"2.0","id":{step},"method":"tools/call","params":{{"name":"echo"}}}}"#

@@ -289,10 +289,11 @@ impl<'s> Connection<'s> {
                 debug!(peer = %self.peer, reason = refused.rejection.as_str(), "refused");
                 // Counted and audited like any request: a refused client waits for room
                 // on the loop's queue as every other does.
-                let _ = self
-                    .server
-                    .inputs
-                    .send(Input::Refused(refused.rejection, refused.source));
+                let _ = self.server.inputs.send(Input::Refused(
+                    refused.rejection,
+                    refused.source,
+                    refused.claimed_issuer,
+                ));
                 // The body is read and dropped, so the next request starts where it ends;
                 // one the client waits to send (100-continue) is not asked for.
                 let keep = framing.keep_alive

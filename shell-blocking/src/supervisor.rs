@@ -46,8 +46,13 @@ pub enum Input {
         fetch: FetchId,
         result: Result<Fetched, String>,
     },
-    /// A request the gate refused (already answered): counted.
-    Refused(Rejection, Arc<switchboard_core::audit::Source>),
+    /// A request the gate refused (already answered): counted; the issuer a token naming
+    /// an unknown key claims.
+    Refused(
+        Rejection,
+        Arc<switchboard_core::audit::Source>,
+        Option<Arc<str>>,
+    ),
     /// A connection no thread could be started for: the hub says what it is answered.
     Unserved { reply: Sender<Reply> },
     /// Lines the backend wrote (`None`: one over `--max-line`).
@@ -179,7 +184,10 @@ impl Supervisor {
                 let id = self.hub.handle_request(now, *request);
                 self.replies.insert(id, reply);
             }
-            Input::Refused(rejection, source) => self.hub.handle_refused(now, rejection, source),
+            Input::Refused(rejection, source, issuer) => {
+                self.hub
+                    .handle_refused(now, rejection, source, issuer.as_deref())
+            }
             Input::Fetched { fetch, result } => self.hub.handle_fetched(now, fetch, result),
             Input::Unserved { reply } => {
                 let id = self.hub.handle_unserved(now);

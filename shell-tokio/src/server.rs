@@ -151,7 +151,8 @@ impl Server {
                 debug!(%peer, reason = refused.rejection.as_str(), "refused");
                 // Counted and audited like any request: a refused client waits for room
                 // on the loop's queue as every other does.
-                let input = Input::Refused(refused.rejection, refused.source);
+                let input =
+                    Input::Refused(refused.rejection, refused.source, refused.claimed_issuer);
                 let _ = self.inputs.send(input).await;
                 return full(refused.response);
             }

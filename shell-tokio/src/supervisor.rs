@@ -41,8 +41,13 @@ pub enum Input {
         fetch: FetchId,
         result: Result<Fetched, String>,
     },
-    /// A request the gate refused (already answered): counted.
-    Refused(Rejection, Arc<switchboard_core::audit::Source>),
+    /// A request the gate refused (already answered): counted; the issuer a token naming
+    /// an unknown key claims.
+    Refused(
+        Rejection,
+        Arc<switchboard_core::audit::Source>,
+        Option<Arc<str>>,
+    ),
     /// Lines the backend wrote (`None`: one over `--max-line`).
     BackendLines {
         backend: BackendId,
@@ -175,7 +180,10 @@ impl Supervisor {
                 let id = self.hub.handle_request(now, *request);
                 self.replies.insert(id, reply);
             }
-            Input::Refused(rejection, source) => self.hub.handle_refused(now, rejection, source),
+            Input::Refused(rejection, source, issuer) => {
+                self.hub
+                    .handle_refused(now, rejection, source, issuer.as_deref())
+            }
             Input::Fetched { fetch, result } => self.hub.handle_fetched(now, fetch, result),
             Input::BackendLines { backend, batch } => {
                 self.hub.handle_backend_lines(now, backend, batch)

@@ -231,19 +231,23 @@ impl Hub {
     }
 
     /// Counts a request the gate refused before the hub saw it (the shell answered it). A
-    /// token naming a key no key set has refetches them (at most once per 30 s per URL).
+    /// token naming a key its issuer's key sets lack (`claimed_issuer`: [`Refused`]'s)
+    /// refetches those sets only (at most once per 30 s per URL).
+    ///
+    /// [`Refused`]: crate::http::Refused
     pub fn handle_refused(
         &mut self,
         now: Instant,
         rejection: Rejection,
         source: std::sync::Arc<crate::audit::Source>,
+        claimed_issuer: Option<&str>,
     ) {
         self.metrics.rejected(&rejection);
         if let Rejection::Unauthorized(_) = rejection {
             self.audit_auth_failure(source);
         }
         if rejection == Rejection::Unauthorized(crate::principal::AuthFailure::UnknownKey)
-            && self.keys.unknown_kid(now)
+            && claimed_issuer.is_some_and(|issuer| self.keys.unknown_kid(now, issuer))
         {
             self.key_timeouts(now);
         }
