@@ -972,4 +972,36 @@ mod tests {
             refused.problem
         );
     }
+
+    #[cfg(feature = "cli")]
+    #[test]
+    fn a_policy_beside_several_issuers_is_warned_about() {
+        let config = |args: &[&str]| {
+            let argv = ["switchboard", "--authz-config", "p.yaml"].into_iter();
+            <Config as clap::Parser>::try_parse_from(argv.chain(args.iter().copied())).unwrap()
+        };
+        let (a, b) = ("https://a.example", "https://b.example");
+        let two = config(&["--oauth-issuer", a, "--oauth-issuer", b]).start_warnings();
+        assert_eq!(two.len(), 1);
+        assert!(two[0].contains("Client::\"<sub>\"") && two[0].contains("claim_iss"));
+        assert!(
+            two[0].contains("https://a.example, https://b.example"),
+            "{}",
+            two[0]
+        );
+        let any = config(&["--jwt-jwks", "k.json"]).start_warnings();
+        assert!(any[0].contains("any issuer"), "{any:?}");
+        for quiet in [
+            &["--oauth-issuer", a][..],
+            &["--jwt-jwks", "k.json", "--jwt-issuer", a],
+            &["--oauth-issuer", a, "--oauth-issuer", b, "--jwt-issuer", a],
+            &[],
+        ] {
+            assert_eq!(
+                config(quiet).start_warnings(),
+                Vec::<String>::new(),
+                "{quiet:?}"
+            );
+        }
+    }
 }
