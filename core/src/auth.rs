@@ -187,6 +187,19 @@ impl Auth {
     }
 }
 
+impl Auth {
+    /// The issuer a bearer JWT in `authorization` claims, read without verifying it (to
+    /// choose which key sets an unknown `kid` refetches); `None` for other modes.
+    pub fn claimed_issuer(&self, authorization: Option<&[u8]>) -> Option<std::sync::Arc<str>> {
+        let _token = authorization.and_then(bearer_token)?;
+        match self {
+            #[cfg(feature = "jwt")]
+            Auth::Jwt(_) => crate::jwt::claimed_issuer(_token).map(std::sync::Arc::from),
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

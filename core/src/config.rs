@@ -96,7 +96,9 @@ pub struct Config {
     #[cfg_attr(feature = "cli", arg(long, value_name = "FILE"))]
     pub jwt_secret_file: Option<std::path::PathBuf>,
 
-    /// Required JWT `iss`.
+    /// Required JWT `iss`, and the issuer whose tokens the keys of --jwt-jwks,
+    /// --jwt-secret-file and --jwt-jwks-url verify (needed with those beside several
+    /// --oauth-issuer: each issuer's tokens are verified with its own keys only).
     #[cfg_attr(feature = "cli", arg(long, value_name = "ISSUER"))]
     pub jwt_issuer: Option<String>,
 
@@ -110,11 +112,12 @@ pub struct Config {
 
     /// A trusted OAuth authorization server (repeatable; with --jwt-jwks): clients discover
     /// it from this proxy's protected resource metadata (RFC 9728) and sign users in there;
-    /// tokens must be issued by one of them.
+    /// tokens must be issued by one of them, and are verified with that issuer's keys only.
     #[cfg_attr(feature = "cli", arg(long = "oauth-issuer", value_name = "URL"))]
     pub oauth_issuers: Vec<String>,
 
-    /// JWT bearer auth with the key set at this URL (https, or http on loopback), fetched
+    /// JWT bearer auth with the key set at this URL (https, or http to 127.0.0.0/8, [::1]
+    /// or localhost; no user@ part), fetched
     /// and refreshed by the proxy (`Cache-Control: max-age`; an unknown kid refetches it).
     #[cfg_attr(feature = "cli", arg(long = "jwt-jwks-url", value_name = "URL"))]
     pub jwt_jwks_url: Option<String>,
@@ -450,15 +453,7 @@ impl Config {
         self.validate_durations()?;
         self.validate_sizes()?;
         self.validate_counts()?;
-        let urls = self.oauth_issuers.iter().map(|u| ("--oauth-issuer", u));
-        for (flag, url) in urls.chain(self.jwt_jwks_url.iter().map(|u| ("--jwt-jwks-url", u))) {
-            if !crate::oauth::fetchable(url) {
-                return Err(ConfigError {
-                    flag,
-                    problem: format!("{url} must be https (or http to a loopback host)"),
-                });
-            }
-        }
+        self.validate_key_sources()?;
         if !self.tool_scopes.is_empty() && self.oauth_issuers.is_empty() {
             return Err(ConfigError {
                 flag: "--tool-scope",
@@ -548,6 +543,28 @@ impl Config {
         Ok(())
     }
 
+    /// Key set URLs are https (or http to a loopback host), and keys given beside several
+    /// `--oauth-issuer`s say whose tokens they verify (SPEC section 9).
+    fn validate_key_sources(&self) -> Result<(), ConfigError> {
+        let urls = self.oauth_issuers.iter().map(|u| ("--oauth-issuer", u));
+        for (flag, url) in urls.chain(self.jwt_jwks_url.iter().map(|u| ("--jwt-jwks-url", u))) {
+            if let Err(why) = crate::oauth::check_fetchable(url) {
+                let problem = format!("{url} {why}");
+                return Err(ConfigError { flag, problem });
+            }
+        }
+        let configured_keys = self.jwt_jwks.is_some()
+            || self.jwt_secret_file.is_some()
+            || self.jwt_jwks_url.is_some();
+        if configured_keys && self.oauth_issuers.len() > 1 && self.jwt_issuer.is_none() {
+            return Err(ConfigError {
+                flag: "--jwt-issuer",
+                problem: "--jwt-jwks, --jwt-secret-file or --jwt-jwks-url beside several --oauth-issuer needs --jwt-issuer, the issuer whose tokens those keys verify (each --oauth-issuer's tokens are verified with its own key set only)".to_owned(),
+            });
+        }
+        Ok(())
+    }
+
     /// The address to listen on: --listen, or --host and --port, or the default.
     pub fn listen_addr(&self) -> SocketAddr {
         self.listen.unwrap_or_else(|| {
@@ -576,6 +593,28 @@ impl Config {
             "listening on http://{addr}{base} (Streamable HTTP: {base}/mcp, HTTP+SSE: {base}/sse){instance} (backend: {})",
             command.join(" ")
         )
+    }
+
+    /// What an operator should know about these flags, each logged once at start as a
+    /// warning by both binaries: with a policy and tokens of several issuers, Cedar's
+    /// principal is `Client::"<sub>"` whatever the issuer (SPEC section 10).
+    pub fn start_warnings(&self) -> Vec<String> {
+        let jwt = self.jwt_jwks.is_some()
+            || self.jwt_secret_file.is_some()
+            || !self.key_sources().is_empty();
+        let issuers = match (&self.jwt_issuer, self.oauth_issuers.as_slice()) {
+            (Some(_), _) | (None, [_]) => None,
+            (None, []) => {
+                Some("any issuer (no --jwt-issuer or --oauth-issuer names one)".to_owned())
+            }
+            (None, several) => Some(format!("several issuers ({})", several.join(", "))),
+        };
+        let (Some(issuers), true, Some(_)) = (issuers, jwt, &self.authz_config) else {
+            return Vec::new();
+        };
+        vec![format!(
+            "--authz-config: tokens of {issuers} are accepted, and the policy sees every caller as Client::\"<sub>\" whatever its issuer, so the same sub at two issuers is one principal to Cedar; tell them apart with the claim_iss attribute (e.g. `when {{ principal.claim_iss == \"https://idp.example\" }}`)"
+        )]
     }
 
     /// The `--instance` name, once [`Config::validate`] accepted it.
@@ -672,13 +711,28 @@ impl Config {
         })
     }
 
-    /// Where key sets are fetched from: each `--oauth-issuer`'s metadata, `--jwt-jwks-url`.
+    /// Where key sets are fetched from: each `--oauth-issuer`'s metadata (for its own
+    /// tokens), `--jwt-jwks-url` (for those of [`Config::configured_issuer`]).
     pub fn key_sources(&self) -> Vec<crate::settings::KeySource> {
         use crate::settings::KeySource;
         let issuers = self.oauth_issuers.iter().cloned().map(KeySource::Issuer);
-        issuers
-            .chain(self.jwt_jwks_url.iter().cloned().map(KeySource::Jwks))
-            .collect()
+        let urls = self.jwt_jwks_url.iter().map(|url| KeySource::Jwks {
+            url: url.clone(),
+            issuer: self.configured_issuer(),
+        });
+        issuers.chain(urls).collect()
+    }
+
+    /// Whose tokens the keys given by `--jwt-jwks`, `--jwt-secret-file` and
+    /// `--jwt-jwks-url` verify: `--jwt-issuer`, else the one `--oauth-issuer`, else (no
+    /// issuer named) any. Beside several `--oauth-issuer`s [`Config::validate`] asks for
+    /// `--jwt-issuer`, so those keys never sign for an issuer that has keys of its own.
+    pub fn configured_issuer(&self) -> Option<String> {
+        match (&self.jwt_issuer, self.oauth_issuers.as_slice()) {
+            (Some(issuer), _) => Some(issuer.clone()),
+            (None, [only]) => Some(only.clone()),
+            (None, _) => None,
+        }
     }
 
     #[cfg(feature = "jwt")]
@@ -706,7 +760,8 @@ impl Config {
             audiences,
             leeway: self.jwt_leeway.as_secs(),
         };
-        let keys = crate::jwt::KeyStore::new(jwks, secret.map(String::into_bytes), policy)?;
+        let secret = secret.map(String::into_bytes);
+        let keys = crate::jwt::KeyStore::new(jwks, secret, self.configured_issuer(), policy)?;
         Ok(Auth::Jwt(std::sync::Arc::new(keys)))
     }
 
@@ -803,6 +858,7 @@ impl Config {
             tool_scopes: self.tool_scopes.clone(),
             name: self.resource_name.clone(),
             public_url,
+            listen_origin: format!("http://{}", self.listen_addr()),
             base_path: self.base_path().to_owned(),
         })
     }
@@ -863,5 +919,89 @@ mod tests {
         assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
         assert!(parse_duration("1.5s").is_err());
         assert_eq!(parse_env("A=b=c"), Ok(("A".into(), "b=c".into())));
+    }
+
+    #[cfg(feature = "cli")]
+    #[test]
+    fn configured_keys_say_whose_tokens_they_verify() {
+        use crate::settings::KeySource;
+        let config = |args: &[&str]| {
+            let argv = ["switchboard"].iter().chain(args);
+            <Config as clap::Parser>::try_parse_from(argv).unwrap()
+        };
+        let (a, b) = ("https://a.example", "https://b.example");
+        let url = "https://keys.example/jwks";
+        // One issuer: its tokens; none named: any; --jwt-issuer: that one.
+        let one = config(&["--oauth-issuer", a, "--jwt-jwks-url", url]);
+        assert_eq!(one.validate(), Ok(()));
+        assert_eq!(
+            one.key_sources(),
+            [
+                KeySource::Issuer(a.into()),
+                KeySource::Jwks {
+                    url: url.into(),
+                    issuer: Some(a.into())
+                }
+            ]
+        );
+        assert_eq!(config(&["--jwt-jwks-url", url]).configured_issuer(), None);
+        let named = config(&["--oauth-issuer", a, "--oauth-issuer", b, "--jwt-issuer", b]);
+        assert_eq!(named.configured_issuer().as_deref(), Some(b));
+        // Several issuers and keys of no named issuer: refused, naming --jwt-issuer.
+        for keys in [
+            ["--jwt-jwks", "k.json"],
+            ["--jwt-secret-file", "s"],
+            ["--jwt-jwks-url", url],
+        ] {
+            let mut args = vec!["--oauth-issuer", a, "--oauth-issuer", b];
+            args.extend(keys);
+            let refused = config(&args).validate().unwrap_err();
+            assert_eq!(refused.flag, "--jwt-issuer", "{keys:?}");
+        }
+        assert_eq!(
+            config(&["--oauth-issuer", a, "--oauth-issuer", b]).validate(),
+            Ok(())
+        );
+        // A key set URL that is not https nor loopback is refused with the reason.
+        let refused = config(&["--jwt-jwks-url", "http://127.0.0.1@keys.example/jwks"]);
+        let refused = refused.validate().unwrap_err();
+        assert_eq!(refused.flag, "--jwt-jwks-url");
+        assert!(
+            refused.problem.contains("user information"),
+            "{}",
+            refused.problem
+        );
+    }
+
+    #[cfg(feature = "cli")]
+    #[test]
+    fn a_policy_beside_several_issuers_is_warned_about() {
+        let config = |args: &[&str]| {
+            let argv = ["switchboard", "--authz-config", "p.yaml"].into_iter();
+            <Config as clap::Parser>::try_parse_from(argv.chain(args.iter().copied())).unwrap()
+        };
+        let (a, b) = ("https://a.example", "https://b.example");
+        let two = config(&["--oauth-issuer", a, "--oauth-issuer", b]).start_warnings();
+        assert_eq!(two.len(), 1);
+        assert!(two[0].contains("Client::\"<sub>\"") && two[0].contains("claim_iss"));
+        assert!(
+            two[0].contains("https://a.example, https://b.example"),
+            "{}",
+            two[0]
+        );
+        let any = config(&["--jwt-jwks", "k.json"]).start_warnings();
+        assert!(any[0].contains("any issuer"), "{any:?}");
+        for quiet in [
+            &["--oauth-issuer", a][..],
+            &["--jwt-jwks", "k.json", "--jwt-issuer", a],
+            &["--oauth-issuer", a, "--oauth-issuer", b, "--jwt-issuer", a],
+            &[],
+        ] {
+            assert_eq!(
+                config(quiet).start_warnings(),
+                Vec::<String>::new(),
+                "{quiet:?}"
+            );
+        }
     }
 }

@@ -250,6 +250,10 @@ pub struct Refused {
     pub response: Response,
     /// Where it came from and what it asked for, for its audit event.
     pub asked: crate::audit::Asked,
+    /// For a token naming a key its issuer's key sets lack: the issuer it claims (not
+    /// verified), whose key sets the hub may refetch
+    /// ([`Hub::handle_refused`](crate::Hub::handle_refused)).
+    pub claimed_issuer: Option<std::sync::Arc<str>>,
 }
 
 impl Gate {
@@ -263,8 +267,8 @@ impl Gate {
     }
 
     /// What the request asks for and who asks, or the refusal to send at once. `now` is
-    /// seconds since the Unix epoch (token expiry).
-    pub fn admit(&self, head: &RequestHead<'_>, now: u64) -> Result<Admitted, Refused> {
+    /// seconds since the Unix epoch (token expiry). A refusal is boxed: it is the rare path.
+    pub fn admit(&self, head: &RequestHead<'_>, now: u64) -> Result<Admitted, Box<Refused>> {
         self.admit_inner(head, now).map_err(|rejection| {
             let mut response = rejection.response();
             if let (Rejection::Unauthorized(failure), Some(oauth)) = (rejection, &self.oauth) {
@@ -292,11 +296,15 @@ impl Gate {
                 // Only an allowed origin is echoed (SPEC section 1), whatever the refusal.
                 add_cors(&mut response, origin);
             }
-            Refused {
+            let unknown_key = rejection == Rejection::Unauthorized(AuthFailure::UnknownKey);
+            Box::new(Refused {
                 rejection,
                 response,
                 asked: self.asked(head),
-            }
+                claimed_issuer: unknown_key
+                    .then(|| self.auth.claimed_issuer(head.authorization))
+                    .flatten(),
+            })
         })
     }
 
@@ -881,6 +889,7 @@ mod tests {
             tool_scopes: Vec::new(),
             name: "Switchboard".into(),
             public_url: None,
+            listen_origin: "http://127.0.0.1:8000".into(),
             base_path: String::new(),
         };
         let table = crate::auth::TokenTable::parse("alice aaaaaaaaaaaaaaaaaaaa").unwrap();

@@ -1,19 +1,23 @@
 //! JWT bearer tokens: the principal is issuer + subject. Signatures are checked with
-//! `jsonwebtoken` against keys chosen by `kid`, each bound to its own algorithms (no
-//! `alg: none`, no algorithm confusion); the claims are judged here against a time the
-//! shell passes in.
+//! `jsonwebtoken` against keys chosen by `kid` among the keys of the issuer the token
+//! claims (SPEC section 9: one trusted issuer's keys never verify another's tokens), each
+//! bound to its own algorithms (no `alg: none`, no algorithm confusion); the claims are
+//! judged here against a time the shell passes in.
 
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, JwkSet};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 
 use crate::principal::{AuthFailure, Principal};
+use crate::settings::KeySet;
 
-/// One verification key and the algorithms it may be used with.
+/// One verification key, the algorithms it may be used with, and whose tokens it verifies.
 struct Key {
     kid: Option<String>,
     key: DecodingKey,
     algorithms: Vec<Algorithm>,
+    /// The issuer whose tokens it verifies; `None`: any issuer the policy accepts.
+    issuer: Option<std::sync::Arc<str>>,
 }
 
 /// What a token must say to be accepted.
@@ -42,28 +46,41 @@ pub struct JwtVerifier {
 /// ([`Output::UseKeys`](crate::Output::UseKeys)); a shell's request handlers share it.
 #[derive(Debug)]
 pub struct KeyStore {
-    configured: Option<String>,
+    /// The `--jwt-jwks` file, for the tokens of the secret's issuer.
+    configured: Option<KeySet>,
     secret: Option<Vec<u8>>,
+    /// Whose tokens the configured keys verify
+    /// ([`Config::configured_issuer`](crate::config::Config::configured_issuer)).
+    issuer: Option<String>,
     policy: ClaimsPolicy,
     current: std::sync::RwLock<std::sync::Arc<JwtVerifier>>,
 }
 
 impl KeyStore {
-    /// A store of the configured keys; with none, it is pending until fetched ones come.
+    /// A store of the configured keys (a JWKS document, a secret), which verify the tokens
+    /// of `issuer` (`None`: of any issuer `policy` accepts); with none, it is pending until
+    /// fetched ones come.
     pub fn new(
         configured: Option<String>,
         secret: Option<Vec<u8>>,
+        issuer: Option<String>,
         policy: ClaimsPolicy,
     ) -> Result<KeyStore, String> {
         if let Some(text) = &configured {
             // Every key of a configured set must be usable: a mistake is told at start.
             JwtVerifier::new(Some(text), None, policy.clone())?;
         }
-        let sets: Vec<&str> = configured.as_deref().into_iter().collect();
-        let verifier = JwtVerifier::with_sets(&sets, secret.as_deref(), policy.clone())?;
+        let configured = configured.map(|jwks| KeySet {
+            issuer: issuer.clone(),
+            jwks,
+        });
+        let sets: Vec<KeySet> = configured.iter().cloned().collect();
+        let verifier =
+            JwtVerifier::with_sets(&sets, secret.as_deref(), issuer.as_deref(), policy.clone())?;
         Ok(KeyStore {
             configured,
             secret,
+            issuer,
             policy,
             current: std::sync::RwLock::new(std::sync::Arc::new(verifier)),
         })
@@ -79,14 +96,10 @@ impl KeyStore {
 
     /// Uses the configured keys and `fetched` from now on (each set was checked by the
     /// hub; one that fails here keeps the verifier in use).
-    pub fn use_fetched(&self, fetched: &[String]) -> Result<(), String> {
-        let sets: Vec<&str> = self
-            .configured
-            .as_deref()
-            .into_iter()
-            .chain(fetched.iter().map(String::as_str))
-            .collect();
-        let verifier = JwtVerifier::with_sets(&sets, self.secret.as_deref(), self.policy.clone())?;
+    pub fn use_fetched(&self, fetched: &[KeySet]) -> Result<(), String> {
+        let sets: Vec<KeySet> = self.configured.iter().chain(fetched).cloned().collect();
+        let (secret, issuer) = (self.secret.as_deref(), self.issuer.as_deref());
+        let verifier = JwtVerifier::with_sets(&sets, secret, issuer, self.policy.clone())?;
         let verifier = std::sync::Arc::new(verifier);
         match self.current.write() {
             Ok(mut guard) => *guard = verifier,
@@ -207,7 +220,13 @@ impl Key {
             kid,
             key,
             algorithms,
+            issuer: None,
         })
+    }
+
+    /// Whether this key may verify a token claiming `iss`.
+    fn serves(&self, iss: &str) -> bool {
+        self.issuer.as_deref().is_none_or(|own| own == iss)
     }
 }
 
@@ -235,6 +254,7 @@ impl JwtVerifier {
                 kid: None,
                 key: DecodingKey::from_secret(secret).map_err(|e| e.to_string())?,
                 algorithms: vec![Algorithm::HS256],
+                issuer: None,
             });
         }
         if keys.is_empty() {
@@ -247,23 +267,34 @@ impl JwtVerifier {
         })
     }
 
-    /// Keys from several JWKS documents (a file's and fetched ones) and an HS256 secret.
-    /// With none at all the verifier is pending: tokens get 503 until keys come.
+    /// Keys from several JWKS documents (a file's and fetched ones), each verifying the
+    /// tokens of its issuer only, and an HS256 secret for those of `secret_issuer` (`None`:
+    /// any issuer the policy accepts). With none at all the verifier is pending: tokens get
+    /// 503 until keys come.
     pub fn with_sets(
-        sets: &[&str],
+        sets: &[KeySet],
         hs256_secret: Option<&[u8]>,
+        secret_issuer: Option<&str>,
         policy: ClaimsPolicy,
     ) -> Result<Self, String> {
         let mut keys = Vec::new();
-        for text in sets {
-            let set: JwkSet =
-                serde_json::from_str(text).map_err(|e| format!("not a JWKS document: {e}"))?;
+        for set in sets {
+            let jwks: JwkSet =
+                serde_json::from_str(&set.jwks).map_err(|e| format!("not a JWKS document: {e}"))?;
+            let issuer: Option<std::sync::Arc<str>> = set.issuer.as_deref().map(Into::into);
             // A fetched set may carry keys of kinds this proxy does not verify (an
             // encryption key, say): those are left out. A configured set was checked whole.
-            keys.extend(set.keys.iter().filter_map(|jwk| Key::from_jwk(jwk).ok()));
+            let usable = jwks.keys.iter().filter_map(|jwk| Key::from_jwk(jwk).ok());
+            keys.extend(usable.map(|key| Key {
+                issuer: issuer.clone(),
+                ..key
+            }));
         }
         if let Some(secret) = hs256_secret {
             let mut with_secret = JwtVerifier::new(None, Some(secret), policy.clone())?;
+            for key in &mut with_secret.keys {
+                key.issuer = secret_issuer.map(Into::into);
+            }
             with_secret.keys.append(&mut keys);
             return Ok(with_secret);
         }
@@ -295,22 +326,13 @@ impl JwtVerifier {
             return Err(AuthFailure::KeysUnavailable);
         }
         let header = jsonwebtoken::decode_header(token).map_err(|_| AuthFailure::Malformed)?;
-        // A token's `kid` must name a key, except when a single key has no id (a shared
-        // secret), which then serves every token.
-        let unnamed_single = match self.keys.as_slice() {
-            [only] if only.kid.is_none() => Some(only),
-            _ => None,
-        };
-        let key = match &header.kid {
-            Some(kid) => self
-                .keys
-                .iter()
-                .find(|k| k.kid.as_deref() == Some(kid))
-                .or(unnamed_single),
-            None if self.keys.len() == 1 => self.keys.first(),
-            None => self.keys.iter().find(|k| k.kid.is_none()),
+        // Only the keys of the issuer the token claims may verify it: a key set of another
+        // trusted issuer signing for this one is refused here, as an unknown key.
+        let iss = claimed_issuer(token).ok_or(AuthFailure::Malformed)?;
+        if !self.policy.accepts_issuer(&iss) {
+            return Err(AuthFailure::WrongIssuer);
         }
-        .ok_or(AuthFailure::UnknownKey)?;
+        let key = self.key_for(header.kid.as_deref(), &iss)?;
         if !key.algorithms.contains(&header.alg) {
             // An algorithm this key is not for (HS256 signed with an RSA public key, ...).
             return Err(AuthFailure::BadSignature);
@@ -342,6 +364,49 @@ impl JwtVerifier {
     }
 }
 
+impl JwtVerifier {
+    /// The key a token claiming `iss` names by `kid`, among that issuer's keys only: the
+    /// `kid` must name one, except when that issuer has a single key without an id (a
+    /// shared secret), which then serves every token of it.
+    fn key_for(&self, kid: Option<&str>, iss: &str) -> Result<&Key, AuthFailure> {
+        let own: Vec<&Key> = self.keys.iter().filter(|k| k.serves(iss)).collect();
+        let unnamed_single = match own.as_slice() {
+            [only] if only.kid.is_none() => Some(*only),
+            _ => None,
+        };
+        match kid {
+            Some(kid) => own
+                .iter()
+                .copied()
+                .find(|k| k.kid.as_deref() == Some(kid))
+                .or(unnamed_single),
+            None if own.len() == 1 => own.first().copied(),
+            None => own.iter().copied().find(|k| k.kid.is_none()),
+        }
+        .ok_or(AuthFailure::UnknownKey)
+    }
+}
+
+/// The `iss` a JWT claims, read without verifying anything (to choose the keys that may
+/// verify it); `None` when it has none or is not a JWT.
+pub fn claimed_issuer(token: &[u8]) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Issuer {
+        iss: Option<String>,
+    }
+    jsonwebtoken::dangerous::insecure_decode_claims::<Issuer>(token)
+        .ok()?
+        .iss
+}
+
+impl ClaimsPolicy {
+    /// Whether a token of `iss` may be accepted: `--jwt-issuer` and the `--oauth-issuer`s.
+    pub fn accepts_issuer(&self, iss: &str) -> bool {
+        self.issuer.as_ref().is_none_or(|want| want == iss)
+            && (self.issuers.is_empty() || self.issuers.iter().any(|i| i == iss))
+    }
+}
+
 /// The pure decision: verified claims and the time in, principal or refusal out.
 pub fn check_claims(
     claims: &Claims,
@@ -363,9 +428,7 @@ pub fn check_claims(
     if iss.is_empty() || sub.is_empty() || iss.contains('\0') || sub.contains('\0') {
         return Err(AuthFailure::Malformed);
     }
-    if policy.issuer.as_ref().is_some_and(|want| want != iss)
-        || (!policy.issuers.is_empty() && !policy.issuers.contains(iss))
-    {
+    if !policy.accepts_issuer(iss) {
         return Err(AuthFailure::WrongIssuer);
     }
     if !policy.audiences.is_empty() && !claims.aud.iter().any(|a| policy.audiences.contains(a)) {
@@ -483,6 +546,144 @@ mod tests {
         assert_eq!(
             v.authenticate(hs384.as_bytes(), 950),
             Err(AuthFailure::BadSignature)
+        );
+    }
+
+    /// Test-only Ed25519 keys (published here, so never to be trusted anywhere): issuer
+    /// A's and B's PKCS#8 seeds and public halves.
+    const A_SEED: &str = "7f27f9f7ef160aa5a6dabdf4ccd1c34c9d15b709890c32b481b1d4388de779d6";
+    const A_X: &str = "cQd0ehKKILMoZFZOogxLG7NvtQfSdgDePaIhxln8bCQ";
+    const B_SEED: &str = "957b4a2eec15d012bd306aa49c4ec3c7ad0553fdd9853ce4f2ee4e04b3a74420";
+    const B_X: &str = "BL2VTFia-XUkhpcaMPoflmU3tLaa1exltA_3TgHKT14";
+    const A: &str = "https://a.example";
+    const B: &str = "https://b.example";
+
+    fn jwks(kid: &str, x: &str) -> String {
+        serde_json::json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "alg": "EdDSA",
+                                     "kid": kid, "x": x}]})
+        .to_string()
+    }
+
+    fn set(issuer: Option<&str>, kid: &str, x: &str) -> KeySet {
+        KeySet {
+            issuer: issuer.map(str::to_owned),
+            jwks: jwks(kid, x),
+        }
+    }
+
+    /// A token of `iss` for alice, signed with the key of `seed` (hex) under `kid`.
+    fn signed(seed: &str, kid: Option<&str>, iss: &str) -> String {
+        let mut header = jsonwebtoken::Header::new(Algorithm::EdDSA);
+        header.kid = kid.map(str::to_owned);
+        let claims = serde_json::json!({"iss": iss, "sub": "alice", "exp": 1000});
+        let hex = format!("302e020100300506032b657004220420{seed}");
+        let der: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect();
+        let key = jsonwebtoken::EncodingKey::from_ed_der(&der);
+        jsonwebtoken::encode(&header, &claims, &key).unwrap()
+    }
+
+    fn two_issuers() -> ClaimsPolicy {
+        ClaimsPolicy {
+            issuers: vec![A.into(), B.into()],
+            ..ClaimsPolicy::default()
+        }
+    }
+
+    #[test]
+    fn a_token_is_verified_only_with_its_issuers_keys() {
+        let sets = [set(Some(A), "a-1", A_X), set(Some(B), "b-1", B_X)];
+        let v = JwtVerifier::with_sets(&sets, None, None, two_issuers()).unwrap();
+        let ok = |iss| Ok(Principal::issuer_subject(iss, "alice"));
+        assert_eq!(
+            v.authenticate(signed(A_SEED, Some("a-1"), A).as_bytes(), 950),
+            ok(A)
+        );
+        assert_eq!(
+            v.authenticate(signed(B_SEED, Some("b-1"), B).as_bytes(), 950),
+            ok(B)
+        );
+        // B's key signing for A (issue 30.1): A has no such key.
+        let forged = signed(B_SEED, Some("b-1"), A);
+        assert_eq!(
+            v.authenticate(forged.as_bytes(), 950),
+            Err(AuthFailure::UnknownKey)
+        );
+        // Without a kid: A's one key is tried, and B's signature does not verify with it.
+        let forged = signed(B_SEED, None, A);
+        assert_eq!(
+            v.authenticate(forged.as_bytes(), 950),
+            Err(AuthFailure::BadSignature)
+        );
+        // An issuer that is not trusted is refused before any key is looked for.
+        let other = signed(B_SEED, Some("b-1"), "https://c.example");
+        assert_eq!(
+            v.authenticate(other.as_bytes(), 950),
+            Err(AuthFailure::WrongIssuer)
+        );
+        assert_eq!(claimed_issuer(forged.as_bytes()).as_deref(), Some(A));
+        assert_eq!(claimed_issuer(b"not.a.jwt"), None);
+    }
+
+    #[test]
+    fn a_kid_both_issuers_use_picks_the_claimed_issuers_key() {
+        // In either order: the first key named `k` is not simply taken.
+        for sets in [
+            [set(Some(A), "k", A_X), set(Some(B), "k", B_X)],
+            [set(Some(B), "k", B_X), set(Some(A), "k", A_X)],
+        ] {
+            let v = JwtVerifier::with_sets(&sets, None, None, two_issuers()).unwrap();
+            let forged = signed(B_SEED, Some("k"), A);
+            assert_eq!(
+                v.authenticate(forged.as_bytes(), 950),
+                Err(AuthFailure::BadSignature)
+            );
+            let own = signed(A_SEED, Some("k"), A);
+            assert_eq!(
+                v.authenticate(own.as_bytes(), 950),
+                Ok(Principal::issuer_subject(A, "alice"))
+            );
+        }
+    }
+
+    #[test]
+    fn configured_keys_and_secrets_are_bound_too() {
+        // A secret for A beside B's fetched set: it does not sign for B.
+        let secret = [7u8; 32];
+        let sets = [set(Some(B), "b-1", B_X)];
+        let v = JwtVerifier::with_sets(&sets, Some(&secret), Some(A), two_issuers()).unwrap();
+        let hs = |iss: &str| {
+            jsonwebtoken::encode(
+                &jsonwebtoken::Header::new(Algorithm::HS256),
+                &serde_json::json!({"iss": iss, "sub": "alice", "exp": 1000}),
+                &jsonwebtoken::EncodingKey::from_secret(&secret).unwrap(),
+            )
+            .unwrap()
+        };
+        assert!(v.authenticate(hs(A).as_bytes(), 950).is_ok());
+        assert_eq!(
+            v.authenticate(hs(B).as_bytes(), 950),
+            Err(AuthFailure::BadSignature)
+        );
+        // A key set of no named issuer serves every accepted one (one trust domain).
+        let any = [set(None, "a-1", A_X)];
+        let v = JwtVerifier::with_sets(&any, None, None, ClaimsPolicy::default()).unwrap();
+        let elsewhere = signed(A_SEED, Some("a-1"), "https://c.example");
+        assert!(v.authenticate(elsewhere.as_bytes(), 950).is_ok());
+        // The store binds its file to the issuer it is given.
+        let store = KeyStore::new(Some(jwks("a-1", A_X)), None, Some(A.into()), two_issuers());
+        let store = store.unwrap();
+        store.use_fetched(&[set(Some(B), "b-1", B_X)]).unwrap();
+        let v = store.current();
+        assert!(v
+            .authenticate(signed(A_SEED, Some("a-1"), A).as_bytes(), 950)
+            .is_ok());
+        let forged = signed(A_SEED, Some("a-1"), B);
+        assert_eq!(
+            v.authenticate(forged.as_bytes(), 950),
+            Err(AuthFailure::UnknownKey)
         );
     }
 }

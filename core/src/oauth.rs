@@ -26,6 +26,9 @@ pub struct ResourceServer {
     pub name: String,
     /// `--public-url` without a trailing slash, if given: the origin of metadata URLs.
     pub public_url: Option<String>,
+    /// `http://<listen address>`: the origin of metadata URLs without `--public-url` when a
+    /// request's `Host` is missing or not a valid `host[:port]`.
+    pub listen_origin: String,
     /// `--base-path`, without a trailing slash.
     pub base_path: String,
 }
@@ -57,11 +60,14 @@ impl ResourceServer {
     }
 
     /// The absolute URL of the document for the endpoint asked (`/mcp`, or `/sse` for the
-    /// legacy transport), its origin `--public-url` or the request's `Host`.
+    /// legacy transport), its origin `--public-url`, else the request's `Host` when it is a
+    /// valid `host[:port]` (anything else could break out of the challenge's quotes), else
+    /// the listen address.
     pub fn metadata_url(&self, host: Option<&str>, streamable: bool) -> String {
-        let origin = match &self.public_url {
-            Some(url) => origin_of(url).to_owned(),
-            None => format!("http://{}", host.unwrap_or("localhost")),
+        let origin = match (&self.public_url, host.filter(|h| valid_host(h))) {
+            (Some(url), _) => origin_of(url).to_owned(),
+            (None, Some(host)) => format!("http://{host}"),
+            (None, None) => self.listen_origin.clone(),
         };
         let endpoint = if streamable { "/mcp" } else { "/sse" };
         format!("{origin}{METADATA_PATH}{}{endpoint}", self.base_path)
@@ -70,15 +76,15 @@ impl ResourceServer {
     /// `WWW-Authenticate` for a 401: where the metadata is, the scopes every request needs,
     /// and why a presented token was refused.
     pub fn challenge(&self, metadata_url: &str, failure: AuthFailure) -> String {
-        let mut out = format!("Bearer resource_metadata=\"{metadata_url}\"");
+        let mut out = format!("Bearer resource_metadata={}", quoted(metadata_url));
         if !self.required.is_empty() {
-            let _ = write!(out, ", scope=\"{}\"", self.required.join(" "));
+            let _ = write!(out, ", scope={}", quoted(&self.required.join(" ")));
         }
         if failure != AuthFailure::Missing {
             let _ = write!(
                 out,
-                ", error=\"invalid_token\", error_description=\"{}\"",
-                failure.reason()
+                ", error=\"invalid_token\", error_description={}",
+                quoted(failure.reason())
             );
         }
         out
@@ -87,8 +93,9 @@ impl ResourceServer {
     /// `WWW-Authenticate` for a 403: the scopes this request needs, so a client can step up.
     pub fn insufficient_scope(&self, metadata_url: &str, needed: &[String]) -> String {
         format!(
-            "Bearer error=\"insufficient_scope\", scope=\"{}\", resource_metadata=\"{metadata_url}\"",
-            needed.join(" ")
+            "Bearer error=\"insufficient_scope\", scope={}, resource_metadata={}",
+            quoted(&needed.join(" ")),
+            quoted(metadata_url)
         )
     }
 
@@ -122,20 +129,88 @@ impl ResourceServer {
     }
 }
 
-/// Whether a URL may be fetched: https, or http to a loopback host.
+/// Whether a URL may be fetched: https, or http to a loopback host ([`check_fetchable`]).
 pub fn fetchable(url: &str) -> bool {
-    if url.starts_with("https://") {
+    check_fetchable(url).is_ok()
+}
+
+/// Why a key set or metadata URL may not be fetched, if it may not: it must be https, or
+/// http to a loopback host, that is an IP literal in 127.0.0.0/8, `[::1]`, or `localhost`
+/// (not `127.example`, nor `127.0.0.1@example`, whose host is `example`). A URL with user
+/// information (`user@`) is refused, whatever its scheme.
+pub fn check_fetchable(url: &str) -> Result<(), &'static str> {
+    let (scheme, rest) = url.split_once("://").ok_or("is not an absolute URL")?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if authority.contains('@') {
+        return Err("has user information (`...@`): refused, the host after `@` would be asked");
+    }
+    let host = host_of(authority).ok_or("has no valid host[:port]")?;
+    match scheme {
+        "https" => Ok(()),
+        "http" if is_loopback(host) => Ok(()),
+        "http" => {
+            Err("must be https: plain http only to a loopback host (127.0.0.0/8, [::1], localhost)")
+        }
+        _ => Err("must be https (or http to a loopback host)"),
+    }
+}
+
+/// The host of a `host[:port]` authority (an IPv6 literal with its brackets), if the port
+/// is a number and the host a name, an IPv4 or a bracketed IPv6 literal.
+fn host_of(authority: &str) -> Option<&str> {
+    let (host, port) = match authority.rfind(':') {
+        Some(i) if !authority[i..].contains(']') => (&authority[..i], Some(&authority[i + 1..])),
+        _ => (authority, None),
+    };
+    if port.is_some_and(|p| p.is_empty() || p.len() > 5 || p.parse::<u16>().is_err()) {
+        return None;
+    }
+    let valid = match host.strip_prefix('[') {
+        Some(v6) => v6
+            .strip_suffix(']')
+            .is_some_and(|v6| v6.parse::<std::net::Ipv6Addr>().is_ok()),
+        None => {
+            (1..=253).contains(&host.len())
+                && host
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
+        }
+    };
+    valid.then_some(host)
+}
+
+/// Whether a `Host` header is a syntactically valid `host[:port]`.
+pub fn valid_host(host: &str) -> bool {
+    host_of(host).is_some()
+}
+
+/// Whether a host (as [`host_of`] gives it) is loopback: `localhost`, or an IP literal in
+/// 127.0.0.0/8 or `::1`.
+fn is_loopback(host: &str) -> bool {
+    if host.eq_ignore_ascii_case("localhost") {
         return true;
     }
-    let Some(rest) = url.strip_prefix("http://") else {
-        return false;
+    let ip = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(v6) => v6.parse::<std::net::Ipv6Addr>().map(std::net::IpAddr::from),
+        None => host
+            .parse::<std::net::Ipv4Addr>()
+            .map(std::net::IpAddr::from),
     };
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    let host = match authority.rsplit_once(':') {
-        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
-        _ => authority,
-    };
-    matches!(host, "localhost" | "[::1]") || host.starts_with("127.")
+    ip.is_ok_and(|ip| ip.is_loopback())
+}
+
+/// `value` as an RFC 9110 quoted-string: `"` and `\` escaped.
+fn quoted(value: &str) -> String {
+    let mut out = String::with_capacity(value.len() + 2);
+    out.push('"');
+    for c in value.chars() {
+        if matches!(c, '"' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
 }
 
 /// `scheme://authority` of a URL.
@@ -163,6 +238,7 @@ mod tests {
             ],
             name: "Switchboard".into(),
             public_url: None,
+            listen_origin: "http://127.0.0.1:8000".into(),
             base_path: "/p".into(),
         }
     }
@@ -204,5 +280,83 @@ mod tests {
         assert!(fetchable("http://localhost/jwks"));
         assert!(!fetchable("http://idp.example/jwks"));
         assert!(fetchable("https://idp.example/jwks"));
+    }
+
+    #[test]
+    fn only_a_loopback_ip_literal_or_localhost_is_loopback() {
+        for url in [
+            "http://127.0.0.1:9000/jwks",
+            "http://127.8.9.10/jwks",
+            "http://localhost/jwks",
+            "http://LOCALHOST:1/jwks",
+            "http://[::1]:9000/jwks",
+            "http://[::1]",
+            "https://idp.example/jwks",
+            "https://idp.example:8443",
+        ] {
+            assert_eq!(check_fetchable(url), Ok(()), "{url}");
+        }
+        for url in [
+            // The host is what follows the user information (issue 30.9).
+            "http://127.0.0.1@idp.example/jwks",
+            "http://127.0.0.1:9000@idp.example/jwks",
+            "http://localhost@idp.example/",
+            "https://user:pass@idp.example/jwks",
+            // A name that starts like a loopback address is a name.
+            "http://127.idp.example/jwks",
+            "http://127.0.0.1.idp.example/jwks",
+            "http://localhost.idp.example/jwks",
+            "http://0x7f.1/jwks",
+            "http://[::ffff:127.0.0.1]/jwks",
+            "http://[127.0.0.1]/jwks",
+            "http://idp.example/jwks",
+            "http://127.0.0.1:99999/jwks",
+            "http://127.0.0.1:/jwks",
+            "http:///jwks",
+            "ftp://127.0.0.1/jwks",
+            "127.0.0.1/jwks",
+        ] {
+            assert!(check_fetchable(url).is_err(), "{url}");
+        }
+    }
+
+    #[test]
+    fn challenges_use_only_a_valid_host_and_quote_what_they_carry() {
+        let s = server();
+        let injected = "a\", error=\"injected";
+        for host in [
+            Some(injected),
+            Some("a b"),
+            Some("a,b"),
+            Some("a\\"),
+            Some(""),
+            None,
+        ] {
+            let url = s.metadata_url(host, true);
+            assert_eq!(
+                url, "http://127.0.0.1:8000/.well-known/oauth-protected-resource/p/mcp",
+                "{host:?}"
+            );
+        }
+        for host in ["mcp.example", "mcp.example:8443", "[::1]:80", "10.0.0.1"] {
+            assert_eq!(
+                s.metadata_url(Some(host), false),
+                format!("http://{host}/.well-known/oauth-protected-resource/p/sse")
+            );
+        }
+        // A configured value with a quote stays inside its quotes.
+        let odd = ResourceServer {
+            required: vec!["a\"b".into()],
+            ..server()
+        };
+        let challenge = odd.challenge("http://h/x\"y", AuthFailure::Expired);
+        assert_eq!(
+            challenge,
+            "Bearer resource_metadata=\"http://h/x\\\"y\", scope=\"a\\\"b\", error=\"invalid_token\", error_description=\"token expired\""
+        );
+        assert_eq!(
+            odd.insufficient_scope("http://h/", &["s".into()]),
+            "Bearer error=\"insufficient_scope\", scope=\"s\", resource_metadata=\"http://h/\""
+        );
     }
 }

@@ -206,11 +206,12 @@ pub enum Output {
         /// What to fetch.
         url: String,
     },
-    /// Verify bearer JWTs with these fetched key sets (JWKS documents, each checked) and
-    /// the configured ones from now on: `KeyStore::use_fetched` on the gate's key store.
+    /// Verify bearer JWTs with these fetched key sets (JWKS documents, each checked, each
+    /// for the tokens of its issuer only) and the configured ones from now on:
+    /// `KeyStore::use_fetched` on the gate's key store.
     UseKeys {
         /// Every fetched key set known now.
-        sets: Arc<[String]>,
+        sets: Arc<[crate::settings::KeySet]>,
     },
     /// Stop accepting connections; answers already under way still go out.
     StopAccepting,

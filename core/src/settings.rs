@@ -164,13 +164,44 @@ impl std::str::FromStr for Rate {
     }
 }
 
-/// Where a key set comes from.
+/// Where a key set comes from, and whose tokens its keys verify (SPEC section 9: a token is
+/// verified only with keys of the source its `iss` names).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeySource {
-    /// An authorization server: its metadata names the key set (`jwks_uri`).
+    /// An authorization server: its metadata names the key set (`jwks_uri`); its keys
+    /// verify its own tokens only.
     Issuer(String),
-    /// A key set's URL.
-    Jwks(String),
+    /// A key set's URL (`--jwt-jwks-url`).
+    Jwks {
+        /// Where it is.
+        url: String,
+        /// The issuer whose tokens it verifies ([`Config::configured_issuer`]); `None`: any
+        /// issuer the claims policy accepts (no issuer is named anywhere).
+        ///
+        /// [`Config::configured_issuer`]: crate::config::Config::configured_issuer
+        issuer: Option<String>,
+    },
+}
+
+impl KeySource {
+    /// The issuer whose tokens this source's keys verify (`None`: any accepted issuer).
+    pub fn issuer(&self) -> Option<&str> {
+        match self {
+            KeySource::Issuer(issuer) => Some(issuer),
+            KeySource::Jwks { issuer, .. } => issuer.as_deref(),
+        }
+    }
+}
+
+/// A fetched key set (a JWKS document, checked) and the issuer whose tokens it verifies
+/// (`None`: any accepted issuer), as [`Output::UseKeys`](crate::Output::UseKeys) hands it
+/// to the gate's key store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeySet {
+    /// Whose tokens its keys verify.
+    pub issuer: Option<String>,
+    /// The JWKS document.
+    pub jwks: String,
 }
 
 impl Default for Settings {

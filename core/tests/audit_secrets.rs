@@ -104,7 +104,8 @@ fn no_token_byte_run_reaches_an_audit_event_a_log_line_or_a_metric() {
             match gate.admit(&head, 0) {
                 Err(refused) => {
                     let why = switchboard_core::hub::Refusal::Gate(refused.rejection);
-                    hub.handle_refused(now, why, refused.asked)
+                    let issuer = refused.claimed_issuer.as_deref();
+                    hub.handle_refused(now, why, refused.asked, issuer)
                 }
                 Ok(admitted) => {
                     let body = format!(

@@ -21,7 +21,7 @@ use std::thread::JoinHandle;
 use switchboard_core::budget::{session_budget, HostLimits, SessionCost};
 use switchboard_core::config::{Config, LogFormat};
 use switchboard_core::load::{CommandLine, Loaded, Shared};
-use tracing::{error, info};
+use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
 
 use crate::audit::AuditLog;
@@ -108,6 +108,9 @@ fn run(
     let listener = bind(loaded.config.listen_addr())?;
     let local = listener.local_addr()?;
     info!("{}", loaded.config.listening_line(local, &command));
+    for warning in loaded.config.start_warnings() {
+        warn!("{warning}");
+    }
     let key_store = loaded.front.gate.key_store();
     let front = Arc::new(Shared::new(loaded.front));
     // The loop stops the server, which needs the loop's inputs: it gets the server later.

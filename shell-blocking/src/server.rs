@@ -289,7 +289,8 @@ impl<'s> Connection<'s> {
                 // Counted and audited like any request: a refused client waits for room
                 // on the loop's queue as every other does.
                 let why = Refusal::Gate(refused.rejection);
-                let _ = self.server.inputs.send(Input::Refused(why, refused.asked));
+                let input = Input::Refused(why, refused.asked, refused.claimed_issuer);
+                let _ = self.server.inputs.send(input);
                 // The body is read and dropped, so the next request starts where it ends;
                 // one the client waits to send (100-continue) is not asked for.
                 let keep = framing.keep_alive
@@ -338,7 +339,8 @@ impl<'s> Connection<'s> {
     fn misframed(&self, stop: Stop, head: &RequestHead<'_>) -> Stop {
         if let Stop::Refuse(refused) = stop {
             let asked = self.front.gate.asked(head);
-            let _ = (self.server.inputs).send(Input::Refused(Refusal::Framing(refused), asked));
+            let _ =
+                (self.server.inputs).send(Input::Refused(Refusal::Framing(refused), asked, None));
         }
         stop
     }

@@ -47,8 +47,12 @@ pub enum Input {
         result: Result<Fetched, String>,
     },
     /// A request the gate or the framing rules refused (already answered): counted and
-    /// audited.
-    Refused(hub::Refusal, switchboard_core::audit::Asked),
+    /// audited; for a token naming an unknown key, the issuer it claims.
+    Refused(
+        hub::Refusal,
+        switchboard_core::audit::Asked,
+        Option<Arc<str>>,
+    ),
     /// A connection no thread could be started for: the hub says what it is answered.
     Unserved { reply: Sender<Reply> },
     /// Lines the backend wrote (`None`: one over `--max-line`).
@@ -180,7 +184,9 @@ impl Supervisor {
                 let id = self.hub.handle_request(now, *request);
                 self.replies.insert(id, reply);
             }
-            Input::Refused(why, asked) => self.hub.handle_refused(now, why, asked),
+            Input::Refused(why, asked, issuer) => {
+                self.hub.handle_refused(now, why, asked, issuer.as_deref())
+            }
             Input::Fetched { fetch, result } => self.hub.handle_fetched(now, fetch, result),
             Input::Unserved { reply } => {
                 let id = self.hub.handle_unserved(now);

@@ -16,7 +16,7 @@ use switchboard_core::config::{Config, LogFormat};
 use switchboard_core::load::{CommandLine, Shared};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::mpsc;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
 
 use crate::audit::AuditLog;
@@ -83,6 +83,9 @@ fn run(config: Config, line: CommandLine) -> Result<i32, Box<dyn std::error::Err
         let listener = bind(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
         let local = listener.local_addr()?;
         info!("{}", loaded.config.listening_line(local, &command));
+        for warning in loaded.config.start_warnings() {
+            warn!("{warning}");
+        }
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
         let key_store = loaded.front.gate.key_store();
         let front = Arc::new(Shared::new(loaded.front));

@@ -152,7 +152,8 @@ impl Server {
                 debug!(%peer, reason = refused.rejection.as_str(), "refused");
                 // Counted and audited like any request: a refused client waits for room
                 // on the loop's queue as every other does.
-                let input = Input::Refused(Refusal::Gate(refused.rejection), refused.asked);
+                let why = Refusal::Gate(refused.rejection);
+                let input = Input::Refused(why, refused.asked, refused.claimed_issuer);
                 let _ = self.inputs.send(input).await;
                 return full(refused.response);
             }
@@ -195,7 +196,7 @@ impl Server {
     ) -> Response<ResponseBody> {
         debug!(%peer, reason = refused.as_str(), "refused");
         let _ = (self.inputs)
-            .send(Input::Refused(Refusal::Framing(refused), asked))
+            .send(Input::Refused(Refusal::Framing(refused), asked, None))
             .await;
         full(refused.response())
     }

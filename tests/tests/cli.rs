@@ -84,6 +84,18 @@ fn absurd_values_are_refused_naming_the_flag(target: Target) {
         (&["--instance", &"a".repeat(33)][..], "--instance"),
         (&["--tool-scope", "get_time=time:read"][..], "--tool-scope"),
         (&["--tool-scope", "get_time"][..], "--tool-scope"),
+        // Keys beside several issuers must say whose tokens they verify (issue 30.1).
+        (
+            &[
+                "--oauth-issuer",
+                "https://a.example",
+                "--oauth-issuer",
+                "https://b.example",
+                "--jwt-jwks",
+                "keys.json",
+            ][..],
+            "--jwt-issuer",
+        ),
         (
             &["--tool-rate-limit", "get_time=3/fortnight"][..],
             "--tool-rate-limit",
@@ -282,7 +294,82 @@ fn host_check_falls_back_to_the_target_authority(target: Target) {
     );
 }
 
+/// Issue 30.9: plain http is allowed for key sets only to a loopback host, read from the
+/// URL's real host: user information before it (`127.0.0.1@host`) or a name that merely
+/// starts with `127.` stops the proxy at start, naming the flag and why.
+fn key_set_urls_that_only_look_loopback_are_refused(target: Target) {
+    for (flag, url, why) in [
+        (
+            "--jwt-jwks-url",
+            "http://127.0.0.1@keys.example/jwks",
+            "user information",
+        ),
+        (
+            "--oauth-issuer",
+            "http://127.0.0.1:9@idp.example",
+            "user information",
+        ),
+        ("--jwt-jwks-url", "http://127.keys.example/jwks", "loopback"),
+        ("--oauth-issuer", "http://localhost.idp.example", "loopback"),
+    ] {
+        let out = run_to_exit(target, &["--port", "0", flag, url]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag} {url}: {stderr}");
+        assert!(
+            stderr.contains(flag) && stderr.contains(url) && stderr.contains(why),
+            "{flag} {url} ({why}): {stderr}"
+        );
+    }
+}
+
+/// Issue 30.11: a policy beside tokens of several issuers is told once at start that Cedar
+/// sees `Client::"<sub>"` whatever the issuer, and how to tell issuers apart.
+fn a_policy_beside_several_issuers_warns_once(target: Target) {
+    let dir = switchboard_tests::TempDir::new("cli-issuers");
+    let policy = dir.file("policy.yaml");
+    std::fs::write(
+        &policy,
+        "version: '1.0'\ntype: cedarv1\ncedar:\n  policies: ['permit(principal,action,resource);']\n",
+    )
+    .expect("write");
+    let policy = policy.display().to_string();
+    // Issuers on loopback ports nobody answers: the proxy starts without keys.
+    let p = Proxy::builder(target)
+        .backend([BACKEND])
+        .args(["--authz-config", &policy])
+        .args(["--oauth-issuer", "http://127.0.0.1:9/a"])
+        .args(["--oauth-issuer", "http://127.0.0.1:9/b"])
+        .no_health_wait()
+        .start();
+    assert!(p.wait_log("listening on", WAIT), "{}", p.log());
+    assert!(p.wait_log("claim_iss", WAIT), "{}", p.log());
+    let log = p.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("claim_iss"))
+        .unwrap_or_default();
+    assert!(line.contains("WARN"), "{line}");
+    assert!(line.contains("Client::\"<sub>\""), "{line}");
+    assert!(
+        line.contains("http://127.0.0.1:9/a, http://127.0.0.1:9/b"),
+        "{line}"
+    );
+    let lines = log.lines().filter(|l| l.contains("claim_iss")).count();
+    assert_eq!(lines, 1, "{log}");
+    // One issuer: nothing to tell.
+    let one = Proxy::builder(target)
+        .backend([BACKEND])
+        .args(["--authz-config", &policy])
+        .args(["--oauth-issuer", "http://127.0.0.1:9/a"])
+        .no_health_wait()
+        .start();
+    assert!(one.wait_log("listening on", WAIT), "{}", one.log());
+    assert!(!one.log().contains("claim_iss"), "{}", one.log());
+}
+
 suite!(
+    key_set_urls_that_only_look_loopback_are_refused,
+    a_policy_beside_several_issuers_warns_once,
     version_and_help,
     absurd_values_are_refused_naming_the_flag,
     bad_policy_files_stop_the_proxy,

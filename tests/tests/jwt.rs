@@ -995,7 +995,59 @@ fn same_subject_other_issuer_is_another_principal(target: Target) {
     p.assert_nothing_rejected_reached_the_backend();
 }
 
+/// Issue 30.10: a 401's challenge names the metadata at the request's `Host` only when that
+/// is a valid `host[:port]`; a `Host` crafted to break out of the quoted `resource_metadata`
+/// gets the listen address instead, and the header carries exactly one `error`.
+fn a_crafted_host_stays_out_of_the_challenge(target: Target) {
+    let p = Proxy::builder(target)
+        .backend([BACKEND])
+        .args(["--jwt-jwks", &fixture_path("jwks.json")])
+        .args(["--oauth-issuer", ISSUER])
+        .start();
+    let own = format!("http://{}/.well-known/oauth-protected-resource", p.addr);
+    let expired = mint(
+        Signer::Rsa,
+        &claims_with(ISSUER, "alice", json!({"exp": now() - 3600})),
+    );
+    let auth = bearer(&expired);
+    for (host, origin) in [
+        (r#"a", error="injected"#, own.clone()),
+        (r#"x\"#, own.clone()),
+        ("a b", own.clone()),
+        (
+            "mcp.example:8443",
+            "http://mcp.example:8443/.well-known/oauth-protected-resource".to_owned(),
+        ),
+    ] {
+        for (path, endpoint, token) in [
+            ("/mcp", "mcp", None),
+            ("/sse", "sse", None),
+            ("/mcp", "mcp", Some(auth.as_str())),
+        ] {
+            let mut headers = vec![
+                ("Host", host),
+                ("Accept", "application/json, text/event-stream"),
+            ];
+            if let Some(auth) = token {
+                headers.push(("Authorization", auth));
+            }
+            let r = match endpoint {
+                "mcp" => p.request("POST", path, &headers, Body::json("{}")),
+                _ => p.request("GET", path, &headers, Body::None),
+            };
+            assert_eq!(r.status, 401, "Host {host:?} {path}: {}", r.text());
+            let challenge = r.header("www-authenticate").unwrap_or_default();
+            let mut want = format!(r#"Bearer resource_metadata="{origin}/{endpoint}""#);
+            if token.is_some() {
+                want.push_str(r#", error="invalid_token", error_description="token expired""#);
+            }
+            assert_eq!(challenge, want, "Host {host:?} {path}");
+        }
+    }
+}
+
 suite!(
+    a_crafted_host_stays_out_of_the_challenge,
     oauth_resource_server_face,
     invalid_tokens_are_refused_with_their_reason,
     hs256_refusals,

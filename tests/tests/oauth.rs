@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{json, Value};
-use switchboard_tests::oidc::{oidc_provider, OidcProvider};
+use switchboard_tests::oidc::{oidc_provider, Mint, OidcProvider};
 use switchboard_tests::python::{mcp_server_time, python, run_script};
 use switchboard_tests::{node, suite, Body, Proxy, Response, Target, WAIT};
 
@@ -268,7 +268,72 @@ fn tool_scopes_gate_calls(target: Target) {
     assert_eq!(allowed.status, 200, "with the scope: {}", allowed.text());
 }
 
+/// The claims of a JWT, read without verifying it.
+fn payload(token: &str) -> Value {
+    jsonwebtoken::dangerous::insecure_decode_claims(token).expect("a JWT")
+}
+
+/// Issue 30.1: with two trusted issuers, a token signed with issuer B's key that claims to
+/// be issuer A's alice is refused (401): it opens no session and posts nothing into
+/// alice's live one, while A's and B's own tokens work. Its unknown kid refetches A's key
+/// set only (the kid is looked up among A's keys), never B's.
+fn one_issuer_cannot_sign_for_another(target: Target) {
+    let Some(a) = oidc_provider("two issuers (A)") else {
+        return;
+    };
+    let Some(b) = oidc_provider("two issuers (B)") else {
+        return;
+    };
+    let p = Proxy::builder(target)
+        .backend([BACKEND])
+        .args(["--oauth-issuer", a.issuer(), "--oauth-issuer", b.issuer()])
+        .args(["--resource", RESOURCE])
+        .record()
+        .start();
+    let alice = a.mint(&Mint::new(RESOURCE, "").subject("alice"));
+    let bob = b.mint(&Mint::new(RESOURCE, "").subject("bob"));
+    // Both key sets are in use (so the forgery below meets B's key).
+    eventually("A's and B's tokens are accepted", || {
+        initialize(&p, &alice).status == 200 && initialize(&p, &bob).status == 200
+    });
+    let opened = initialize(&p, &alice);
+    assert_eq!(opened.status, 200, "{}", opened.text());
+    let session = opened
+        .header("mcp-session-id")
+        .expect("a session")
+        .to_owned();
+
+    let forged = b.mint(
+        &Mint::new(RESOURCE, "")
+            .subject("alice")
+            .claims(json!({"iss": a.issuer()})),
+    );
+    assert_eq!(payload(&forged)["iss"], json!(a.issuer()), "B signed for A");
+    assert_eq!(payload(&forged)["sub"], json!("alice"));
+    let fetched = (a.jwks_fetches(), b.jwks_fetches());
+    let r = initialize(&p, &forged);
+    assert_eq!(r.status, 401, "a new session: {}", r.text());
+    let challenge = r.header("www-authenticate").unwrap_or_default();
+    assert!(
+        challenge.contains(r#"error="invalid_token""#),
+        "{challenge}"
+    );
+    let r = call(&p, &forged, &session, "MARK-REJECTED");
+    assert_eq!(r.status, 401, "into alice's session: {}", r.text());
+
+    eventually("the unknown kid refetched A's key set", || {
+        a.jwks_fetches() > fetched.0
+    });
+    // A second trip through the proxy, so a refetch of B's (if any) had its turn.
+    assert_eq!(initialize(&p, &bob).status, 200);
+    assert_eq!(b.jwks_fetches(), fetched.1, "B's key set was refetched");
+    let r = call(&p, &alice, &session, "echo");
+    assert_eq!(r.status, 200, "alice's own call: {}", r.text());
+    p.assert_nothing_rejected_reached_the_backend();
+}
+
 suite!(
+    one_issuer_cannot_sign_for_another,
     python_sdk_signs_in_by_discovery,
     ts_sdk_signs_in_by_discovery,
     keys_rotate_floods_are_bounded_outages_are_503,

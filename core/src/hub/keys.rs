@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use crate::output::FetchId;
-use crate::settings::KeySource;
+use crate::settings::{KeySet, KeySource};
 
 /// A key set is kept at least this long, whatever its `Cache-Control` says.
 const MIN_AGE: Duration = Duration::from_secs(5 * 60);
@@ -78,10 +78,10 @@ impl KeySets {
             .map(|origin| Source {
                 discovery: match origin {
                     KeySource::Issuer(issuer) => discovery_urls(issuer),
-                    KeySource::Jwks(_) => Vec::new(),
+                    KeySource::Jwks { .. } => Vec::new(),
                 },
                 jwks_uri: match origin {
-                    KeySource::Jwks(url) => Some(url.clone()),
+                    KeySource::Jwks { url, .. } => Some(url.clone()),
                     KeySource::Issuer(_) => None,
                 },
                 origin: origin.clone(),
@@ -123,9 +123,15 @@ impl KeySets {
         !self.sources.is_empty()
     }
 
-    /// Every good key set.
-    pub(crate) fn sets(&self) -> Vec<String> {
-        self.sources.iter().filter_map(|s| s.keys.clone()).collect()
+    /// Every good key set, with the issuer whose tokens it verifies.
+    pub(crate) fn sets(&self) -> Vec<KeySet> {
+        let sets = self.sources.iter().filter_map(|s| {
+            s.keys.as_ref().map(|jwks| KeySet {
+                issuer: s.origin.issuer().map(str::to_owned),
+                jwks: jwks.clone(),
+            })
+        });
+        sets.collect()
     }
 
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
@@ -152,15 +158,18 @@ impl KeySets {
         Some((fetch, url))
     }
 
-    /// A token named a `kid` no key set has: refetch every key set not fetched for that
-    /// reason in the last [`UNKNOWN_KID_EVERY`]. True if any is due now.
-    pub(crate) fn unknown_kid(&mut self, now: Instant) -> bool {
+    /// A token claiming to be from `issuer` named a `kid` none of that issuer's key sets
+    /// has: refetch each of them (its own source, and a key set for any issuer) not fetched
+    /// for that reason in the last [`UNKNOWN_KID_EVERY`]; another issuer's source is not
+    /// touched. True if any is due now.
+    pub(crate) fn unknown_kid(&mut self, now: Instant, issuer: &str) -> bool {
         let mut any = false;
         for s in &mut self.sources {
             let recent = s
                 .unknown_kid_at
                 .is_some_and(|at| now.saturating_duration_since(at) < UNKNOWN_KID_EVERY);
-            if s.dead || s.jwks_uri.is_none() || s.in_flight.is_some() || recent {
+            let other = s.origin.issuer().is_some_and(|own| own != issuer);
+            if other || s.dead || s.jwks_uri.is_none() || s.in_flight.is_some() || recent {
                 continue;
             }
             s.unknown_kid_at = Some(now);
@@ -252,11 +261,16 @@ fn metadata(
         );
         return Learned::Failed { url, why };
     }
-    match document["jwks_uri"]
-        .as_str()
-        .filter(|u| crate::oauth::fetchable(u))
-    {
-        Some(jwks) => {
+    let jwks = document["jwks_uri"].as_str();
+    let jwks = jwks
+        .ok_or_else(|| "no jwks_uri".to_owned())
+        .and_then(|jwks| {
+            crate::oauth::check_fetchable(jwks)
+                .map(|()| jwks)
+                .map_err(|why| format!("its jwks_uri {jwks} {why}"))
+        });
+    match jwks {
+        Ok(jwks) => {
             source.jwks_uri = Some(jwks.to_owned());
             source.due = Some(now);
             Learned::Discovered {
@@ -264,7 +278,7 @@ fn metadata(
                 jwks: jwks.to_owned(),
             }
         }
-        None => failed(source, now, url, "no https (or loopback) jwks_uri".into()),
+        Err(why) => failed(source, now, url, why),
     }
 }
 

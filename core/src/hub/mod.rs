@@ -233,15 +233,24 @@ impl Hub {
 
     /// A request the shell refused before the hub saw it (and answered): by the gate
     /// (counted) or by the framing rules; audited either way, from what it `asked`. A token
-    /// naming a key no key set has refetches them (at most once per 30 s per URL).
-    pub fn handle_refused(&mut self, now: Instant, why: Refusal, asked: crate::audit::Asked) {
+    /// naming a key its issuer's key sets lack (`claimed_issuer`: [`Refused`]'s) refetches
+    /// those sets only (at most once per 30 s per URL).
+    ///
+    /// [`Refused`]: crate::http::Refused
+    pub fn handle_refused(
+        &mut self,
+        now: Instant,
+        why: Refusal,
+        asked: crate::audit::Asked,
+        claimed_issuer: Option<&str>,
+    ) {
         self.audit_turned_away(why, asked);
         let Refusal::Gate(rejection) = why else {
             return;
         };
         self.metrics.rejected(&rejection);
         if rejection == Rejection::Unauthorized(crate::principal::AuthFailure::UnknownKey)
-            && self.keys.unknown_kid(now)
+            && claimed_issuer.is_some_and(|issuer| self.keys.unknown_kid(now, issuer))
         {
             self.key_timeouts(now);
         }

@@ -104,7 +104,7 @@ pub struct Driver {
     /// Fetches asked for and not answered yet.
     fetches: Vec<(FetchId, String)>,
     /// The fetched key sets the hub said to use last.
-    key_sets: Vec<String>,
+    key_sets: Vec<switchboard_core::settings::KeySet>,
     records: Vec<Record>,
     accepting: bool,
     exit_status: Option<i32>,
@@ -256,7 +256,7 @@ impl Driver {
     }
 
     /// The fetched key sets in use.
-    pub fn key_sets(&self) -> &[String] {
+    pub fn key_sets(&self) -> &[switchboard_core::settings::KeySet] {
         &self.key_sets
     }
 
@@ -272,11 +272,16 @@ impl Driver {
         self.drain();
     }
 
-    /// The gate refused a request (e.g. a token naming an unknown key).
-    pub fn refused(&mut self, rejection: switchboard_core::Rejection) {
+    /// The gate refused a request (e.g. a token of `claimed_issuer` naming an unknown key).
+    pub fn refused(
+        &mut self,
+        rejection: switchboard_core::Rejection,
+        claimed_issuer: Option<&str>,
+    ) {
         let asked = switchboard_core::audit::Asked::new(Default::default(), "POST", "/mcp", "");
         let why = switchboard_core::hub::Refusal::Gate(rejection);
-        self.hub.handle_refused(self.now, why, asked);
+        self.hub
+            .handle_refused(self.now, why, asked, claimed_issuer);
         self.drain();
     }
 

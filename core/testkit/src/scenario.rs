@@ -30,7 +30,7 @@
 //! | `sigterm` | SIGTERM for the proxy |
 //! | `unserved` | the shell could not start a thread for a new connection (its request unread) |
 //! | `fetched URL STATUS [max-age=N] BODY`, `fetch-fails URL WHY` | the fetch of URL under way answers, or fails |
-//! | `unknown-kid` | the gate refused a token naming a key no key set has |
+//! | `unknown-kid [ISSUER]` | the gate refused a token of ISSUER (default `http://127.0.0.1:9000`) naming a key none of that issuer's key sets has |
 //! | `reload [principals=a,b] [FLAG=VALUE ...]` | SIGHUP: the settings now, each FLAG as `with` sets it (a list flag it names starts empty; `jwks-url` and `oauth-issuer` share the key sources); the token file names only these principals (default: every session's) |
 //! | `reload-fails WHY` | SIGHUP, and a file failed |
 //! | `mcp-init A alice {...}` | `POST /mcp` without a session as `alice` (an `initialize`): the new session is A |
@@ -134,8 +134,9 @@ pub enum Command {
     },
     /// `fetch-fails URL WHY`: the fetch of URL under way fails.
     FetchFails { url: String, why: String },
-    /// `unknown-kid`: the gate refused a token naming a key no key set has.
-    UnknownKid,
+    /// `unknown-kid [ISSUER]`: the gate refused a token of ISSUER naming a key none of its
+    /// key sets has.
+    UnknownKid(String),
     /// `reload [principals=a,b] [FLAG=VALUE ...]`: the configuration read again.
     Reload {
         /// The principals the token file names now; `None`: every session's owner.
@@ -476,7 +477,10 @@ fn parse_command(line: &str) -> Option<Command> {
         "metrics" => Command::Metrics(rest.to_owned()),
         "sigterm" => Command::Sigterm,
         "unserved" => Command::Unserved,
-        "unknown-kid" => Command::UnknownKid,
+        "unknown-kid" => Command::UnknownKid(match rest {
+            "" => DEFAULT_ISSUER.to_owned(),
+            issuer => issuer.to_owned(),
+        }),
         "reload" => parse_reload(rest)?,
         "reload-fails" => Command::ReloadFails(rest.to_owned()),
         "fetch-fails" => {
@@ -736,9 +740,10 @@ fn apply_setting(settings: &mut Settings, flag: &str, value: &str) -> Option<()>
             )),
         "jwks-url" => settings
             .key_sources
-            .push(switchboard_core::settings::KeySource::Jwks(
-                value.to_owned(),
-            )),
+            .push(switchboard_core::settings::KeySource::Jwks {
+                url: value.to_owned(),
+                issuer: None,
+            }),
         "restart-wait" => settings.restart_wait = duration(value).ok()?,
         "rate-limit" => settings.rate_limit = Some(value.parse().ok()?),
         "tool-rate-limit" => {
@@ -1142,9 +1147,12 @@ impl Runner {
                 );
                 None
             }
-            Command::UnknownKid => {
+            Command::UnknownKid(issuer) => {
                 let failure = switchboard_core::principal::AuthFailure::UnknownKey;
-                d.refused(switchboard_core::Rejection::Unauthorized(failure));
+                d.refused(
+                    switchboard_core::Rejection::Unauthorized(failure),
+                    Some(issuer),
+                );
                 None
             }
             Command::Reload {
@@ -1403,17 +1411,21 @@ fn render_event(bytes: &[u8]) -> String {
     }
 }
 
+/// The issuer of the scenario's resource server, and of `unknown-kid`'s token by default.
+const DEFAULT_ISSUER: &str = "http://127.0.0.1:9000";
+
 /// The scenario's resource server, made on first use: scopes need one.
 fn oauth(settings: &mut Settings) -> &mut switchboard_core::oauth::ResourceServer {
     let oauth = settings.oauth.get_or_insert_with(|| {
         std::sync::Arc::new(switchboard_core::oauth::ResourceServer {
             resource: "http://127.0.0.1:8000/".into(),
-            issuers: vec!["http://127.0.0.1:9000".into()],
+            issuers: vec![DEFAULT_ISSUER.into()],
             scopes: Vec::new(),
             required: Vec::new(),
             tool_scopes: Vec::new(),
             name: "Switchboard".into(),
             public_url: None,
+            listen_origin: "http://127.0.0.1:8000".into(),
             base_path: String::new(),
         })
     });
