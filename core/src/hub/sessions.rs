@@ -64,6 +64,8 @@ pub(crate) struct Session {
     pub(crate) client: Option<std::sync::Arc<crate::audit::ClientInfo>>,
     /// The uris it watches (`resources/subscribe`).
     subscriptions: BTreeSet<String>,
+    /// Its `initialize` got a result: a legacy session refuses another (400).
+    pub(crate) initialized: bool,
 }
 
 /// A timer of a Streamable session that came due.
@@ -154,10 +156,18 @@ impl Sessions {
             source: Default::default(),
             client: None,
             subscriptions: BTreeSet::new(),
+            initialized: false,
         };
         self.by_number.insert(number, session);
         self.by_sid.insert(id, number);
         Ok(number)
+    }
+
+    /// The live session `sid` got a result for its `initialize`.
+    pub(crate) fn initialized(&mut self, sid: &SessionId) {
+        if let Some(session) = self.find(sid).and_then(|n| self.by_number.get_mut(&n)) {
+            session.initialized = true;
+        }
     }
 
     /// Removes a session: it, and the uris nobody watches any more (to unsubscribe).
