@@ -645,6 +645,7 @@ impl Config {
             session_buffer: self.session_buffer,
             resume_window: (!self.resume_window.is_zero()).then_some(self.resume_window),
             resume_buffer: self.resume_buffer,
+            resume_global: crate::settings::RESUME_GLOBAL,
             keepalive: self.keepalive,
             ping_interval: self.ping_interval,
             ping_timeout: self.ping_timeout,

@@ -84,8 +84,9 @@ pub struct RequestHead<'a> {
     pub mcp_session_id: Option<&'a str>,
     /// The `MCP-Protocol-Version` header.
     pub mcp_protocol_version: Option<&'a str>,
-    /// The `Last-Event-ID` header (a Streamable client resuming a stream).
-    pub last_event_id: Option<&'a str>,
+    /// The `Last-Event-ID` header (a Streamable client resuming a stream), as sent: one
+    /// that is not text still names no stream (400), it is not absent.
+    pub last_event_id: Option<&'a [u8]>,
     /// The peer's address.
     pub peer: Option<std::net::IpAddr>,
     /// The `User-Agent` header.
@@ -168,7 +169,7 @@ impl McpHeaders {
             content_type: head.content_type.map(str::to_owned),
             accept: head.accept.map(str::to_owned),
             protocol_version: head.mcp_protocol_version.map(str::to_owned),
-            last_event_id: head.last_event_id.map(str::to_owned),
+            last_event_id: (head.last_event_id).map(|id| String::from_utf8_lossy(id).into_owned()),
         }
     }
 }
@@ -589,6 +590,8 @@ pub enum Rejection {
     MissingMcpSession,
     /// 400: an `initialize` that names a session.
     InitializeWithSession,
+    /// 400: a second `initialize` in a legacy session whose first one succeeded.
+    AlreadyInitialized,
     /// 429: `--max-inflight` requests of this session are in flight.
     TooManyInFlight,
     /// 409: a request reused the id of one still in flight in its session.
@@ -716,7 +719,8 @@ impl Rejection {
             | Rejection::Invalid(_)
             | Rejection::BadProtocolVersion
             | Rejection::MissingMcpSession
-            | Rejection::InitializeWithSession => 400,
+            | Rejection::InitializeWithSession
+            | Rejection::AlreadyInitialized => 400,
             Rejection::UnsupportedMediaType => 415,
             Rejection::NotAcceptable => 406,
             Rejection::TooManyInFlight => 429,
@@ -756,6 +760,7 @@ impl Rejection {
             Rejection::BadProtocolVersion => "bad_protocol_version",
             Rejection::MissingMcpSession => "missing_mcp_session",
             Rejection::InitializeWithSession => "initialize_with_session",
+            Rejection::AlreadyInitialized => "already_initialized",
             Rejection::TooManyInFlight => "too_many_in_flight",
             Rejection::IdInFlight => "id_in_flight",
             Rejection::UnknownEventId => "unknown_event_id",
@@ -801,6 +806,9 @@ impl Rejection {
                 -32600,
                 "Bad Request: initialize starts a session and must not name one",
             ),
+            Rejection::AlreadyInitialized => {
+                (-32600, "Bad Request: this session is already initialized")
+            }
             Rejection::TooManyInFlight => (-32600, "Too many requests in flight for this session"),
             Rejection::IdInFlight => (-32600, "Request id already in flight in this session"),
             Rejection::UnknownEventId => (
@@ -857,6 +865,21 @@ impl Rejection {
             headers,
             body: Cow::Owned(body.into_bytes()),
         }
+    }
+}
+
+impl Rejection {
+    /// [`Rejection::response`] with its JSON-RPC error under the request's id (`raw_id`,
+    /// as the client wrote it).
+    pub fn response_to(&self, raw_id: &str) -> Response {
+        let mut response = self.response();
+        let (code, message) = self.code_and_message();
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":{raw_id},"error":{{"code":{code},"message":{}}}}}"#,
+            serde_json::Value::from(message)
+        );
+        response.body = Cow::Owned(body.into_bytes());
+        response
     }
 }
 

@@ -55,6 +55,9 @@ pub struct Settings {
     pub resume_window: Option<Duration>,
     /// Bytes of Streamable events kept per session for resumption.
     pub resume_buffer: usize,
+    /// Bytes of Streamable events kept for resumption over every session
+    /// ([`RESUME_GLOBAL`]; smaller in tests).
+    pub resume_global: usize,
     /// Idle time after which a stream gets a keep-alive comment.
     pub keepalive: Duration,
     /// Interval of health pings.
@@ -211,6 +214,7 @@ impl Default for Settings {
             session_buffer: 4 << 20,
             resume_window: Some(Duration::from_secs(60)),
             resume_buffer: 1 << 20,
+            resume_global: RESUME_GLOBAL,
             keepalive: Duration::from_secs(30),
             ping_interval: Duration::from_secs(30),
             ping_timeout: Duration::from_secs(10),

@@ -126,6 +126,14 @@ pub(crate) fn json_answer(message: Vec<u8>) -> Response {
     Response::json(200, message)
 }
 
+/// `200 text/event-stream` whose whole body is `message` as one event: an answer that
+/// has no stream to resume (the failed `initialize` of a session that never opened).
+pub(crate) fn sse_answer(message: &[u8]) -> Response {
+    let mut response = crate::http::sse_head();
+    response.body = Cow::Owned(crate::sse::message_event(message));
+    response
+}
+
 /// `202 Accepted` with an empty body: a notification was taken (Streamable HTTP).
 pub(crate) fn notification_accepted() -> Response {
     Response {

@@ -42,7 +42,9 @@ const COVERAGE: [&str; 36] = [
     "start",
     "mcp-init:json:forwarded",
     "mcp-init:json:answered",
-    "mcp-init:stream:waiting",
+    // An initialize that opens a session is answered once its answer is known, so the
+    // model asks for JSON (scenarios show the stream: mcp_initialize_failed, _shared).
+    "mcp-init:json:waiting",
     "mcp-init:503",
     "mcp-post:json:forwarded",
     "mcp-post:stream:forwarded",

@@ -268,7 +268,7 @@ impl<'s> Connection<'s> {
             accept: head.text("accept"),
             mcp_session_id: head.text("mcp-session-id"),
             mcp_protocol_version: head.text("mcp-protocol-version"),
-            last_event_id: head.text("last-event-id"),
+            last_event_id: head.bytes("last-event-id"),
             peer: Some(self.peer.ip()),
             user_agent: head.text("user-agent"),
             forwarded_for: &forwarded_for,

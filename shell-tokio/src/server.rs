@@ -138,7 +138,9 @@ impl Server {
             accept: text(header::ACCEPT),
             mcp_session_id: text(HeaderName::from_static("mcp-session-id")),
             mcp_protocol_version: text(HeaderName::from_static("mcp-protocol-version")),
-            last_event_id: text(HeaderName::from_static("last-event-id")),
+            last_event_id: (req.headers())
+                .get(HeaderName::from_static("last-event-id"))
+                .map(HeaderValue::as_bytes),
             peer: Some(peer.ip()),
             user_agent: text(header::USER_AGENT),
             forwarded_for: &forwarded_for,

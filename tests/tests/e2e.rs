@@ -1323,6 +1323,24 @@ fn failed_initialize_is_shared_then_retried(target: Target) {
     );
 }
 
+/// Issue 30.11b: a legacy session whose `initialize` succeeded refuses another with 400 (its
+/// audited client cannot change); other sessions are still answered from the cache.
+fn second_initialize_in_a_legacy_session_is_400(target: Target) {
+    let p = Proxy::builder(target).backend([BACKEND]).record().start();
+    let mut a = open_session(&p, None);
+    a.initialize();
+    let again = json!({"jsonrpc": "2.0", "id": "again", "method": "initialize", "params": {
+        "protocolVersion": "2024-11-05", "capabilities": {},
+        "clientInfo": {"name": "someone-else", "version": "0"}}});
+    let r = a.post(&again.to_string());
+    assert_eq!(r.status, 400, "a second initialize: {}", r.text());
+    assert_eq!(r.json()["error"]["code"], json!(-32600), "{}", r.text());
+    let mut b = open_session(&p, None);
+    assert_eq!(b.initialize()["serverInfo"]["name"], "test-backend");
+    a.sync();
+    assert_eq!(p.recorded_initializes(), 1);
+}
+
 suite!(
     unknown_paths_404_and_wrong_methods_405,
     sse_stream_starts_with_endpoint_event,
@@ -1352,4 +1370,5 @@ suite!(
     backend_stderr_is_logged_and_env_passed,
     allow_origin_and_allow_host_extend_the_defaults,
     failed_initialize_is_shared_then_retried,
+    second_initialize_in_a_legacy_session_is_400,
 );

@@ -1187,7 +1187,64 @@ fn hostile_ids_are_refused_at_once(target: Target) {
     assert!(!p.recorded().iter().any(|l| l.contains("MARK-REJECTED")));
 }
 
+/// Issue 30.4 and 30.11a: an `initialize` the backend fails creates no session. The client
+/// gets the error without `Mcp-Session-Id` and nothing counts against
+/// `--max-sessions-per-principal`, so the retry opens the principal's one session; past
+/// it, the 429 carries the initialize's id.
+fn a_failed_initialize_creates_no_session(target: Target) {
+    let p = Proxy::builder(target)
+        .backend([BACKEND, "--fail-first-initialize"])
+        .tokens(&[ALICE, BOB])
+        .args(["--max-sessions-per-principal", "1"])
+        .start();
+    let failed = whole(
+        raw(&p, ALICE.1, None, &[], &initialize_body(1)),
+        "the failed initialize",
+    );
+    assert_eq!(failed.status, 200, "{}", failed.text());
+    assert_eq!(
+        failed.json()["error"]["code"],
+        json!(-32603),
+        "{}",
+        failed.text()
+    );
+    assert_eq!(
+        failed.header("mcp-session-id"),
+        None,
+        "a failed initialize names no session"
+    );
+    assert_eq!(p.metric("switchboard_sessions"), Some(0.0));
+    let a = start(&p, ALICE);
+    assert!(!a.sid.is_empty());
+    let over = refused(
+        raw(&p, ALICE.1, None, &[], &initialize_body(7)),
+        429,
+        "alice's second session",
+    );
+    assert_eq!(over["id"], json!(7), "{over}");
+    assert_eq!(p.metric("switchboard_sessions"), Some(1.0));
+}
+
+/// Issue 30.11c: a `Last-Event-ID` that is not ASCII names no stream: 400, as any id this
+/// proxy never sent (it is not taken as absent, which would open the GET stream).
+fn a_non_ascii_last_event_id_is_400(target: Target) {
+    let p = proxy(target, &[]);
+    let a = start(&p, ALICE);
+    let auth = bearer(ALICE.1);
+    for bad in ["1.\u{e9}", "\u{663}.\u{661}"] {
+        let headers = [
+            ("Authorization", auth.as_str()),
+            ("Mcp-Session-Id", a.sid.as_str()),
+            ("Accept", "text/event-stream"),
+            ("Last-Event-ID", bad),
+        ];
+        get_refused(&p, &headers, 400, bad);
+    }
+}
+
 suite!(
+    a_failed_initialize_creates_no_session,
+    a_non_ascii_last_event_id_is_400,
     a_dropped_stream_resumes_with_last_event_id,
     backend_exit_keeps_sessions,
     hostile_ids_are_refused_at_once,

@@ -12,7 +12,7 @@ use super::Hub;
 use crate::metrics::DropReason;
 use crate::output::{Frame, StreamId};
 use crate::routed_id::SessionId;
-use crate::router::Routed;
+use crate::router::{Answer, Routed};
 use crate::sse;
 use crate::streamable::IdKey;
 
@@ -77,20 +77,30 @@ impl Hub {
                 answers,
                 initialized,
             } => {
-                for answer in answers {
-                    let what = Delivery::Response {
-                        id: answer.id,
-                        outcome: None,
-                    };
-                    self.deliver(now, answer.session, answer.message, what);
-                }
-                if let Some(line) = initialized {
-                    self.queue_line(line, LineFrom::Proxy);
-                }
+                self.initialized(now, answers, initialized);
             }
             Routed::Restored { same, initialized } => self.restored(now, same, initialized),
             Routed::Consumed => {}
             Routed::Dropped { reason, method } => self.drop_message(reason, method.as_deref()),
+        }
+    }
+
+    /// The backend answered the handshake: each client that waited gets its answer (a
+    /// session whose initialize succeeded is initialized), then the proxy's
+    /// `notifications/initialized` goes out, if it succeeded.
+    fn initialized(&mut self, now: Instant, answers: Vec<Answer>, initialized: Option<Vec<u8>>) {
+        for answer in answers {
+            if initialized.is_some() {
+                self.sessions.initialized(&answer.session);
+            }
+            let what = Delivery::Response {
+                id: answer.id,
+                outcome: None,
+            };
+            self.deliver(now, answer.session, answer.message, what);
+        }
+        if let Some(line) = initialized {
+            self.queue_line(line, LineFrom::Proxy);
         }
     }
 

@@ -256,6 +256,10 @@ impl Hub {
             self.sessions.iter().map(|(n, s)| (n, s.id)).collect();
         for (number, id) in live {
             self.close_kind(now, number, ending);
+            if self.sessions.get(number).is_none() {
+                // It never opened: its initialize was answered with an error just now.
+                continue;
+            }
             self.audit_closing(now, number);
             self.metrics.sessions_closed += 1;
             self.log(Event::SessionClosed {

@@ -34,6 +34,8 @@ pub(crate) struct McpSession {
     pub(crate) tokens: BTreeMap<IdKey, Vec<IdKey>>,
     /// The last request or stream end, for `--session-idle`.
     pub(crate) last_active: Option<Instant>,
+    /// Its `initialize` is unanswered: it has not opened (no one may name it yet).
+    pub(crate) opening: bool,
 }
 
 impl McpSession {
@@ -58,6 +60,18 @@ pub(crate) struct InFlight {
     cors: Option<String>,
     /// Its audit context.
     audit: Option<Box<super::auditing::Started>>,
+    /// An `initialize` that opens its session: the session opens only if it gets a
+    /// result; until then it is held back, and so is its stream.
+    opens: Option<Opens>,
+}
+
+/// How the `initialize` that opens a session is answered once its answer is known: only a
+/// result opens the session (and carries `Mcp-Session-Id`); an error leaves nothing behind.
+#[derive(Debug, Clone, Copy)]
+struct Opens {
+    /// Answered as a stream (primed for a 2025-11-25 client when `Some(true)`), else as
+    /// JSON.
+    stream: Option<bool>,
 }
 
 /// Why requests still in flight are answered by the proxy.
@@ -162,18 +176,16 @@ impl Hub {
         let number = match session {
             Some(number) if self.sessions.mcp(number).is_some() => number,
             Some(_) => return Err(Rejection::SessionNotFound),
-            None => self.open_mcp_session(now, sid, (principal, &source))?,
+            None => match self.open_mcp_session(now, sid, (principal, &source)) {
+                Err(Rejection::PrincipalSessions) => {
+                    self.principal_sessions(request, cors, msg.raw_id());
+                    return Ok(());
+                }
+                opened => opened?,
+            },
         };
         if msg.kind == message::Kind::Notification {
-            self.touch(number, now);
-            // Accepted: a notification produces no event.
-            let _ = self.audit_take(request);
-            let response = decorate(streamable::notification_accepted(), sid, cors);
-            self.respond(request, response);
-            self.client_message(now, (number, sid), &msg, sender);
-            if let Some(cancels) = &msg.cancels {
-                self.cancelled_by_client(now, number, &cancels.key);
-            }
+            self.mcp_notification(now, (request, cors), (number, sid), &msg, sender);
             return Ok(());
         }
         if session.is_some() && msg.method == "initialize" {
@@ -196,15 +208,48 @@ impl Hub {
         self.touch(number, now);
         let stream_answer = accepts.event_stream && (msg.token.is_some() || !accepts.json);
         let stream = stream_answer.then_some(priming);
-        self.await_answer(now, request, cors, (number, sid), &msg, stream);
+        let form = session.map(|_| stream).ok_or(Opens { stream });
+        self.await_answer(now, request, cors, (number, sid), &msg, form);
         // Now that the answer has somewhere to go: the line for the backend, or the
         // proxy's own answer (a cached initialize).
         self.client_message(now, (number, sid), &msg, sender);
         Ok(())
     }
 
+    /// A notification of session `number` is taken: 202, then what it does.
+    fn mcp_notification(
+        &mut self,
+        now: Instant,
+        (request, cors): (RequestId, &Option<String>),
+        (number, sid): (SessionNumber, SessionId),
+        msg: &Checked,
+        sender: super::post::Sender,
+    ) {
+        self.touch(number, now);
+        // Accepted: a notification produces no event.
+        let _ = self.audit_take(request);
+        let response = decorate(streamable::notification_accepted(), sid, cors);
+        self.respond(request, response);
+        self.client_message(now, (number, sid), msg, sender);
+        if let Some(cancels) = &msg.cancels {
+            self.cancelled_by_client(now, number, &cancels.key);
+        }
+    }
+
+    /// 429 past `--max-sessions-per-principal`, with its JSON-RPC error under the id of
+    /// the `initialize` refused (as a rate limit's).
+    fn principal_sessions(&mut self, request: RequestId, cors: &Option<String>, raw_id: &str) {
+        self.metrics.rejected(&Rejection::PrincipalSessions);
+        let mut response = Rejection::PrincipalSessions.response_to(raw_id);
+        if let Some(origin) = cors {
+            http::add_cors(&mut response, origin);
+        }
+        self.respond(request, response);
+    }
+
     /// Registers request `msg` in flight: its stream (when the answer is one, primed or
-    /// not), its timeout, its progress token.
+    /// not; `Err`: the `initialize` that opens the session, whose answer decides), its
+    /// timeout, its progress token.
     fn await_answer(
         &mut self,
         now: Instant,
@@ -212,9 +257,13 @@ impl Hub {
         cors: &Option<String>,
         (number, sid): (SessionNumber, SessionId),
         msg: &Checked,
-        stream: Option<bool>,
+        form: Result<Option<bool>, Opens>,
     ) {
         let key = msg.id.as_ref().expect("a request").key.clone();
+        let (stream, opens) = match form {
+            Ok(stream) => (stream, None),
+            Err(opens) => (None, Some(opens)),
+        };
         let stream = stream.map(|priming| {
             let carries = Carries::Request(key.clone(), msg.raw_id().to_owned());
             let stream = self.open_mcp_stream(now, request, (number, sid), cors, carries);
@@ -243,6 +292,7 @@ impl Hub {
             token,
             cors: cors.clone(),
             audit,
+            opens,
         };
         m.in_flight.insert(key, entry);
     }
@@ -256,17 +306,70 @@ impl Hub {
         self.check_new_session(&principal)?;
         let kind = Kind::Mcp(McpSession {
             last_active: Some(now),
+            opening: true,
             ..McpSession::default()
         });
-        let number = self.sessions.open(sid, principal.clone(), kind)?;
-        self.metrics.sessions_opened += 1;
+        let number = self.sessions.open(sid, principal, kind)?;
         self.audit_session_origin(number, source);
+        Ok(number)
+    }
+
+    /// The `initialize` of session `number` got a result: the session is open.
+    fn opened(&mut self, number: SessionNumber) {
+        let Some(session) = self.sessions.get(number) else {
+            return;
+        };
+        let (sid, principal) = (session.id, session.principal.clone());
+        if let Some(m) = self.sessions.mcp_mut(number) {
+            m.opening = false;
+        }
+        self.metrics.sessions_opened += 1;
         self.audit_session(number, true);
         self.log(Event::SessionOpened {
             session: sid,
             principal,
         });
-        Ok(number)
+    }
+
+    /// The answer to the `initialize` that opens session `number`. A result opens it (and
+    /// its answer carries `Mcp-Session-Id`); anything else (the backend's error, a timeout,
+    /// a restart) leaves no session: it is removed uncounted, and the client gets the
+    /// error without a session id.
+    fn answer_opening(
+        &mut self,
+        now: Instant,
+        number: SessionNumber,
+        (mut entry, opens): (InFlight, Opens),
+        (message, outcome): (Vec<u8>, Option<Outcome>),
+    ) {
+        if outcome.unwrap_or_else(|| Outcome::of_answer(&message)) == Outcome::Success {
+            self.opened(number);
+            if let (Some(priming), Some(sid)) = (opens.stream, self.sessions.get(number)) {
+                let (sid, raw_id) = (sid.id, entry.raw_id.clone());
+                let key = IdKey::of(&raw_id).expect("an admitted id");
+                let carries = Carries::Request(key, raw_id);
+                let stream =
+                    self.open_mcp_stream(now, entry.request, (number, sid), &entry.cors, carries);
+                if priming {
+                    self.prime(now, number, stream);
+                }
+                entry.stream = Some(stream);
+            }
+            return self.answer(now, number, entry, (message, outcome));
+        }
+        self.backend.forget(number);
+        self.sessions.close(number);
+        if let Some(started) = entry.audit.take() {
+            self.audit_answered(now, number, started, &message, outcome);
+        }
+        let mut response = match opens.stream {
+            Some(_) => streamable::sse_answer(&message),
+            None => streamable::json_answer(message),
+        };
+        if let Some(origin) = &entry.cors {
+            http::add_cors(&mut response, origin);
+        }
+        self.respond(entry.request, response);
     }
 
     /// `GET /mcp`: the session's standalone stream; a new one replaces the old.
@@ -337,14 +440,16 @@ impl Hub {
     }
 
     /// The live Streamable session `text` names for `principal`: one 404 for unknown,
-    /// ended, foreign and legacy sessions alike.
+    /// ended, foreign and legacy sessions alike, and for one that has not opened yet.
     fn mcp_session(
         &self,
         text: &str,
         principal: &Principal,
     ) -> Result<(SessionNumber, SessionId), Rejection> {
         match self.sessions.authorize(text, principal)? {
-            (number, session) if matches!(session.kind, Kind::Mcp(_)) => Ok((number, session.id)),
+            (number, session) if matches!(&session.kind, Kind::Mcp(m) if !m.opening) => {
+                Ok((number, session.id))
+            }
             _ => Err(Rejection::SessionNotFound),
         }
     }
@@ -498,6 +603,9 @@ impl Hub {
         mut entry: InFlight,
         (message, outcome): (Vec<u8>, Option<Outcome>),
     ) {
+        if let Some(opens) = entry.opens.take() {
+            return self.answer_opening(now, number, (entry, opens), (message, outcome));
+        }
         if let Some(started) = entry.audit.take() {
             self.audit_answered(now, number, started, &message, outcome);
         }
@@ -521,7 +629,9 @@ impl Hub {
             return;
         };
         let sid = self.sessions.get(number).expect("in flight").id;
-        if let Some(line) = streamable::cancel_line(&sid, &entry.raw_id, "request timed out") {
+        // An initialize is never cancelled (MCP forbids it; it went under the proxy's id).
+        let line = streamable::cancel_line(&sid, &entry.raw_id, "request timed out");
+        if let Some(line) = line.filter(|_| entry.opens.is_none()) {
             self.queue_line(line, LineFrom::Cancellation);
         }
         let message = streamable::error_message(&entry.raw_id, -32001, "request timed out");

@@ -96,8 +96,6 @@ pub struct Hub {
     streams: Streams,
     posts: WaitingPosts,
     metrics: Metrics,
-    /// Bytes of Streamable events kept for resumption, over every session.
-    resume_bytes: usize,
     keys: keys::KeySets,
     buckets: limits::Buckets,
     audit: auditing::Auditor,
@@ -116,7 +114,6 @@ impl Hub {
             streams: Streams::new(settings.keepalive),
             posts: WaitingPosts::default(),
             metrics: Metrics::default(),
-            resume_bytes: 0,
             keys: keys::KeySets::new(&settings.key_sources, now),
             buckets: limits::Buckets::default(),
             audit: auditing::Auditor::default(),
@@ -332,7 +329,7 @@ impl Hub {
             idle_timers: self.sessions.idle_timers.len(),
             subscriptions: self.sessions.subscription_count(),
             resume_timers: self.sessions.resume_timers.len(),
-            resume_bytes: self.resume_bytes,
+            resume_bytes: self.sessions.resume_bytes(),
             principals: self.sessions.principals(),
             ..TableSizes::default()
         };

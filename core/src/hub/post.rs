@@ -333,6 +333,10 @@ impl Hub {
             return Err(Rejection::BodyTooLarge);
         };
         let msg = Checked::admit(body).map_err(Rejection::Invalid)?;
+        // Once initialized, a legacy session stays as it was (its audited client too).
+        if state.initialized && msg.is_request("initialize") {
+            return Err(Rejection::AlreadyInitialized);
+        }
         Ok(Prepared::Legacy { session, msg })
     }
 
@@ -446,6 +450,9 @@ impl Hub {
             Forward::Line(line) => self.queue_line(line, LineFrom::Client(number)),
             Forward::Answer(answer) => {
                 let outcome = Outcome::of_answer(&answer);
+                if outcome == Outcome::Success && msg.is_request("initialize") {
+                    self.sessions.initialized(&sid);
+                }
                 self.answer_client(now, sid, msg, (answer, outcome))
             }
             Forward::Waiting | Forward::Absorbed => {}

@@ -3,10 +3,12 @@
 //! event is numbered within its stream, and the most recent ones are kept within a byte
 //! budget per session and one for the whole proxy, oldest first out.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
+use super::sessions::SessionNumber;
 use crate::output::StreamId;
+use crate::principal::Principal;
 use crate::streamable::IdKey;
 
 /// A stream's number within its session; with an event's position it makes the event id
@@ -130,33 +132,33 @@ impl EventLog {
         self.streams.get_mut(&key)
     }
 
-    /// Keeps `event` as the next of stream `key`, evicting the oldest events past the
-    /// budgets (`global` is the proxy's total, kept by the caller). Its id.
+    /// Keeps `event` as the next of stream `key`, evicting this session's oldest events
+    /// past its budget `session` (the global cap is [`Holders`]'). Its id.
     pub(crate) fn push(
         &mut self,
         key: StreamKey,
         event: Arc<[u8]>,
-        budget: Budget,
-        global: &mut usize,
+        session: usize,
     ) -> Option<String> {
         let log = self.streams.get_mut(&key)?;
         let position = log.next;
         log.next += 1;
-        let size = event.len();
+        self.bytes += event.len();
         self.kept.push_back((key, position, event));
-        self.bytes += size;
-        *global += size;
-        while self.bytes > budget.session || *global > budget.global {
-            let Some((old_key, old_position, old)) = self.kept.pop_front() else {
-                break;
-            };
-            self.bytes -= old.len();
-            *global -= old.len();
-            if let Some(log) = self.streams.get_mut(&old_key) {
-                log.gone_through = log.gone_through.max(old_position);
-            }
-        }
+        while self.bytes > session && self.evict_oldest() {}
         Some(event_id(key, position))
+    }
+
+    /// Evicts the oldest event kept; false if none was.
+    pub(crate) fn evict_oldest(&mut self) -> bool {
+        let Some((old_key, old_position, old)) = self.kept.pop_front() else {
+            return false;
+        };
+        self.bytes -= old.len();
+        if let Some(log) = self.streams.get_mut(&old_key) {
+            log.gone_through = log.gone_through.max(old_position);
+        }
+        true
     }
 
     /// The events of stream `key` after `position`, with their ids.
@@ -195,12 +197,7 @@ impl EventLog {
 
     /// Forgets stream `key` and its events; a request stream is remembered as expired
     /// (its request's raw id) when `expired_id` is given.
-    pub(crate) fn forget(
-        &mut self,
-        key: StreamKey,
-        expired_id: Option<String>,
-        global: &mut usize,
-    ) {
+    pub(crate) fn forget(&mut self, key: StreamKey, expired_id: Option<String>) {
         let answered_at = self
             .streams
             .remove(&key)
@@ -215,7 +212,6 @@ impl EventLog {
             keep
         });
         self.bytes -= freed;
-        *global -= freed;
         if let Some(raw_id) = expired_id {
             self.remember_expired(key, raw_id, answered_at);
         }
@@ -260,9 +256,72 @@ impl EventLog {
     }
 
     /// Bytes kept.
-    #[cfg(test)]
     pub(crate) fn bytes(&self) -> usize {
         self.bytes
+    }
+}
+
+/// Who holds the events kept for resumption, over every session, so that the global cap
+/// takes from the principal holding the most (from its session holding the most): one
+/// principal's many sessions cannot push every other principal's events out (SPEC section
+/// 12). Each change is `O(log n)`: no scan over sessions.
+#[derive(Debug, Default)]
+pub(crate) struct Holders {
+    total: usize,
+    principals: BTreeMap<Principal, Held>,
+    /// Principals by the bytes they hold.
+    by_bytes: BTreeSet<(usize, Principal)>,
+}
+
+/// What one principal holds: in all, and per session (by bytes).
+#[derive(Debug, Default)]
+struct Held {
+    bytes: usize,
+    sessions: BTreeSet<(usize, SessionNumber)>,
+}
+
+impl Holders {
+    /// Bytes kept over every session.
+    pub(crate) fn total(&self) -> usize {
+        self.total
+    }
+
+    /// Session `number` of `principal` now holds `after` bytes instead of `before`.
+    pub(crate) fn moved(
+        &mut self,
+        principal: &Principal,
+        number: SessionNumber,
+        (before, after): (usize, usize),
+    ) {
+        if before == after {
+            return;
+        }
+        let held = self.principals.entry(principal.clone()).or_default();
+        self.by_bytes.remove(&(held.bytes, principal.clone()));
+        held.sessions.remove(&(before, number));
+        if after > 0 {
+            held.sessions.insert((after, number));
+        }
+        held.bytes = held.bytes + after - before;
+        self.total = self.total + after - before;
+        if held.bytes == 0 {
+            self.principals.remove(principal);
+        } else {
+            self.by_bytes.insert((held.bytes, principal.clone()));
+        }
+    }
+
+    /// Where the global cap takes from first: the session holding the most of the
+    /// principal holding the most.
+    pub(crate) fn largest(&self) -> Option<(Principal, SessionNumber)> {
+        let (_, principal) = self.by_bytes.last()?;
+        let (_, number) = self.principals.get(principal)?.sessions.last()?;
+        Some((principal.clone(), *number))
+    }
+
+    /// Forgets everyone (every session ended at once).
+    pub(crate) fn clear(&mut self) {
+        *self = Holders::default();
     }
 }
 
@@ -272,11 +331,6 @@ mod tests {
 
     #[test]
     fn replays_one_stream_within_its_budget() {
-        let budget = Budget {
-            session: 10,
-            global: 100,
-        };
-        let mut global = 0;
         let mut log = EventLog::default();
         let a = log.open(Carries::Get, StreamId(1));
         let b = log.open(
@@ -284,22 +338,46 @@ mod tests {
             StreamId(2),
         );
         for (key, event) in [(a, "aaaa"), (b, "bbbb"), (a, "cccc")] {
-            log.push(key, Arc::from(event.as_bytes()), budget, &mut global);
+            log.push(key, Arc::from(event.as_bytes()), 10);
         }
         // 12 bytes against a budget of 10: the oldest event went.
-        assert_eq!((log.bytes(), global), (8, 8));
+        assert_eq!(log.bytes(), 8);
         // The GET stream lost its first event: what is left is replayed.
         let replayed = log.replay(a, 0).unwrap();
         assert_eq!(replayed.len(), 1);
         assert_eq!(replayed[0].0, "1.2");
         assert_eq!(log.replay(b, 0).unwrap()[0].0, "2.1");
         assert_eq!(log.replay(3, 0), Err(Unreplayable::Unknown));
-        log.forget(b, Some("1".into()), &mut global);
+        log.forget(b, Some("1".into()));
         assert_eq!(log.replay(b, 1), Err(Unreplayable::Lost(Some("1".into()))));
-        log.forget(a, None, &mut global);
-        assert_eq!(global, 0);
+        log.forget(a, None);
+        assert_eq!(log.bytes(), 0);
         assert_eq!(parse_event_id("12.3"), Some((12, 3)));
         assert_eq!(parse_event_id("12"), None);
         assert_eq!(parse_event_id("-1.2"), None);
+    }
+
+    #[test]
+    fn the_global_cap_takes_from_the_largest_principal_first() {
+        let (mallory, alice) = (Principal::new("mallory"), Principal::new("alice"));
+        let n = SessionNumber::of;
+        let mut holders = Holders::default();
+        // Mallory's three sessions hold 300 bytes in all, alice's one session 150.
+        holders.moved(&mallory, n(1), (0, 100));
+        holders.moved(&mallory, n(2), (0, 120));
+        holders.moved(&mallory, n(3), (0, 80));
+        holders.moved(&alice, n(4), (0, 150));
+        assert_eq!(holders.total(), 450);
+        // Alice's one session is the largest, but mallory holds the most: hers go first,
+        // from her session holding the most.
+        assert_eq!(holders.largest(), Some((mallory.clone(), n(2))));
+        holders.moved(&mallory, n(2), (120, 0));
+        holders.moved(&mallory, n(1), (100, 40));
+        assert_eq!(holders.largest(), Some((alice.clone(), n(4))));
+        holders.moved(&alice, n(4), (150, 0));
+        holders.moved(&mallory, n(1), (40, 0));
+        holders.moved(&mallory, n(3), (80, 0));
+        assert_eq!((holders.total(), holders.largest()), (0, None));
+        assert!(holders.principals.is_empty() && holders.by_bytes.is_empty());
     }
 }

@@ -8,7 +8,7 @@ use std::time::Instant;
 use super::resume::{event_id, parse_event_id, Budget, Carries, Replayed, StreamKey, Unreplayable};
 use super::sessions::SessionNumber;
 use super::streams::Role;
-use super::{Hub, Request, RESUME_GLOBAL};
+use super::{Hub, Request};
 use crate::http::{self, Rejection};
 use crate::output::{Frame, RequestId, StreamId};
 use crate::routed_id::SessionId;
@@ -52,7 +52,7 @@ impl Hub {
         };
         Budget {
             session,
-            global: RESUME_GLOBAL,
+            global: self.settings.resume_global,
         }
     }
 
@@ -67,15 +67,13 @@ impl Hub {
     ) {
         let budget = self.resume_budget();
         let event: Arc<[u8]> = Arc::from(sse::message_event(message));
-        let Some(m) = self.sessions.mcp_mut(number) else {
-            return;
-        };
-        let Some(id) = m
-            .log
-            .push(key, event.clone(), budget, &mut self.resume_bytes)
+        let Some(id) = self
+            .sessions
+            .keep_event((number, key), event.clone(), budget)
         else {
             return;
         };
+        let m = self.sessions.mcp(number).expect("kept above");
         if let Some(stream) = m.log.get(key).and_then(|log| log.attached) {
             self.send(now, stream, Frame::Owned(sse::with_id(&id, &event)));
         }
@@ -131,7 +129,7 @@ impl Hub {
     /// that resuming it is answered -32001.
     fn forget_stream(&mut self, number: SessionNumber, key: StreamKey, expired: bool) {
         self.sessions.resume_timers.remove(&(number, key));
-        let Some(m) = self.sessions.mcp_mut(number) else {
+        let Some(m) = self.sessions.mcp(number) else {
             return;
         };
         let carries = m.log.get(key).map(|log| log.carries.clone());
@@ -139,7 +137,8 @@ impl Hub {
             Some(Carries::Request(_, raw_id)) if expired => Some(raw_id),
             _ => None,
         };
-        m.log.forget(key, raw_id, &mut self.resume_bytes);
+        self.sessions.forget_events((number, key), raw_id);
+        let m = self.sessions.mcp_mut(number).expect("live above");
         if m.get_stream == Some(key) {
             m.get_stream = None;
         }

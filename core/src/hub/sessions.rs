@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::deadlines::Deadlines;
 use super::mcp::McpSession;
-use super::resume::StreamKey;
+use super::resume::{Budget, Holders, StreamKey};
 use crate::auth::Principal;
 use crate::http::Rejection;
 use crate::output::StreamId;
@@ -20,6 +20,14 @@ pub(crate) const MAX_SUBSCRIPTIONS_PER_SESSION: usize = 1024;
 /// A session's creation number: sessions are kept, broadcast to and closed in this order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct SessionNumber(u64);
+
+#[cfg(test)]
+impl SessionNumber {
+    /// Session number `n`, for tests of the parts that key by it.
+    pub(crate) fn of(n: u64) -> Self {
+        SessionNumber(n)
+    }
+}
 
 /// The two transports side by side (SPEC section 7).
 #[derive(Debug)]
@@ -56,6 +64,8 @@ pub(crate) struct Session {
     pub(crate) client: Option<std::sync::Arc<crate::audit::ClientInfo>>,
     /// The uris it watches (`resources/subscribe`).
     subscriptions: BTreeSet<String>,
+    /// Its `initialize` got a result: a legacy session refuses another (400).
+    pub(crate) initialized: bool,
 }
 
 /// A timer of a Streamable session that came due.
@@ -86,6 +96,8 @@ pub(crate) struct Sessions {
     pub(crate) idle_timers: Deadlines<SessionNumber>,
     /// Ends of the resume windows of dropped and finished Streamable streams.
     pub(crate) resume_timers: Deadlines<(SessionNumber, StreamKey)>,
+    /// Who holds the events kept for resumption (the global cap's order of eviction).
+    holders: Holders,
 }
 
 impl Sessions {
@@ -100,6 +112,7 @@ impl Sessions {
             request_timers: Deadlines::default(),
             idle_timers: Deadlines::default(),
             resume_timers: Deadlines::default(),
+            holders: Holders::default(),
         }
     }
 
@@ -143,16 +156,28 @@ impl Sessions {
             source: Default::default(),
             client: None,
             subscriptions: BTreeSet::new(),
+            initialized: false,
         };
         self.by_number.insert(number, session);
         self.by_sid.insert(id, number);
         Ok(number)
     }
 
+    /// The live session `sid` got a result for its `initialize`.
+    pub(crate) fn initialized(&mut self, sid: &SessionId) {
+        if let Some(session) = self.find(sid).and_then(|n| self.by_number.get_mut(&n)) {
+            session.initialized = true;
+        }
+    }
+
     /// Removes a session: it, and the uris nobody watches any more (to unsubscribe).
     pub(crate) fn close(&mut self, number: SessionNumber) -> Option<(Session, Vec<String>)> {
         let mut session = self.by_number.remove(&number)?;
         self.by_sid.remove(&session.id);
+        if let Kind::Mcp(m) = &session.kind {
+            let held = (m.log.bytes(), 0);
+            self.holders.moved(&session.principal, number, held);
+        }
         if let Some(n) = self.per_principal.get_mut(&session.principal) {
             *n -= 1;
             if *n == 0 {
@@ -181,6 +206,7 @@ impl Sessions {
         self.request_timers.clear();
         self.idle_timers.clear();
         self.resume_timers.clear();
+        self.holders.clear();
         std::mem::take(&mut self.by_number).into_iter().collect()
     }
 
@@ -239,6 +265,65 @@ impl Sessions {
             Kind::Mcp(m) => Some(m),
             Kind::Legacy { .. } => None,
         }
+    }
+
+    /// Keeps `event` as the next of stream `key` of session `number` (its id), within the
+    /// session's budget and the global one: past the global cap the oldest events of the
+    /// principal holding the most go first (of its session holding the most), so that one
+    /// principal's sessions cannot take every other's resumption (SPEC section 12).
+    pub(crate) fn keep_event(
+        &mut self,
+        (number, key): (SessionNumber, StreamKey),
+        event: std::sync::Arc<[u8]>,
+        budget: Budget,
+    ) -> Option<String> {
+        let session = self.by_number.get_mut(&number)?;
+        let Kind::Mcp(m) = &mut session.kind else {
+            return None;
+        };
+        let before = m.log.bytes();
+        let id = m.log.push(key, event, budget.session)?;
+        let held = (before, m.log.bytes());
+        self.holders.moved(&session.principal, number, held);
+        while self.holders.total() > budget.global {
+            let Some((principal, largest)) = self.holders.largest() else {
+                break;
+            };
+            let Some(m) = self.mcp_mut(largest) else {
+                break;
+            };
+            let before = m.log.bytes();
+            if !m.log.evict_oldest() {
+                break;
+            }
+            let held = (before, m.log.bytes());
+            self.holders.moved(&principal, largest, held);
+        }
+        Some(id)
+    }
+
+    /// Forgets stream `key` of session `number` and its events; a request stream is
+    /// remembered as expired (its request's raw id) when `expired_id` is given.
+    pub(crate) fn forget_events(
+        &mut self,
+        (number, key): (SessionNumber, StreamKey),
+        expired_id: Option<String>,
+    ) {
+        let Some(session) = self.by_number.get_mut(&number) else {
+            return;
+        };
+        let Kind::Mcp(m) = &mut session.kind else {
+            return;
+        };
+        let before = m.log.bytes();
+        m.log.forget(key, expired_id);
+        let held = (before, m.log.bytes());
+        self.holders.moved(&session.principal, number, held);
+    }
+
+    /// Bytes of Streamable events kept for resumption, over every session.
+    pub(crate) fn resume_bytes(&self) -> usize {
+        self.holders.total()
     }
 
     /// Session `number` watches `uri` from now on; refused past its subscription cap.

@@ -121,6 +121,9 @@ pub enum Op {
         id: Id,
         /// What the client accepts.
         accept: Accept,
+        /// The backend answers the handshake at once (a result): the session opens (it is
+        /// 404 to everyone until its initialize has a result).
+        answered: bool,
     },
     /// `POST /mcp` naming the slot's session (or its last one), as its owner or not.
     McpPost {
@@ -565,6 +568,7 @@ impl Rng {
                     self.id()
                 },
                 accept: self.accept(),
+                answered: self.chance(90),
             },
             225..=262 => Op::McpPost {
                 slot: mcp_slot,
@@ -714,6 +718,9 @@ struct Pending {
     deadline: Option<Duration>,
     /// Admission order within its session (progress for a shared token goes to the newest).
     seq: u64,
+    /// The `initialize` that opens its session: only a result opens it (an error removes
+    /// it, and its answer carries no session header).
+    opens: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -965,6 +972,27 @@ impl Model {
             .collect()
     }
 
+    /// Whether `request` of session `sid` is the `initialize` that opens it.
+    fn opens(&self, sid: SessionId, request: RequestId) -> bool {
+        (self.live.get(&sid).and_then(LiveSession::mcp)).is_some_and(|m| {
+            m.in_flight
+                .values()
+                .any(|p| p.request == request && p.opens)
+        })
+    }
+
+    /// A session whose `initialize` failed never opened: the hub removed it, uncounted.
+    fn never_opened(&mut self, sid: SessionId) {
+        self.live.remove(&sid);
+        self.init_askers.retain(|(s, _)| *s != sid);
+        self.subs.remove(&sid);
+        for slot in &mut self.slots {
+            if slot.current == Some(sid) {
+                slot.last = slot.current.take();
+            }
+        }
+    }
+
     /// The session and request of the Streamable POST `request` waiting for a JSON answer.
     fn json_waiter(&self, request: RequestId) -> Option<SessionId> {
         self.live.iter().find_map(|(sid, s)| {
@@ -1067,6 +1095,8 @@ impl Model {
                     flush(&mut broadcast, &mut out.actions);
                     let session = self.json_waiter(request).expect("checked");
                     assert_eq!(response.status, 200, "a JSON answer is a 200");
+                    let failed_opening = self.opens(session, request)
+                        && one_line_object(&response.body).contains_key("error");
                     let header = response
                         .headers
                         .iter()
@@ -1074,8 +1104,8 @@ impl Model {
                         .map(|(_, v)| v.to_string());
                     assert_eq!(
                         header.as_deref(),
-                        Some(session.as_str()),
-                        "the answer's session header"
+                        (!failed_opening).then_some(session.as_str()),
+                        "the answer's session header (none for a failed initialize)"
                     );
                     let message = response.body.to_vec();
                     out.actions.push(Action::Deliver {
@@ -1213,6 +1243,9 @@ impl Model {
                 out.ends.remove(at);
                 self.end_stream(stream);
             }
+            if pending.opens && m.contains_key("error") {
+                self.never_opened(p.sid);
+            }
             answered.push(Answered {
                 sid: p.sid,
                 raw_id: pending.raw_id,
@@ -1302,7 +1335,27 @@ impl Model {
                 principal,
                 id,
                 accept,
-            } => self.mcp_init(*slot, *principal, id, *accept),
+                answered,
+            } => {
+                // The answer to an initialize that opens a session is held back until it
+                // is known (a stream only then); the model asks for JSON (scenarios cover the
+                // stream).
+                let accept = match accept {
+                    Accept::Sse => Accept::Both,
+                    other => *other,
+                };
+                let label = self.mcp_init(*slot, *principal, id, accept);
+                let pending = label.ends_with(":forwarded") || label.ends_with(":waiting");
+                if !(*answered && pending) {
+                    return label;
+                }
+                let result = BackendMsg::Answer {
+                    pick: 3,
+                    error: false,
+                    escaped: false,
+                };
+                format!("{label}+{}", self.backend(&result))
+            }
             Op::McpPost {
                 slot,
                 impostor,
@@ -1332,6 +1385,8 @@ impl Model {
             .collect();
         let mut timed_out: Vec<(SessionId, String)> = Vec::new();
         let mut expired: Vec<SessionId> = Vec::new();
+        // Timed-out initializes: MCP forbids cancelling one.
+        let mut uncancelled: Vec<(SessionId, String)> = Vec::new();
         loop {
             let request = sim
                 .iter()
@@ -1353,6 +1408,11 @@ impl Model {
                     let m = sim.get_mut(&sid).expect("found above");
                     let p = m.in_flight.remove(&key).expect("found above");
                     m.last_active = at;
+                    if p.opens {
+                        // It never opened: nothing left to expire.
+                        sim.remove(&sid);
+                        uncancelled.push((sid, p.raw_id.clone()));
+                    }
                     timed_out.push((sid, p.raw_id));
                 }
                 (_, Some((at, sid))) if at <= target => {
@@ -1379,6 +1439,7 @@ impl Model {
         want.sort();
         got.sort();
         assert_eq!(got, want, "the requests that timed out");
+        timed_out.retain(|r| !uncancelled.contains(r));
         self.check_cancels(&out.lines, &timed_out, "request timed out");
         for (sid, m) in &sim {
             if let Some(live) = self.live.get_mut(sid).and_then(LiveSession::mcp_mut) {
@@ -1720,7 +1781,11 @@ impl Model {
     /// or the poster is an impostor.
     fn poster(&mut self, slot: u8, impostor: bool, mcp: bool) -> (SessionId, Principal, bool) {
         let sid = self.target(slot);
-        let session = self.live.get(&sid);
+        // A session whose initialize is unanswered has not opened: 404 like an unknown one.
+        let session = self
+            .live
+            .get(&sid)
+            .filter(|s| !(s.mcp()).is_some_and(|m| m.in_flight.values().any(|p| p.opens)));
         let owner = session.map(|s| s.principal.clone());
         let same_transport = session.is_some_and(|s| s.mcp().is_some() == mcp);
         let principal = match (&owner, impostor) {
@@ -1804,7 +1869,7 @@ impl Model {
         );
         let s = self.slot(slot);
         s.last = s.current.replace(sid).or(s.last);
-        let how = self.mcp_accepted(sid, request, accept, &body, answer.as_ref());
+        let how = self.mcp_accepted((sid, true), request, accept, &body, answer.as_ref());
         format!("mcp-init:{how}")
     }
 
@@ -1891,7 +1956,7 @@ impl Model {
                 return format!("mcp-post:{status}");
             }
             None => {
-                let how = self.mcp_accepted(sid, request, accept, body, answer.as_ref());
+                let how = self.mcp_accepted((sid, false), request, accept, body, answer.as_ref());
                 return format!("mcp-post:{how}");
             }
         }
@@ -1953,7 +2018,7 @@ impl Model {
     /// or a JSON body at once): registers it in flight, then checks what the step did.
     fn mcp_accepted(
         &mut self,
-        sid: SessionId,
+        (sid, opens): (SessionId, bool),
         request: RequestId,
         accept: Accept,
         body: &[u8],
@@ -1994,6 +2059,7 @@ impl Model {
                 token,
                 deadline: Some(now + REQUEST_TIMEOUT),
                 seq: mcp.seq,
+                opens,
             },
         );
         if let Some(stream) = stream {
@@ -2378,9 +2444,15 @@ impl Model {
                 escaped,
             } => {
                 let picked = if usize::from(*pick) % 2 == 1 && !self.init_ids.is_empty() {
-                    // The proxy's own initialize id: whoever waits for the handshake.
-                    let ids = &self.init_ids;
-                    Some((None, ids[usize::from(*pick / 2) % ids.len()].clone()))
+                    // The proxy's own initialize id: whoever waits for the handshake (mostly
+                    // the newest, so that Streamable sessions open: until then they are 404).
+                    let (ids, at) = (&self.init_ids, usize::from(*pick / 2));
+                    let at = if at % 4 == 0 {
+                        at / 4 % ids.len()
+                    } else {
+                        ids.len() - 1
+                    };
+                    Some((None, ids[at].clone()))
                 } else {
                     self.pick(*pick, *escaped).map(|(sid, id)| (Some(sid), id))
                 };
