@@ -69,6 +69,8 @@ pub struct Settings {
     pub on_backend_exit: OnBackendExit,
     /// How long a request waits for a restarting backend before 503.
     pub restart_wait: Duration,
+    /// Bytes of request bodies that may wait for a restarting backend, all together.
+    pub restart_buffer: usize,
     /// Client lines that may wait in the backend's stdin queue ([`STDIN_QUEUE`]).
     pub stdin_queue: usize,
     /// How long a Streamable request may wait for its answer (progress restarts the
@@ -187,6 +189,7 @@ impl Default for Settings {
             restart: Restart::OnFailure,
             on_backend_exit: OnBackendExit::KeepSessions,
             restart_wait: Duration::from_secs(10),
+            restart_buffer: 64 << 20,
             stdin_queue: STDIN_QUEUE,
             request_timeout: Some(Duration::from_secs(300)),
             session_idle: Duration::from_secs(1800),

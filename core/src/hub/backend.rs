@@ -434,6 +434,16 @@ impl BackendProcess {
         Some(StopStep::Signal(signal))
     }
 
+    /// How long until a scheduled restart, if one is.
+    pub(crate) fn until_restart(&self, now: Instant) -> Option<Duration> {
+        match self.state {
+            State::Down {
+                restart_at: Some(at),
+            } if self.is_running() => Some(at.saturating_duration_since(now)),
+            _ => None,
+        }
+    }
+
     /// The restart is due at `now`.
     pub(crate) fn restart_due(&self, now: Instant) -> bool {
         matches!(self.state, State::Down { restart_at: Some(at) } if at <= now)

@@ -167,7 +167,12 @@ impl Hub {
             }
         }
         while let Some(post) = self.posts.take_due(now) {
-            self.refuse(post.request, Rejection::BackendDown, post.cors.as_deref());
+            self.refuse_at(
+                now,
+                post.request,
+                Rejection::BackendDown,
+                post.cors.as_deref(),
+            );
         }
         for request in self.backend.health_due(now) {
             self.respond_health(now, request, false);
@@ -216,7 +221,7 @@ impl Hub {
             }
         };
         if let Err(rejection) = result {
-            self.refuse(id, rejection, cors.as_deref());
+            self.refuse_at(now, id, rejection, cors.as_deref());
         }
         id
     }
