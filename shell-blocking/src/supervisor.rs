@@ -191,6 +191,8 @@ impl Supervisor {
             }
             Input::ClientLeft { ticket } => {
                 if let Some(request) = self.replies.left(ticket) {
+                    // What it held (its body, if it waited) is freed: trim.
+                    crate::memory::churned();
                     self.hub.handle_client_left(now, request);
                 }
             }

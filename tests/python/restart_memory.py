@@ -70,8 +70,11 @@ def main():
             s, _ = post(body, read=False)
             time.sleep(0.3)  # read and waiting
             s.close()
-        time.sleep(1.0)
-        print(json.dumps({"binary": os.path.basename(proxy), "posts": count, "mib": mib,
+        time.sleep(float(os.environ.get("SETTLE", "3")))
+        metrics = request(port, b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")[1].decode()
+        left = sum(float(l.split()[-1]) for l in metrics.splitlines()
+                   if l.startswith("switchboard_drops_total") and "client_left" in l)
+        print(json.dumps({"client_left": left,"binary": os.path.basename(proxy), "posts": count, "mib": mib,
                           "rss_before_kb": before,
                           "rss_after_kb": status_kb(p.pid, "VmRSS"),
                           "hwm_kb": status_kb(p.pid, "VmHWM")}))
