@@ -627,6 +627,7 @@ impl Config {
             grace: self.grace,
             restart: self.restart,
             stdin_queue: crate::settings::STDIN_QUEUE,
+            stdin_window: crate::settings::STDIN_WINDOW,
             request_timeout: (!self.request_timeout.is_zero()).then_some(self.request_timeout),
             on_backend_exit: self.on_backend_exit,
             oauth: self.resource_server().map(std::sync::Arc::new),

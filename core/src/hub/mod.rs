@@ -45,7 +45,7 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 pub use crate::http::{Payload, Request};
-pub use crate::settings::{Reload, Settings, EXIT_DRAIN, RESUME_GLOBAL, STDIN_QUEUE};
+pub use crate::settings::{Reload, Settings, EXIT_DRAIN, RESUME_GLOBAL, STDIN_QUEUE, STDIN_WINDOW};
 pub use keys::Fetched;
 pub use resume::MAX_FINISHED_KEPT;
 
@@ -295,9 +295,10 @@ impl Hub {
     }
 
     /// `lines` more lines queued for `backend`'s stdin were written: their sessions get
-    /// their share of the queue back.
+    /// their share of the queue back, and the shell gets the next lines.
     pub fn handle_backend_wrote(&mut self, _now: Instant, backend: BackendId, lines: usize) {
         self.backend.wrote(backend, lines);
+        self.backend.release(&mut self.outputs, false);
     }
 
     /// How many timer entries the hub holds (keep-alives, request timeouts, idle checks):
@@ -438,9 +439,9 @@ impl Hub {
             LineFrom::Proxy => self.metrics.replies += 1,
             LineFrom::Cancellation => {}
         }
-        match self.backend.take_room(from) {
-            Some(backend) => self.outputs.push_back(Output::ToBackend { backend, line }),
-            None => self.drop_message(DropReason::BackendQueueFull, None),
+        match self.backend.queue(from, line) {
+            true => self.backend.release(&mut self.outputs, false),
+            false => self.drop_message(DropReason::BackendQueueFull, None),
         }
     }
 
