@@ -276,6 +276,20 @@ pub struct AuditRecord {
 }
 
 impl AuditRecord {
+    /// About the bytes it holds while it waits for the writer (its own, its strings and
+    /// messages; what it shares with other records is not counted), for a queue's byte
+    /// budget.
+    pub fn held_bytes(&self) -> usize {
+        let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+        let data = self.data.as_ref().map_or(0, |(a, b, _)| a.len() + b.len());
+        std::mem::size_of::<AuditRecord>()
+            + text(&self.request_id)
+            + text(&self.target_name)
+            + text(&self.method)
+            + text(&self.source.user_agent)
+            + data
+    }
+
     /// The event as one line of JSON (no newline), with the shell's `audit_id` (a UUID v4),
     /// `logged_at` (RFC 3339 UTC with milliseconds, see [`rfc3339_millis`]) and `component`.
     pub fn to_json(&self, audit_id: &str, logged_at: &str, component: &str) -> String {

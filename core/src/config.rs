@@ -187,6 +187,13 @@ pub struct Config {
     #[cfg_attr(feature = "cli", arg(long, default_value = "4KiB", value_name = "SIZE", value_parser = parse_size))]
     pub audit_max_data: usize,
 
+    /// Bytes of audit events that may wait for the audit log's writer (a slow or stalled
+    /// sink); events that do not fit are dropped and counted
+    /// (switchboard_audit_dropped_total). At shutdown the writer gets --grace to write
+    /// out what waits; then the proxy exits anyway.
+    #[cfg_attr(feature = "cli", arg(long, default_value = "16MiB", value_name = "SIZE", value_parser = parse_size))]
+    pub audit_buffer: usize,
+
     /// A proxy whose X-Forwarded-For names the client, as an address or CIDR block
     /// (repeatable): the audit log's client address is then the rightmost address in that
     /// header that is not itself a trusted proxy. Without it, the peer's address.
@@ -285,6 +292,12 @@ pub struct Config {
     /// How long a request waits for a restarting backend before 503.
     #[cfg_attr(feature = "cli", arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION"))]
     pub restart_wait: Duration,
+
+    /// Bytes of request bodies that may wait, all together, for a restarting backend
+    /// (--restart-wait); a request that does not fit gets 503 at once. A request whose
+    /// client hangs up stops waiting and frees its room.
+    #[cfg_attr(feature = "cli", arg(long, default_value = "64MiB", value_parser = parse_size, value_name = "SIZE"))]
+    pub restart_buffer: usize,
 
     /// Interval of health pings to the backend.
     #[cfg_attr(feature = "cli", arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION"))]
@@ -504,8 +517,10 @@ impl Config {
     }
 
     fn validate_sizes(&self) -> Result<(), ConfigError> {
-        let sizes: [(&'static str, usize); 4] = [
+        let sizes: [(&'static str, usize); 6] = [
             ("--resume-buffer", self.resume_buffer),
+            ("--restart-buffer", self.restart_buffer),
+            ("--audit-buffer", self.audit_buffer),
             ("--max-body", self.max_body),
             ("--max-line", self.max_line),
             ("--session-buffer", self.session_buffer),
@@ -652,10 +667,12 @@ impl Config {
             grace: self.grace,
             restart: self.restart,
             stdin_queue: crate::settings::STDIN_QUEUE,
+            stdin_window: crate::settings::STDIN_WINDOW,
             request_timeout: (!self.request_timeout.is_zero()).then_some(self.request_timeout),
             on_backend_exit: self.on_backend_exit,
             oauth: self.resource_server().map(std::sync::Arc::new),
             restart_wait: self.restart_wait,
+            restart_buffer: self.restart_buffer,
             session_idle: self.session_idle,
             max_inflight: self.max_inflight,
             endpoint_prefix: format!("{base}{}", self.base_path()),

@@ -81,6 +81,7 @@ impl Config {
         keep!("--log-level": log_level);
         keep!("--log-format": log_format);
         keep!("--audit-log": audit_log);
+        keep!("--audit-buffer": audit_buffer);
         keep!("the backend command": demo_backend, command);
         (self, ignored)
     }

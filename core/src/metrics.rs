@@ -270,6 +270,9 @@ pub enum DropReason {
     NotInFlight,
     /// A message for a Streamable session that has no stream open to carry it.
     NoStream,
+    /// A request waiting for a restarting backend whose client hung up: never forwarded,
+    /// never answered.
+    ClientLeft,
 }
 
 impl DropReason {
@@ -290,6 +293,7 @@ impl DropReason {
             DropReason::BackendQueueFull => "backend_queue_full",
             DropReason::NotInFlight => "not_in_flight",
             DropReason::NoStream => "no_stream",
+            DropReason::ClientLeft => "client_left",
         }
     }
 }

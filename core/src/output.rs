@@ -177,7 +177,8 @@ pub enum Output {
         backend: BackendId,
     },
     /// Queue `line` (one JSON-RPC message ending in `\n`) for the backend's stdin. The hub
-    /// bounds how many lines are queued, so the shell's queue need not.
+    /// bounds how many lines are queued ([`STDIN_WINDOW`](crate::hub::STDIN_WINDOW)) and
+    /// keeps the rest until writes are reported, so the shell's queue need not.
     ToBackend {
         /// Which process (ignored when it is no longer the shell's).
         backend: BackendId,

@@ -38,6 +38,12 @@ pub enum OnBackendExit {
 /// use as much again.
 pub const STDIN_QUEUE: usize = 1024;
 
+/// Lines for the backend's stdin a shell holds at most, not yet written; the rest wait in
+/// the hub, which releases them in turns across sessions as writes are reported. Twice
+/// [`STDIN_REPORT_EVERY`](crate::output::STDIN_REPORT_EVERY), so that a shell that reports
+/// only every that many lines always has some to write.
+pub const STDIN_WINDOW: usize = 128;
+
 /// Bytes of Streamable events the whole proxy keeps for resumption, at most.
 pub const RESUME_GLOBAL: usize = 64 << 20;
 
@@ -72,8 +78,12 @@ pub struct Settings {
     pub on_backend_exit: OnBackendExit,
     /// How long a request waits for a restarting backend before 503.
     pub restart_wait: Duration,
+    /// Bytes of request bodies that may wait for a restarting backend, all together.
+    pub restart_buffer: usize,
     /// Client lines that may wait in the backend's stdin queue ([`STDIN_QUEUE`]).
     pub stdin_queue: usize,
+    /// Lines the shell holds for stdin at most ([`STDIN_WINDOW`]).
+    pub stdin_window: usize,
     /// How long a Streamable request may wait for its answer (progress restarts the
     /// clock); `None` for no limit.
     pub request_timeout: Option<Duration>,
@@ -222,7 +232,9 @@ impl Default for Settings {
             restart: Restart::OnFailure,
             on_backend_exit: OnBackendExit::KeepSessions,
             restart_wait: Duration::from_secs(10),
+            restart_buffer: 64 << 20,
             stdin_queue: STDIN_QUEUE,
+            stdin_window: STDIN_WINDOW,
             request_timeout: Some(Duration::from_secs(300)),
             session_idle: Duration::from_secs(1800),
             max_inflight: 256,
@@ -239,3 +251,7 @@ impl Default for Settings {
         }
     }
 }
+
+// A shell reports writes only every STDIN_REPORT_EVERY lines: a smaller window could leave
+// it waiting for lines the hub holds back until it reports.
+const _: () = assert!(STDIN_WINDOW >= 2 * crate::output::STDIN_REPORT_EVERY);

@@ -8,6 +8,8 @@ mod backend;
 #[path = "../../shell-tokio/src/fetch.rs"]
 mod fetch;
 mod memory;
+#[path = "../../shell-tokio/src/pending.rs"]
+mod pending;
 mod server;
 mod session;
 mod supervisor;
@@ -16,7 +18,6 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
 use std::thread;
-use std::thread::JoinHandle;
 
 use switchboard_core::budget::{session_budget, HostLimits, SessionCost};
 use switchboard_core::config::{Config, LogFormat};
@@ -82,12 +83,13 @@ fn capped(mut loaded: Loaded, budget: usize) -> Loaded {
 }
 
 /// The audit log's writer, when `--audit-log` is given (its events name the instance).
-fn start_audit_log(config: &Config) -> std::io::Result<Option<(AuditLog, JoinHandle<()>)>> {
+fn start_audit_log(config: &Config) -> std::io::Result<Option<(AuditLog, audit::Finish)>> {
     let Some(path) = &config.audit_log else {
         return Ok(None);
     };
     let component = config.instance.clone();
-    AuditLog::start(path, component.unwrap_or_else(|| "switchboard".into())).map(Some)
+    let component = component.unwrap_or_else(|| "switchboard".into());
+    AuditLog::start(path, component, config.audit_buffer).map(Some)
 }
 
 fn run(
@@ -116,6 +118,7 @@ fn run(
     // The loop stops the server, which needs the loop's inputs: it gets the server later.
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<Arc<server::Listening>>(1);
     let running = Arc::new(loaded.config);
+    let grace = running.grace;
     let (mut supervisor, inputs, closed, shutdown) = Supervisor::new(
         running.clone(),
         loaded.settings,
@@ -152,8 +155,10 @@ fn run(
         .spawn(move || listening.serve())?;
     let (status, drain) = supervisor.run();
     server.drain(drain);
+    // What is queued is written out, within --grace (a stalled sink does not keep the
+    // proxy from exiting).
     if let Some(writer) = writer {
-        let _ = writer.join();
+        writer.within(grace);
     }
     Ok(status)
 }

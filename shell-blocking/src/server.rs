@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Sender;
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use switchboard_core::framing::{
     self, BodyLength, ChunkedBody, Framing, FramingError, Pipeline, H2_PREFACE,
 };
@@ -47,6 +47,8 @@ const CONNECTION_STACK: usize = 256 * 1024;
 const READ_CHUNK: usize = 8 * 1024;
 /// How long an answer may take to be taken by a client that stopped reading.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often a connection waiting for its answer looks whether its client left.
+const CLIENT_CHECK: Duration = Duration::from_millis(200);
 /// How long to wait after a failed accept, and how many failures in a row make one log line.
 const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 const ACCEPT_FAILURES_LOGGED_EVERY: u32 = 20;
@@ -307,15 +309,21 @@ impl<'s> Connection<'s> {
             None => (Payload::TooLarge, false),
         };
         let (reply, answer) = crossbeam_channel::bounded(1);
+        let ticket = crate::pending::ticket();
         let input = Input::Request {
             request: Box::new(admitted.into_request(payload, entropy)),
             reply,
+            ticket,
         };
         self.server.busy.fetch_add(1, Ordering::AcqRel);
         // Blocks while the loop's inputs are full: the loop never waits on a connection.
         let reply = match self.server.inputs.send(input) {
-            Ok(()) => answer.recv().ok(),
-            Err(_) => None,
+            Ok(()) => self.await_answer(&answer, ticket),
+            Err(_) => Ok(None),
+        };
+        let Ok(reply) = reply else {
+            self.server.busy.fetch_sub(1, Ordering::AcqRel);
+            return Err(Stop::Close);
         };
         // The loop ended without answering: the proxy is exiting.
         let reply = reply.unwrap_or_else(|| Reply::Full(Rejection::BackendDown.response()));
@@ -343,6 +351,41 @@ impl<'s> Connection<'s> {
                 (self.server.inputs).send(Input::Refused(Refusal::Framing(refused), asked, None));
         }
         stop
+    }
+
+    /// The loop's answer (`None`: the loop ended without one), watching the client
+    /// meanwhile: one that closes its connection first is reported to the loop with the
+    /// request's `ticket` (`Err`: nobody is left to answer).
+    fn await_answer(&self, answer: &Receiver<Reply>, ticket: u64) -> Result<Option<Reply>, ()> {
+        loop {
+            match answer.recv_timeout(CLIENT_CHECK) {
+                Ok(reply) => return Ok(Some(reply)),
+                Err(RecvTimeoutError::Disconnected) => return Ok(None),
+                Err(RecvTimeoutError::Timeout) if self.client_gone() => {
+                    let _ = self.server.inputs.send(Input::ClientLeft { ticket });
+                    return Err(());
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+        }
+    }
+
+    /// Whether the client closed its connection (or it broke): a read would end it.
+    /// Bytes it sent meanwhile (a pipelined request) are left for later.
+    fn client_gone(&self) -> bool {
+        if self.socket.set_nonblocking(true).is_err() {
+            return false;
+        }
+        let gone = match self.socket.peek(&mut [0u8; 1]) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+            ),
+        };
+        let _ = self.socket.set_nonblocking(false);
+        gone
     }
 
     /// Reads the next request head within `deadline`.

@@ -16,11 +16,12 @@ use switchboard_core::jwt::KeyStore;
 use switchboard_core::load::{Front, Loaded, Shared};
 use switchboard_core::output::Level;
 use switchboard_core::supervise::Exit;
-use switchboard_core::{BackendId, FetchId, Output, RequestId, StreamEnd, StreamId};
+use switchboard_core::{BackendId, FetchId, Output, StreamEnd, StreamId};
 use tracing::{debug, info, warn};
 
 use crate::audit::AuditLog;
 use crate::backend::{self, Backend};
+use crate::pending::Pending;
 use crate::session::{self, Queue, StreamBody};
 
 /// How long the loop sleeps when the hub has no timer set.
@@ -40,7 +41,12 @@ pub enum Input {
     Request {
         request: Box<hub::Request>,
         reply: Sender<Reply>,
+        /// The connection's [`pending::ticket`](crate::pending::ticket), named again if
+        /// its client leaves.
+        ticket: u64,
     },
+    /// The client of the request handed over with this ticket left before its answer.
+    ClientLeft { ticket: u64 },
     /// What an [`Output::Fetch`] brought.
     Fetched {
         fetch: FetchId,
@@ -75,7 +81,7 @@ pub struct Supervisor {
     hub: Hub,
     /// Requests the hub has yet to answer: where each connection waits (a channel of one,
     /// so a send never waits).
-    replies: HashMap<RequestId, Sender<Reply>>,
+    replies: Pending<Sender<Reply>>,
     streams: HashMap<StreamId, Queue>,
     backend: Option<Backend>,
     inputs_tx: Sender<Input>,
@@ -122,7 +128,7 @@ impl Supervisor {
             hub: Hub::new(settings, Instant::now()),
             config,
             command,
-            replies: HashMap::new(),
+            replies: Pending::default(),
             streams: HashMap::new(),
             backend: None,
             inputs_tx: inputs_tx.clone(),
@@ -180,9 +186,20 @@ impl Supervisor {
 
     fn input(&mut self, now: Instant, input: Input) {
         match input {
-            Input::Request { request, reply } => {
+            Input::Request {
+                request,
+                reply,
+                ticket,
+            } => {
                 let id = self.hub.handle_request(now, *request);
-                self.replies.insert(id, reply);
+                self.replies.insert(id, Some(ticket), reply);
+            }
+            Input::ClientLeft { ticket } => {
+                if let Some(request) = self.replies.left(ticket) {
+                    // What it held (its body, if it waited) is freed: trim.
+                    crate::memory::churned();
+                    self.hub.handle_client_left(now, request);
+                }
             }
             Input::Refused(why, asked, issuer) => {
                 self.hub.handle_refused(now, why, asked, issuer.as_deref())
@@ -190,7 +207,7 @@ impl Supervisor {
             Input::Fetched { fetch, result } => self.hub.handle_fetched(now, fetch, result),
             Input::Unserved { reply } => {
                 let id = self.hub.handle_unserved(now);
-                self.replies.insert(id, reply);
+                self.replies.insert(id, None, reply);
             }
             Input::BackendLines { backend, batch } => {
                 self.hub.handle_backend_lines(now, backend, batch)
@@ -253,7 +270,7 @@ impl Supervisor {
         match output {
             Output::Respond { request, response } => {
                 crate::memory::churned();
-                if let Some(reply) = self.replies.remove(&request) {
+                if let Some(reply) = self.replies.take(request) {
                     let _ = reply.send(Reply::Full(response));
                 }
             }
@@ -265,7 +282,7 @@ impl Supervisor {
             } => {
                 let (queue, body) = session::channel(stream, budget);
                 self.streams.insert(stream, queue);
-                if let Some(reply) = self.replies.remove(&request) {
+                if let Some(reply) = self.replies.take(request) {
                     // The connection is gone: so is the stream.
                     if reply.send(Reply::Stream(head, body)).is_err() {
                         self.streams.remove(&stream);

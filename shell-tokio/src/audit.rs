@@ -1,14 +1,16 @@
 //! The audit log writer (SPEC section 11; both shells compile this one file): a thread of
-//! its own behind a bounded queue, so a slow disk never stalls the loop. The loop hands it
-//! each `Output::Audit` without waking it (the writer looks every few milliseconds and
-//! writes what came as one batch); what does not fit, and what the writer could not
-//! write, is reported to the hub, which counts it and logs the first drop.
+//! its own behind a queue bounded in count and in bytes (`--audit-buffer`), so a slow disk
+//! never stalls the loop nor grows memory. The loop hands it each `Output::Audit` without
+//! waking it (the writer looks every few milliseconds and writes what came as one batch);
+//! what does not fit, and what the writer could not write, is reported to the hub, which
+//! counts it and logs the first drop. At exit the writer gets a bounded time to write out
+//! what waits ([`Finish::within`]): a sink that stalls never keeps the proxy from exiting.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, sync_channel, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::mpsc::{Sender, TryRecvError};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use switchboard_core::audit::{rfc3339_millis, AuditRecord};
@@ -26,12 +28,38 @@ pub struct AuditLog {
     queue: SyncSender<Box<AuditRecord>>,
     /// Events the writer failed to write, not reported yet.
     unwritten: Arc<AtomicU64>,
+    /// Bytes of the events queued ([`AuditRecord::held_bytes`]), at most `budget`.
+    queued: Arc<AtomicUsize>,
+    budget: usize,
+}
+
+/// The writer's end, to wait for at exit.
+pub struct Finish {
+    /// Disconnected once the writer returned.
+    done: Receiver<()>,
+}
+
+impl Finish {
+    /// Waits, at most `within` (`--grace`), for the writer to write out what is queued
+    /// once the last `AuditLog` is dropped; a sink that does not take it by then is given
+    /// up on (the events still queued are lost; the process exits anyway).
+    pub fn within(self, within: Duration) {
+        if let Err(RecvTimeoutError::Timeout) = self.done.recv_timeout(within) {
+            tracing::warn!(
+                "the audit log did not take its last events within {within:?}; exiting without them"
+            );
+        }
+    }
 }
 
 impl AuditLog {
-    /// Opens `--audit-log PATH` (appending) or standard output (`-`) and starts the writer;
-    /// joining the handle after the last `AuditLog` is dropped writes out what is queued.
-    pub fn start(path: &str, component: String) -> std::io::Result<(AuditLog, JoinHandle<()>)> {
+    /// Opens `--audit-log PATH` (appending) or standard output (`-`) and starts the writer,
+    /// whose queue holds at most `budget` bytes of events.
+    pub fn start(
+        path: &str,
+        component: String,
+        budget: usize,
+    ) -> std::io::Result<(AuditLog, Finish)> {
         let out: Box<dyn Write + Send> = match path {
             "-" => Box::new(std::io::stdout()),
             path => Box::new(
@@ -44,25 +72,45 @@ impl AuditLog {
         };
         let (queue, events) = sync_channel(QUEUE);
         let unwritten = Arc::new(AtomicU64::new(0));
+        let queued = Arc::new(AtomicUsize::new(0));
+        let (done_tx, done) = channel();
         let writer = Writer {
             out,
             component,
             unwritten: unwritten.clone(),
+            queued: queued.clone(),
+            _done: done_tx,
         };
-        let writer = std::thread::Builder::new()
+        std::thread::Builder::new()
             .name("audit-log".into())
             .spawn(move || writer.run(events))?;
-        Ok((AuditLog { queue, unwritten }, writer))
+        let log = AuditLog {
+            queue,
+            unwritten,
+            queued,
+            budget,
+        };
+        Ok((log, Finish { done }))
     }
 
     /// Queues `record`. Returns how many events were lost since the last call: this one
-    /// if the queue is full, and those the writer failed to write.
+    /// if the queue is full (in count or in bytes), and those the writer failed to write.
     pub fn push(&self, record: Box<AuditRecord>) -> u64 {
         let unwritten = match self.unwritten.load(Ordering::Relaxed) {
             0 => 0,
             _ => self.unwritten.swap(0, Ordering::Relaxed),
         };
-        unwritten + u64::from(self.queue.try_send(record).is_err())
+        let size = record.held_bytes();
+        // Only this thread adds: the writer only takes away, so the check cannot overshoot.
+        if self.queued.load(Ordering::Acquire) + size > self.budget {
+            return unwritten + 1;
+        }
+        self.queued.fetch_add(size, Ordering::AcqRel);
+        if self.queue.try_send(record).is_err() {
+            self.queued.fetch_sub(size, Ordering::AcqRel);
+            return unwritten + 1;
+        }
+        unwritten
     }
 }
 
@@ -71,6 +119,9 @@ struct Writer {
     out: Box<dyn Write + Send>,
     component: String,
     unwritten: Arc<AtomicU64>,
+    queued: Arc<AtomicUsize>,
+    /// Dropped when the writer returns: [`Finish`] learns it is done.
+    _done: Sender<()>,
 }
 
 impl Writer {
@@ -93,6 +144,7 @@ impl Writer {
             let gone = loop {
                 match events.try_recv() {
                     Ok(record) => {
+                        self.queued.fetch_sub(record.held_bytes(), Ordering::AcqRel);
                         let id = ids.next();
                         let meta = [id.as_str(), clock.now(), self.component.as_str()];
                         record.write_json(&mut batch, meta);

@@ -4,13 +4,13 @@
 mod audit;
 mod backend;
 mod fetch;
+mod pending;
 mod server;
 mod session;
 mod supervisor;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use switchboard_core::config::{Config, LogFormat};
 use switchboard_core::load::{CommandLine, Shared};
@@ -59,17 +59,19 @@ fn read_file(path: &Path) -> std::io::Result<String> {
 }
 
 /// The audit log's writer, when `--audit-log` is given (its events name the instance).
-fn start_audit_log(config: &Config) -> std::io::Result<Option<(AuditLog, JoinHandle<()>)>> {
+fn start_audit_log(config: &Config) -> std::io::Result<Option<(AuditLog, audit::Finish)>> {
     let Some(path) = &config.audit_log else {
         return Ok(None);
     };
     let component = config.instance.clone();
-    AuditLog::start(path, component.unwrap_or_else(|| "switchboard".into())).map(Some)
+    let component = component.unwrap_or_else(|| "switchboard".into());
+    AuditLog::start(path, component, config.audit_buffer).map(Some)
 }
 
 fn run(config: Config, line: CommandLine) -> Result<i32, Box<dyn std::error::Error>> {
     let loaded = config.load(read_file)?;
     let (audit, writer) = start_audit_log(&loaded.config)?.unzip();
+    let grace = loaded.config.grace;
     let me = std::env::current_exe()?;
     let command = loaded.config.backend_command(&me.to_string_lossy());
     let listen = loaded.config.listen_addr();
@@ -116,9 +118,10 @@ fn run(config: Config, line: CommandLine) -> Result<i32, Box<dyn std::error::Err
         }
         Ok::<_, Box<dyn std::error::Error>>(status)
     })?;
-    // The loop is gone with its end of the queue: what is queued is written out.
+    // The loop is gone with its end of the queue: what is queued is written out, within
+    // --grace (a stalled sink does not keep the proxy from exiting).
     if let Some(writer) = writer {
-        let _ = writer.join();
+        writer.within(grace);
     }
     Ok(status)
 }

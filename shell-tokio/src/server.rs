@@ -138,7 +138,7 @@ impl Server {
             accept: text(header::ACCEPT),
             mcp_session_id: text(HeaderName::from_static("mcp-session-id")),
             mcp_protocol_version: text(HeaderName::from_static("mcp-protocol-version")),
-            last_event_id: (req.headers())
+            last_event_id: (req.headers)
                 .get(HeaderName::from_static("last-event-id"))
                 .map(HeaderValue::as_bytes),
             peer: Some(peer.ip()),
@@ -170,20 +170,45 @@ impl Server {
         };
         let request = Box::new(admitted.into_request(body, entropy));
         let (reply, answer) = oneshot::channel();
-        if self
-            .inputs
-            .send(Input::Request { request, reply })
-            .await
-            .is_err()
-        {
+        let ticket = crate::pending::ticket();
+        let input = Input::Request {
+            request,
+            reply,
+            ticket,
+        };
+        if self.inputs.send(input).await.is_err() {
             return full(Rejection::BackendDown.response());
         }
-        match answer.await {
+        // hyper drops this future when the client closes the connection before the
+        // answer: the guard then tells the loop.
+        let waiting = Waiting {
+            ticket,
+            inputs: &self.inputs,
+        };
+        let answer = answer.await;
+        std::mem::forget(waiting);
+        match answer {
             Ok(Reply::Full(response)) => full(response),
             Ok(Reply::Stream(head, body)) => with_head(head, UnsyncBoxBody::new(body)),
             // The loop ended without answering: the proxy is exiting.
             Err(_) => full(Rejection::BackendDown.response()),
         }
+    }
+}
+
+/// A request handed to the loop and not answered yet; dropped unanswered (its client
+/// left), it tells the loop so, without waiting (a full queue loses the notice: the
+/// request is then answered into the void as before).
+struct Waiting<'s> {
+    ticket: u64,
+    inputs: &'s mpsc::Sender<Input>,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let _ = (self.inputs).try_send(Input::ClientLeft {
+            ticket: self.ticket,
+        });
     }
 }
 

@@ -13,12 +13,13 @@ use switchboard_core::jwt::KeyStore;
 use switchboard_core::load::{Front, Loaded, Shared};
 use switchboard_core::output::Level;
 use switchboard_core::supervise::Exit;
-use switchboard_core::{BackendId, FetchId, Output, RequestId, StreamEnd, StreamId};
+use switchboard_core::{BackendId, FetchId, Output, StreamEnd, StreamId};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 
 use crate::audit::AuditLog;
 use crate::backend::{self, Backend};
+use crate::pending::Pending;
 use crate::session::{self, Queue, StreamBody};
 
 /// How a request handler is answered.
@@ -35,7 +36,11 @@ pub enum Input {
     Request {
         request: Box<hub::Request>,
         reply: oneshot::Sender<Reply>,
+        /// The handler's [`pending::ticket`], named again if its client leaves.
+        ticket: u64,
     },
+    /// The client of the request handed over with this ticket left before its answer.
+    ClientLeft { ticket: u64 },
     /// What an [`Output::Fetch`] brought.
     Fetched {
         fetch: FetchId,
@@ -66,7 +71,7 @@ pub struct Supervisor {
     config: Arc<Config>,
     command: Vec<String>,
     hub: Hub,
-    replies: HashMap<RequestId, oneshot::Sender<Reply>>,
+    replies: Pending<oneshot::Sender<Reply>>,
     streams: HashMap<StreamId, Queue>,
     backend: Option<Backend>,
     inputs_tx: mpsc::Sender<Input>,
@@ -111,7 +116,7 @@ impl Supervisor {
             hub: Hub::new(settings, Instant::now()),
             config,
             command,
-            replies: HashMap::new(),
+            replies: Pending::default(),
             streams: HashMap::new(),
             backend: None,
             inputs_tx: inputs_tx.clone(),
@@ -176,9 +181,18 @@ impl Supervisor {
 
     fn input(&mut self, now: Instant, input: Input) {
         match input {
-            Input::Request { request, reply } => {
+            Input::Request {
+                request,
+                reply,
+                ticket,
+            } => {
                 let id = self.hub.handle_request(now, *request);
-                self.replies.insert(id, reply);
+                self.replies.insert(id, Some(ticket), reply);
+            }
+            Input::ClientLeft { ticket } => {
+                if let Some(request) = self.replies.left(ticket) {
+                    self.hub.handle_client_left(now, request);
+                }
             }
             Input::Refused(why, asked, issuer) => {
                 self.hub.handle_refused(now, why, asked, issuer.as_deref())
@@ -244,7 +258,7 @@ impl Supervisor {
     fn execute(&mut self, now: Instant, output: Output) -> Option<(i32, Duration)> {
         match output {
             Output::Respond { request, response } => {
-                if let Some(reply) = self.replies.remove(&request) {
+                if let Some(reply) = self.replies.take(request) {
                     // The client may have given up; nothing to do then.
                     let _ = reply.send(Reply::Full(response));
                 }
@@ -257,7 +271,7 @@ impl Supervisor {
             } => {
                 let (queue, body) = session::channel(stream, budget, self.closed_tx.clone());
                 self.streams.insert(stream, queue);
-                if let Some(reply) = self.replies.remove(&request) {
+                if let Some(reply) = self.replies.take(request) {
                     // A client that gave up drops the body, which reports the stream closed.
                     let _ = reply.send(Reply::Stream(head, body));
                 }

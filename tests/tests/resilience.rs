@@ -381,7 +381,116 @@ fn sigterm_with_live_sessions_exits_zero(target: Target) {
     );
 }
 
+/// SPEC sections 5 and 11: the audit log's sink stalls (a FIFO whose reader never reads,
+/// so its pipe fills up): the proxy still exits after SIGTERM, giving the writer at most
+/// `--grace`, and its audit queue stays within `--audit-buffer` meanwhile.
+fn sigterm_with_stalled_audit_sink_exits(target: Target) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = switchboard_tests::TempDir::new("audit-fifo");
+    let fifo = dir.file("audit.fifo");
+    let path = std::ffi::CString::new(fifo.display().to_string()).expect("no NUL");
+    // SAFETY: mkfifo reads the NUL-terminated path, which lives for the call.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0, "mkfifo");
+    // Opened for reading (so the proxy's open for writing succeeds), never read.
+    let _reader = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&fifo)
+        .expect("open the FIFO for reading");
+    let mut p = Proxy::builder(target)
+        .backend([BACKEND])
+        .args([
+            "--grace",
+            "1s",
+            "--audit-include-data",
+            "--audit-buffer",
+            "1MiB",
+        ])
+        .arg(format!("--audit-log={}", fifo.display()))
+        .start();
+    let mut a = open_session(&p, None);
+    a.initialize();
+    // Events of about 8 KiB each: far more than the pipe holds (64 KiB).
+    let big = "x".repeat(4096);
+    for n in 0..200 {
+        let m = a.call("echo", json!({ "n": n, "pad": big }));
+        assert_eq!(echoed_args(&m)["n"], n);
+    }
+    let started = Instant::now();
+    p.signal(libc::SIGTERM);
+    let status = p
+        .wait_exit(Duration::from_secs(60))
+        .expect("the proxy did not exit within 60 s of SIGTERM while its audit sink stalled");
+    println!(
+        "{target:?}: exited {status} {:?} after SIGTERM",
+        started.elapsed()
+    );
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "exit status after SIGTERM: {status}"
+    );
+}
+
+/// SPEC section 12: a request waiting for a restarting backend whose client hangs up stops
+/// waiting: it never reaches the new process, and it is counted (`client_left`).
+fn request_whose_client_left_stops_waiting(target: Target) {
+    use std::io::{Read, Write};
+    let marker = switchboard_tests::TempDir::new("restart-marker");
+    let marker_path = marker.file("started");
+    let p = Proxy::builder(target)
+        .backend([
+            BACKEND.to_owned(),
+            "--slow-restart".to_owned(),
+            marker_path.display().to_string(),
+        ])
+        .record()
+        .start();
+    let mut a = open_session(&p, None);
+    a.initialize();
+    let r = a.post(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"exit","arguments":{"code":1}}}"#);
+    assert_eq!(r.status, 202, "{}", r.text());
+    // The restarted process sleeps 2 s before it reads its handshake: requests wait.
+    p.wait_health(503, WAIT);
+    let body = r#"{"jsonrpc":"2.0","id":"left","method":"tools/call","params":{"name":"echo","arguments":{"left":true}}}"#;
+    let mut client = std::net::TcpStream::connect(p.addr).expect("connect");
+    write!(
+        client,
+        "POST /messages?session_id={} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        a.sid,
+        body.len()
+    )
+    .expect("write the POST");
+    // It waits for the backend: no answer comes.
+    client.set_read_timeout(Some(QUIET)).expect("timeout");
+    let read = client.read(&mut [0u8; 64]);
+    assert!(read.is_err(), "a waiting POST was answered: {read:?}");
+    drop(client);
+    let series = r#"switchboard_drops_total{reason="client_left",method="tools/call"}"#;
+    let deadline = Instant::now() + WAIT;
+    while p.metric(series) != Some(1.0) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(p.metric(series), Some(1.0), "{}", p.metrics());
+    p.wait_health(200, Duration::from_secs(20));
+    let mut b = open_session(&p, None);
+    b.initialize();
+    let m = b.call("echo", json!({"after": "restart"}));
+    assert_eq!(echoed_args(&m), json!({"after": "restart"}));
+    let reached = p
+        .recorded()
+        .into_iter()
+        .filter(|l| l.contains("left"))
+        .count();
+    assert_eq!(
+        reached, 0,
+        "the request whose client left reached the backend"
+    );
+}
+
 suite!(
+    sigterm_with_stalled_audit_sink_exits,
+    request_whose_client_left_stops_waiting,
     hundred_megabyte_body_gets_413_in_bounded_memory,
     backend_crash_closes_sessions_and_restarts,
     backend_exit_without_restart_stops_the_proxy,

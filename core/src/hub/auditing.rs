@@ -191,6 +191,16 @@ impl Hub {
         self.emit(record);
     }
 
+    /// `id`'s client left before it was answered (nothing will be): an `error` event.
+    pub(super) fn audit_abandoned(&mut self, id: RequestId) {
+        let Some(started) = self.audit.pending.remove(&id) else {
+            return;
+        };
+        let now = self.audit.clock.unwrap_or(started.at);
+        let record = self.record(now, *started, Outcome::Error, None, None);
+        self.emit(record);
+    }
+
     /// A request's JSON-RPC answer `message` went out: its event. `outcome` is the proxy's
     /// own verdict; `None` for the backend's answer (a result succeeded, an error failed).
     pub(super) fn audit_answered(

@@ -1,12 +1,20 @@
 //! The backend process as the hub knows it: spawn, up and down, the restart backoff, the
 //! stdin budget, health pings and the `/health` requests waiting on them, and the stop
 //! sequence of SPEC section 5. It decides; the hub turns its decisions into outputs.
+//!
+//! Lines for stdin wait here, not in the shell: the shell holds at most
+//! `Settings::stdin_window` lines not yet written, and each write report releases more.
+//! The proxy's own lines and cancellations go first (they are few and bounded, and a
+//! health ping must not wait behind a flood); client lines go in turns, one per session
+//! with lines waiting, in session order (round robin), so a session that floods the queue
+//! delays another's line by one turn, not by its whole backlog (SPEC section 12).
 
 use std::collections::{BTreeMap, VecDeque};
+use std::ops::Bound::{Excluded, Unbounded};
 use std::time::{Duration, Instant};
 
 use super::sessions::SessionNumber;
-use crate::output::{BackendId, RequestId};
+use crate::output::{BackendId, Output, RequestId};
 use crate::settings::Restart;
 use crate::supervise::{AfterExit, Exit, Signal, Supervisor};
 
@@ -100,8 +108,17 @@ pub(crate) struct BackendProcess {
     /// Whose each line queued for stdin is, in order (`None`: the proxy's own), so that
     /// write reports give each session its room back.
     owners: VecDeque<Option<SessionNumber>>,
-    /// Client lines queued per session (sessions with none are not listed).
+    /// Client lines queued per session, waiting here or in the shell (sessions with none
+    /// are not listed).
     queued_by: BTreeMap<SessionNumber, usize>,
+    /// Lines the shell may hold not yet written.
+    stdin_window: usize,
+    /// Client lines not handed to the shell yet, per session.
+    held: BTreeMap<SessionNumber, VecDeque<Vec<u8>>>,
+    /// The proxy's own lines and cancellations not handed to the shell yet.
+    held_proxy: VecDeque<Vec<u8>>,
+    /// The session whose line was handed over last: the next turn is the next session's.
+    turn: Option<SessionNumber>,
 }
 
 impl BackendProcess {
@@ -119,6 +136,10 @@ impl BackendProcess {
             stdin_queue: settings.stdin_queue,
             owners: VecDeque::new(),
             queued_by: BTreeMap::new(),
+            stdin_window: settings.stdin_window.max(1),
+            held: BTreeMap::new(),
+            held_proxy: VecDeque::new(),
+            turn: None,
         }
     }
 
@@ -130,6 +151,7 @@ impl BackendProcess {
         self.ping_timeout = settings.ping_timeout;
         self.grace = settings.grace;
         self.stdin_queue = settings.stdin_queue;
+        self.stdin_window = settings.stdin_window.max(1);
     }
 
     pub(crate) fn phase(&self) -> Phase {
@@ -222,6 +244,9 @@ impl BackendProcess {
         self.pings = Pings::default();
         self.owners.clear();
         self.queued_by.clear();
+        self.held.clear();
+        self.held_proxy.clear();
+        self.turn = None;
         Some((pid, now.saturating_duration_since(started)))
     }
 
@@ -249,37 +274,78 @@ impl BackendProcess {
         mine < (self.stdin_queue / sharing).max(1)
     }
 
-    /// Takes room for a line from `from`: the process to write it to, or `None` when it
-    /// does not fit (or no process takes lines). The proxy's own lines may fill twice the
-    /// queue; a cancellation always fits.
-    pub(crate) fn take_room(&mut self, from: LineFrom) -> Option<BackendId> {
+    /// Queues `line` from `from` for stdin, if it fits: a client's within its fair share,
+    /// the proxy's own within twice the queue (past it they are dropped and counted), a
+    /// cancellation always. False when it does not fit or no process takes lines.
+    pub(crate) fn queue(&mut self, from: LineFrom, line: Vec<u8>) -> bool {
         let fits = match from {
             LineFrom::Client(session) => self.fits(Some(session)),
-            LineFrom::Proxy => self.owners.len() < 2 * self.stdin_queue,
+            LineFrom::Proxy => self.owners.len() + self.held_proxy.len() < 2 * self.stdin_queue,
             LineFrom::Cancellation => true,
         };
+        if !fits
+            || !matches!(
+                self.state,
+                State::Up {
+                    stdin_closed: false,
+                    ..
+                }
+            )
+        {
+            return false;
+        }
+        match from {
+            LineFrom::Client(session) => {
+                *self.queued_by.entry(session).or_default() += 1;
+                self.held.entry(session).or_default().push_back(line);
+            }
+            LineFrom::Proxy | LineFrom::Cancellation => self.held_proxy.push_back(line),
+        }
+        true
+    }
+
+    /// Hands the shell the lines its window has room for ([`Output::ToBackend`]), in the
+    /// order of the module docs; every line waiting when `all` (stdin is about to close).
+    pub(crate) fn release(&mut self, out: &mut impl Extend<Output>, all: bool) {
+        while let Some((backend, line)) = self.next_line(all) {
+            out.extend([Output::ToBackend { backend, line }]);
+        }
+    }
+
+    fn next_line(&mut self, all: bool) -> Option<(BackendId, Vec<u8>)> {
         let State::Up {
             id,
             queued,
             stdin_closed: false,
             ..
-        } = &mut self.state
+        } = self.state
         else {
             return None;
         };
-        if !fits {
+        if queued >= self.stdin_window && !all {
             return None;
         }
-        *queued += 1;
-        let owner = match from {
-            LineFrom::Client(session) => {
-                *self.queued_by.entry(session).or_default() += 1;
-                Some(session)
+        let (line, owner) = match self.held_proxy.pop_front() {
+            Some(line) => (line, None),
+            None => {
+                let after = self.turn.map_or(Unbounded, Excluded);
+                let next = (self.held.range((after, Unbounded)).next())
+                    .or_else(|| self.held.iter().next())
+                    .map(|(session, _)| *session)?;
+                let lines = self.held.get_mut(&next)?;
+                let line = lines.pop_front()?;
+                if lines.is_empty() {
+                    self.held.remove(&next);
+                }
+                self.turn = Some(next);
+                (line, Some(next))
             }
-            LineFrom::Proxy | LineFrom::Cancellation => None,
         };
+        if let State::Up { queued, .. } = &mut self.state {
+            *queued += 1;
+        }
         self.owners.push_back(owner);
-        Some(*id)
+        Some((id, line))
     }
 
     /// `lines` queued for process `id` were written: their sessions get their room back.
@@ -307,13 +373,16 @@ impl BackendProcess {
         }
     }
 
-    /// A session ended: its lines still queued count for nobody.
-    pub(crate) fn forget(&mut self, session: SessionNumber) {
+    /// A session ended: its lines the shell holds count for nobody, and those still
+    /// waiting here are dropped (nobody awaits their answers; a cancellation sent for one
+    /// of them must not overtake it). How many were dropped.
+    pub(crate) fn forget(&mut self, session: SessionNumber) -> usize {
         if self.queued_by.remove(&session).is_some() {
             for owner in self.owners.iter_mut().filter(|o| **o == Some(session)) {
                 *owner = None;
             }
         }
+        self.held.remove(&session).map_or(0, |lines| lines.len())
     }
 
     /// Whether a backend will be running again without the proxy stopping: one is up,
@@ -432,6 +501,16 @@ impl BackendProcess {
             at: now + self.grace,
         };
         Some(StopStep::Signal(signal))
+    }
+
+    /// How long until a scheduled restart, if one is.
+    pub(crate) fn until_restart(&self, now: Instant) -> Option<Duration> {
+        match self.state {
+            State::Down {
+                restart_at: Some(at),
+            } if self.is_running() => Some(at.saturating_duration_since(now)),
+            _ => None,
+        }
     }
 
     /// The restart is due at `now`.

@@ -8,6 +8,7 @@ use super::mcp::Ending;
 use super::sessions::{Kind, SessionNumber};
 use super::{Hub, EXIT_DRAIN};
 use crate::http::Rejection;
+use crate::metrics::DropReason;
 use crate::output::Frame;
 use crate::output::{BackendId, CloseReason, Event, Output};
 use crate::routed_id::SessionId;
@@ -210,7 +211,7 @@ impl Hub {
     /// Every POST waiting for the backend is refused, every `/health` request answered.
     fn settle_waiting(&mut self, now: Instant, rejection: Rejection) {
         for post in self.posts.take_all() {
-            self.refuse(post.request, rejection, post.cors.as_deref());
+            self.refuse_at(now, post.request, rejection, post.cors.as_deref());
         }
         for request in self.backend.all_health() {
             self.respond_health(now, request, false);
@@ -229,6 +230,8 @@ impl Hub {
     }
 
     fn close_stdin(&mut self) {
+        // Lines still waiting go first, as they would have in the shell's queue.
+        self.backend.release(&mut self.outputs, true);
         if let Some(backend) = self.backend.close_stdin() {
             self.outputs
                 .push_back(Output::CloseBackendStdin { backend });
@@ -297,7 +300,9 @@ impl Hub {
     /// Ends what a session holds while it is still in the table: its stream, or its
     /// requests in flight and streams.
     fn close_kind(&mut self, now: Instant, number: SessionNumber, ending: Ending) {
-        self.backend.forget(number);
+        for _ in 0..self.backend.forget(number) {
+            self.drop_message(DropReason::SessionGone, None);
+        }
         let legacy = match self.sessions.get(number).map(|s| &s.kind) {
             Some(Kind::Legacy { stream, .. }) => Some(*stream),
             Some(Kind::Mcp(_)) => None,

@@ -45,7 +45,7 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 pub use crate::http::{Payload, Request};
-pub use crate::settings::{Reload, Settings, EXIT_DRAIN, RESUME_GLOBAL, STDIN_QUEUE};
+pub use crate::settings::{Reload, Settings, EXIT_DRAIN, RESUME_GLOBAL, STDIN_QUEUE, STDIN_WINDOW};
 pub use auditing::Refusal;
 pub use keys::Fetched;
 pub use resume::MAX_FINISHED_KEPT;
@@ -165,7 +165,12 @@ impl Hub {
             }
         }
         while let Some(post) = self.posts.take_due(now) {
-            self.refuse(post.request, Rejection::BackendDown, post.cors.as_deref());
+            self.refuse_at(
+                now,
+                post.request,
+                Rejection::BackendDown,
+                post.cors.as_deref(),
+            );
         }
         for request in self.backend.health_due(now) {
             self.respond_health(now, request, false);
@@ -214,7 +219,7 @@ impl Hub {
             }
         };
         if let Err(rejection) = result {
-            self.refuse(id, rejection, cors.as_deref());
+            self.refuse_at(now, id, rejection, cors.as_deref());
         }
         id
     }
@@ -294,9 +299,10 @@ impl Hub {
     }
 
     /// `lines` more lines queued for `backend`'s stdin were written: their sessions get
-    /// their share of the queue back.
+    /// their share of the queue back, and the shell gets the next lines.
     pub fn handle_backend_wrote(&mut self, _now: Instant, backend: BackendId, lines: usize) {
         self.backend.wrote(backend, lines);
+        self.backend.release(&mut self.outputs, false);
     }
 
     /// How many timer entries the hub holds (keep-alives, request timeouts, idle checks):
@@ -437,9 +443,9 @@ impl Hub {
             LineFrom::Proxy => self.metrics.replies += 1,
             LineFrom::Cancellation => {}
         }
-        match self.backend.take_room(from) {
-            Some(backend) => self.outputs.push_back(Output::ToBackend { backend, line }),
-            None => self.drop_message(DropReason::BackendQueueFull, None),
+        match self.backend.queue(from, line) {
+            true => self.backend.release(&mut self.outputs, false),
+            false => self.drop_message(DropReason::BackendQueueFull, None),
         }
     }
 

@@ -15,6 +15,7 @@ use super::{Hub, Payload, Request};
 use crate::audit::Outcome;
 use crate::http::{self, Endpoint, Grant, Rejection};
 use crate::message;
+use crate::metrics::DropReason;
 use crate::output::{Event, Frame, RequestId, StreamId};
 use crate::principal::Principal;
 use crate::routed_id::SessionId;
@@ -80,31 +81,57 @@ pub(super) struct Sender {
     pub(super) started: Option<Box<super::auditing::Started>>,
 }
 
-/// POSTs waiting for a restarted backend to be ready, in arrival order.
+/// POSTs waiting for a restarted backend to be ready, in arrival order, within a count
+/// (`--stdin-queue`'s) and a byte budget (`--restart-buffer`) over their bodies.
 #[derive(Debug, Default)]
 pub(super) struct WaitingPosts {
     queue: VecDeque<Post>,
+    /// Bytes of the messages waiting.
+    bytes: usize,
+}
+
+impl Post {
+    /// What it holds while it waits: its message's bytes.
+    fn size(&self) -> usize {
+        self.prepared.message().text().len()
+    }
 }
 
 impl WaitingPosts {
     pub(super) fn pop(&mut self) -> Option<Post> {
-        self.queue.pop_front()
+        let post = self.queue.pop_front()?;
+        self.bytes -= post.size();
+        Some(post)
     }
 
-    pub(super) fn len(&self) -> usize {
-        self.queue.len()
+    /// Whether `post` may wait behind the others: fewer than `count` wait, and its bytes
+    /// fit within `budget` with theirs.
+    fn fits(&self, post: &Post, count: usize, budget: usize) -> bool {
+        self.queue.len() < count && self.bytes + post.size() <= budget
+    }
+
+    fn push(&mut self, post: Post) {
+        self.bytes += post.size();
+        self.queue.push_back(post);
     }
 
     pub(super) fn take_all(&mut self) -> VecDeque<Post> {
+        self.bytes = 0;
         std::mem::take(&mut self.queue)
     }
 
     /// The oldest waiting POST, if its wait ran out at `now`.
     pub(super) fn take_due(&mut self, now: Instant) -> Option<Post> {
-        self.queue
-            .front()
-            .is_some_and(|p| p.deadline <= now)
-            .then(|| self.queue.pop_front())?
+        let due = self.queue.front().is_some_and(|p| p.deadline <= now);
+        due.then(|| self.pop())?
+    }
+
+    /// The POST of `request`, which stops waiting (its client left).
+    fn remove(&mut self, request: RequestId) -> Option<Post> {
+        let at = self.queue.iter().position(|p| p.request == request)?;
+        let post = self.queue.remove(at)?;
+        self.bytes -= post.size();
+        Some(post)
     }
 
     pub(super) fn poll_timeout(&self) -> Option<Instant> {
@@ -291,8 +318,14 @@ impl Hub {
         };
         if self.is_ready() {
             self.dispatch_post(now, post);
-        } else if self.waits_for_restart() && self.posts.len() < self.settings.stdin_queue {
-            self.posts.queue.push_back(post);
+        } else if self.waits_for_restart()
+            && (self.posts).fits(
+                &post,
+                self.settings.stdin_queue,
+                self.settings.restart_buffer,
+            )
+        {
+            self.posts.push(post);
         } else {
             return Err(Rejection::BackendDown);
         }
@@ -318,6 +351,49 @@ impl Hub {
             };
             self.dispatch_post(now, post);
         }
+    }
+
+    /// The client of `request` went away before its answer (the shell saw its connection
+    /// close). A request still waiting for a restarting backend stops waiting: it is never
+    /// forwarded nor answered, its room is free again, and it is counted
+    /// (`client_left`; audited as an `error`). Any other request goes on as usual.
+    pub fn handle_client_left(&mut self, now: Instant, request: RequestId) {
+        let Some(post) = self.posts.remove(request) else {
+            return;
+        };
+        self.audit.tick(now);
+        self.audit_abandoned(request);
+        let method = post.prepared.message().method.clone();
+        self.drop_message(DropReason::ClientLeft, Some(&method));
+    }
+
+    /// Refuses `request` at `now`: a 503 for want of a backend says in `Retry-After` when
+    /// a retry can expect one (SPEC section 12): the seconds until the restart is due,
+    /// rounded up, at least 1 (a retry then waits --restart-wait for the new process to
+    /// be ready, so the wait is not added again); 1 when none is scheduled.
+    pub(super) fn refuse_at(
+        &mut self,
+        now: Instant,
+        request: RequestId,
+        rejection: Rejection,
+        cors: Option<&str>,
+    ) {
+        let wait = self.backend.until_restart(now);
+        let (Rejection::BackendDown, Some(wait)) = (rejection, wait) else {
+            return self.refuse(request, rejection, cors);
+        };
+        self.metrics.rejected(&rejection);
+        let mut response = rejection.response();
+        let seconds = super::limits::retry_after(wait).to_string();
+        for (name, value) in &mut response.headers {
+            if *name == "retry-after" {
+                *value = std::borrow::Cow::Owned(seconds.clone());
+            }
+        }
+        if let Some(origin) = cors {
+            http::add_cors(&mut response, origin);
+        }
+        self.respond(request, response);
     }
 
     /// SPEC section 1's checks of a legacy POST, in order.

@@ -298,6 +298,17 @@ impl Driver {
         self.drain();
     }
 
+    /// The client of `request` hangs up before its answer: the shell forgets it (a late
+    /// answer to it would fail the run) and tells the hub.
+    pub fn client_left(&mut self, request: RequestId) {
+        assert!(
+            self.pending.remove(&request),
+            "{request:?} left after its answer, or never asked"
+        );
+        self.hub.handle_client_left(self.now, request);
+        self.drain();
+    }
+
     /// The client of `stream` stops reading (or, with `false`, reads everything queued).
     pub fn stall(&mut self, stream: StreamId, stalled: bool) {
         if let Some(s) = self.streams.get_mut(&stream) {

@@ -12,6 +12,7 @@
 //! |---|---|
 //! | `open A alice` | `GET /sse` as principal `alice`; the stream is A's |
 //! | `hangup A` | A's client hangs up its stream |
+//! | `leave 12` | the client of the request on line 12 hangs up before its answer |
 //! | `stall A`, `resume A` | A's client stops reading (its queue fills up to the budget), or reads again |
 //! | `post A {...}` | `POST /messages?session_id=<A>` as A's principal |
 //! | `post-as bob A {...}` | the same as principal `bob` |
@@ -38,7 +39,7 @@
 //! | `mcp-get A`, `mcp-delete A` | `GET /mcp` (the stream `A/get`), `DELETE /mcp` for A |
 //! | `mcp-raw METHOD [A] [key=value ...] [{...}]` | any `/mcp` request: `as=bob`, `session=none\|B\|text`, `accept=json\|sse\|both\|any\|none\|TYPE`, `type=json\|none\|TYPE`, `version=V`, `last-event-id=ID`, `origin=O`, `scopes=a,b` and `claims={...}` (the token's; JSON without spaces), `body=too-large` |
 //! | `hangup S`, `stall S` with a stream name | `A`, `A/get`, `A@12`, `A/resume@12` |
-//! | `with FLAG VALUE` | before any other command: `restart never`, `keepalive 10s`, `ping-interval 5s`, `ping-timeout 2s`, `grace 1s`, `session-buffer 8192`, `max-sessions 2`, `stdin-queue 2`, `restart-wait 1s`, `on-backend-exit close-sessions`, `resume-window 0s` (no resumption), `resume-buffer 1KiB`, `resume-global 8KiB` (the cap over every session), `oauth-issuer URL`, `jwks-url URL` (key sources), `required-scope S`, `tool-scope T=S` (an OAuth resource server at `http://127.0.0.1:8000/`), `rate-limit 2/min`, `tool-rate-limit T=1/min`, `max-sessions-per-principal 2`, `authz {...}` (a policy file, on one line), `audit on` or `audit data=64` (with the messages, cut to 64 bytes), `instance a` (ids are minted as `a.<uuid>`, `<A>` still expands to the whole id and transcripts show it as `a.<A>`); `spawn-fails N` makes the first N starts fail |
+//! | `with FLAG VALUE` | before any other command: `restart never`, `keepalive 10s`, `ping-interval 5s`, `ping-timeout 2s`, `grace 1s`, `session-buffer 8192`, `max-sessions 2`, `stdin-queue 2`, `stdin-window 2` (lines the shell holds), `restart-wait 1s`, `restart-buffer 1KiB`, `on-backend-exit close-sessions`, `resume-window 0s` (no resumption), `resume-buffer 1KiB`, `resume-global 8KiB` (the cap over every session), `oauth-issuer URL`, `jwks-url URL` (key sources), `required-scope S`, `tool-scope T=S` (an OAuth resource server at `http://127.0.0.1:8000/`), `rate-limit 2/min`, `tool-rate-limit T=1/min`, `max-sessions-per-principal 2`, `authz {...}` (a policy file, on one line), `audit on` or `audit data=64` (with the messages, cut to 64 bytes), `instance a` (ids are minted as `a.<uuid>`, `<A>` still expands to the whole id and transcripts show it as `a.<A>`); `spawn-fails N` makes the first N starts fail |
 //!
 //! The transcript shows each command, then what followed, indented:
 //!
@@ -78,6 +79,8 @@ pub enum Command {
     },
     /// `hangup A`.
     HangUp(String),
+    /// `leave 12`: the client of the request on that line hangs up before its answer.
+    Leave(usize),
     /// `stall A` (`true`) or `resume A` (`false`).
     Stall(String, bool),
     /// A POST to a labelled session.
@@ -375,6 +378,7 @@ fn parse_command(line: &str) -> Option<Command> {
             }
         }
         "hangup" => Command::HangUp(stream_name(rest)?),
+        "leave" => Command::Leave(rest.parse().ok()?),
         "stall" => Command::Stall(stream_name(rest)?, true),
         "resume" => Command::Stall(stream_name(rest)?, false),
         "mcp-init" => {
@@ -733,6 +737,8 @@ fn apply_setting(settings: &mut Settings, flag: &str, value: &str) -> Option<()>
             settings.request_timeout = Some(duration(value).ok()?).filter(|d| !d.is_zero())
         }
         "stdin-queue" => settings.stdin_queue = value.parse().ok()?,
+        "stdin-window" => settings.stdin_window = value.parse().ok()?,
+        "restart-buffer" => settings.restart_buffer = size(value).ok()?,
         "oauth-issuer" => settings
             .key_sources
             .push(switchboard_core::settings::KeySource::Issuer(
@@ -1014,6 +1020,14 @@ impl Runner {
             Command::HangUp(label) => {
                 let stream = self.stream(label);
                 self.driver.hang_up(stream);
+                None
+            }
+            Command::Leave(line) => {
+                let request = (self.requests.iter())
+                    .find(|(_, l)| *l == line)
+                    .map(|(r, _)| *r)
+                    .unwrap_or_else(|| panic!("no request on line {line}"));
+                self.driver.client_left(request);
                 None
             }
             Command::Stall(label, stalled) => {
