@@ -47,13 +47,15 @@ pub enum Invalid {
     LoneSurrogate,
     /// Nested deeper than the parser follows.
     TooDeep,
+    /// A number past what a 64-bit float holds (`1e400`): JSON the proxy cannot read.
+    NumberOutOfRange,
 }
 
 impl Invalid {
     /// The JSON-RPC error code: -32700 when the bytes are not JSON at all, else -32600.
     pub fn code(self) -> i32 {
         match self {
-            Invalid::NotUtf8 | Invalid::NotJson => -32700,
+            Invalid::NotUtf8 | Invalid::NotJson | Invalid::NumberOutOfRange => -32700,
             _ => -32600,
         }
     }
@@ -79,6 +81,9 @@ impl Invalid {
                 "Invalid Request: an id, progressToken or requestId must be Unicode text (no lone surrogate escapes)"
             }
             Invalid::TooDeep => "Invalid Request: nested deeper than 128 levels",
+            Invalid::NumberOutOfRange => {
+                "Parse error: a number is out of range (beyond a 64-bit float)"
+            }
         }
     }
 
@@ -99,6 +104,7 @@ impl Invalid {
             Invalid::ClientResponse => "client_response",
             Invalid::LoneSurrogate => "lone_surrogate",
             Invalid::TooDeep => "too_deep",
+            Invalid::NumberOutOfRange => "number_out_of_range",
         }
     }
 }
@@ -260,16 +266,7 @@ fn parse_object(text: &str, deep: bool) -> Result<Message<'_>, Invalid> {
     let members = de
         .deserialize_map(MembersVisitor { deep })
         .and_then(|m| de.end().map(|()| m))
-        .map_err(|e| {
-            let text = e.to_string();
-            if text.starts_with(DUPLICATE) {
-                Invalid::DuplicateKey
-            } else if text.starts_with(TOO_DEEP) {
-                Invalid::TooDeep
-            } else {
-                Invalid::NotJson
-            }
-        })?;
+        .map_err(|e| refusal(&e))?;
     let method = match members.method {
         None => None,
         Some(raw) => Some(string_value(raw).ok_or(Invalid::MethodNotString)?),
@@ -307,6 +304,22 @@ pub(crate) fn string_value(raw: &RawValue) -> Option<Cow<'_, str>> {
 const DUPLICATE: &str = "duplicate key";
 /// serde_json's message when nesting passes its recursion limit.
 const TOO_DEEP: &str = "recursion limit exceeded";
+/// serde_json's message for a number past `f64` (`1e400`).
+const OUT_OF_RANGE: &str = "number out of range";
+
+/// Why the parse of an object failed, by the error's message (ours, or serde_json's).
+fn refusal(e: &serde_json::Error) -> Invalid {
+    let text = e.to_string();
+    if text.starts_with(DUPLICATE) {
+        Invalid::DuplicateKey
+    } else if text.starts_with(TOO_DEEP) {
+        Invalid::TooDeep
+    } else if text.starts_with(OUT_OF_RANGE) {
+        Invalid::NumberOutOfRange
+    } else {
+        Invalid::NotJson
+    }
+}
 
 /// The members of `params` the proxy reads or rewrites, found in the same single pass
 /// that checks the message, as raw text.
@@ -584,16 +597,20 @@ impl<'de> Visitor<'de> for MetaSeed {
     }
 }
 
-/// Walks a whole value and fails on the first object with a repeated key.
+/// Walks a whole value and fails on the first object with a repeated key (or what else
+/// keeps it from being read: too deep, a number out of range), saying which.
 fn check_unique_keys(raw: &RawValue) -> Result<(), &'static str> {
     let mut de = serde_json::Deserializer::from_str(raw.get());
-    UniqueKeys.deserialize(&mut de).map_err(|e| {
-        if e.to_string().starts_with(TOO_DEEP) {
-            TOO_DEEP
-        } else {
-            DUPLICATE
-        }
-    })
+    UniqueKeys
+        .deserialize(&mut de)
+        .map_err(|e| match refusal(&e) {
+            Invalid::TooDeep => TOO_DEEP,
+            Invalid::NumberOutOfRange => OUT_OF_RANGE,
+            Invalid::DuplicateKey => DUPLICATE,
+            // Any other failure (a string that is not Unicode text) keeps the outer parse's
+            // generic answer.
+            _ => "not JSON",
+        })
 }
 
 #[derive(Clone, Copy)]
@@ -672,6 +689,33 @@ mod tests {
         assert_eq!(admit_client(deep.as_bytes()).unwrap_err(), Invalid::TooDeep);
         let nested_id = br#"{"jsonrpc":"2.0","id":[[1]],"method":"tools/list"}"#;
         assert_eq!(admit_client(nested_id).unwrap_err(), Invalid::InvalidId);
+    }
+
+    #[test]
+    fn numbers_out_of_range_are_named_wherever_they_are() {
+        for body in [
+            r#"{"jsonrpc":"2.0","id":[1e400],"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"n":1e400}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"arguments":{"n":1e400}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"_meta":{"x":[-1e400]}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","other":1e400}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":[1e400]}"#,
+        ] {
+            let refused = admit_client(body.as_bytes()).unwrap_err();
+            assert_eq!(refused, Invalid::NumberOutOfRange, "{body}");
+            assert_eq!(refused.code(), -32700);
+            assert!(refused.reason().contains("number is out of range"));
+        }
+        // As an id it is an exponent, refused as every exponent is.
+        let id = br#"{"jsonrpc":"2.0","id":1e400,"method":"x"}"#;
+        assert_eq!(admit_client(id).unwrap_err(), Invalid::InvalidId);
+        // What a float holds (rounded to zero, or an integer past u64) is not refused.
+        let fine = br#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":{"n":1e-400,"m":184467440737095516150}}}"#;
+        assert!(admit_client(fine).is_ok());
+        // Any other failure inside a value is not called a duplicate key either.
+        let surrogate =
+            br#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"arguments":{"\ud800":1}}}"#;
+        assert_eq!(admit_client(surrogate).unwrap_err(), Invalid::NotJson);
     }
 
     #[test]
