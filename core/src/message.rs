@@ -644,6 +644,173 @@ impl<'de> Visitor<'de> for UniqueKeys {
     }
 }
 
+/// An id (or progress token) as a session's in-flight table knows it: its type and its
+/// value, so that `"a"` and `"\u0061"` are the same request and `1` and `"1"` are not.
+/// (Admission refuses strings that are not Unicode text, so every id has one.)
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct IdKey {
+    string: bool,
+    text: String,
+}
+
+impl IdKey {
+    /// The key of an id given as raw JSON text; `None` for what is not an id.
+    pub(crate) fn of(raw: &str) -> Option<IdKey> {
+        let text = match RawId::classify(raw)? {
+            RawId::Int(digits) => {
+                return Some(IdKey {
+                    string: false,
+                    text: digits.to_owned(),
+                })
+            }
+            RawId::Str(literal) if !literal.contains('\\') => {
+                literal.get(1..literal.len().checked_sub(1)?)?.to_owned()
+            }
+            RawId::Str(literal) => serde_json::from_str::<String>(literal).ok()?,
+        };
+        Some(IdKey { string: true, text })
+    }
+}
+
+/// An id-like value of a client message (id, progress token, cancelled request id): where
+/// it is in the text, its type, and the key it is known by.
+#[derive(Debug, Clone)]
+pub(crate) struct IdAt {
+    /// Where it is in the message's text.
+    pub(crate) span: Range<usize>,
+    int: bool,
+    /// The value as a session's in-flight table knows it.
+    pub(crate) key: IdKey,
+}
+
+impl IdAt {
+    pub(crate) fn of(msg: &Message<'_>, value: Option<&RawValue>) -> Option<IdAt> {
+        let value = value?;
+        let id = RawId::classify(value.get())?;
+        Some(IdAt {
+            span: msg.span(value),
+            int: matches!(id, RawId::Int(_)),
+            key: IdKey::of(value.get())?,
+        })
+    }
+
+    /// The id as raw text of `text` (the message's).
+    pub(crate) fn raw<'t>(&self, text: &'t str) -> RawId<'t> {
+        let raw = &text[self.span.clone()];
+        if self.int {
+            RawId::Int(raw)
+        } else {
+            RawId::Str(raw)
+        }
+    }
+}
+
+/// A client message admitted and read once: its kind, method, and everything the hub
+/// inspects (id, progress token, cancel target, uri) or the router rewrites. Admitted where
+/// the body arrived (`Admitted::into_request`), it reaches the hub in the request's
+/// [`Body`](crate::http::Body); a shell only carries it.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    /// The message as the client sent it.
+    pub(crate) text: String,
+    /// Request or notification.
+    pub(crate) kind: Kind,
+    /// Its method.
+    pub(crate) method: String,
+    /// A request's id.
+    pub(crate) id: Option<IdAt>,
+    /// `params._meta.progressToken`, when an integer or a string.
+    pub(crate) token: Option<IdAt>,
+    /// `params.requestId` of a `notifications/cancelled`, when an integer or a string.
+    pub(crate) cancels: Option<IdAt>,
+    /// `params.capabilities` (an `initialize`'s, replaced by `{}`).
+    pub(crate) capabilities: Option<Range<usize>>,
+    /// The string value of `params.uri`.
+    pub(crate) uri: Option<String>,
+    /// The tool of a `tools/call` (`params.name`).
+    pub(crate) tool: Option<String>,
+    /// `params.name` when a string (a prompt's, a tool's).
+    pub(crate) name: Option<String>,
+    /// Where `params.arguments` is, for policies.
+    arguments: Option<Range<usize>>,
+    /// Where `params.ref` is (a `completion/complete`'s), for policies.
+    reference: Option<Range<usize>>,
+}
+
+impl Checked {
+    /// Admits a POST body (SPEC section 1's checks of the message itself).
+    pub(crate) fn admit(body: Vec<u8>) -> Result<Checked, Invalid> {
+        let text = String::from_utf8(body).map_err(|_| Invalid::NotUtf8)?;
+        let msg = admit_client(text.as_bytes())?;
+        let method = msg.method.as_deref().unwrap_or_default().to_owned();
+        let cancels = (method == "notifications/cancelled")
+            .then(|| IdAt::of(&msg, msg.params.request_id))
+            .flatten();
+        let checked = Checked {
+            kind: msg.kind,
+            id: IdAt::of(&msg, msg.id),
+            token: IdAt::of(&msg, msg.params.meta_progress_token),
+            cancels,
+            capabilities: msg.params.capabilities.map(|c| msg.span(c)),
+            uri: msg
+                .params
+                .uri
+                .and_then(string_value)
+                .map(|s| s.into_owned()),
+            tool: (method == "tools/call")
+                .then(|| msg.params.name.and_then(string_value))
+                .flatten()
+                .map(|s| s.into_owned()),
+            name: (msg.params.name)
+                .and_then(string_value)
+                .map(|s| s.into_owned()),
+            arguments: msg.params.arguments.map(|a| msg.span(a)),
+            reference: msg.params.reference.map(|r| msg.span(r)),
+            method,
+            text: String::new(),
+        };
+        Ok(Checked { text, ..checked })
+    }
+
+    /// Whether it asks something of the server: a request, or a method sent without an id
+    /// other than `notifications/*` (a `tools/call` as a notification still runs the tool).
+    /// The policy and the rate limits judge these.
+    pub(crate) fn is_call(&self) -> bool {
+        match self.kind {
+            Kind::Request => true,
+            Kind::Notification => !self.method.starts_with("notifications/"),
+            Kind::Response => false,
+        }
+    }
+
+    /// A request's id as the client wrote it (`null` for a notification).
+    pub(crate) fn raw_id(&self) -> &str {
+        self.id
+            .as_ref()
+            .map_or("null", |id| &self.text[id.span.clone()])
+    }
+
+    /// The message as the client sent it.
+    pub(crate) fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// `params.arguments` as JSON text.
+    pub(crate) fn arguments(&self) -> Option<&str> {
+        self.arguments.clone().map(|span| &self.text[span])
+    }
+
+    /// `params.ref` as JSON text.
+    pub(crate) fn reference(&self) -> Option<&str> {
+        self.reference.clone().map(|span| &self.text[span])
+    }
+
+    /// Whether it is a request for `method`.
+    pub(crate) fn is_request(&self, method: &str) -> bool {
+        self.kind == Kind::Request && self.method == method
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

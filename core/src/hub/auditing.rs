@@ -13,8 +13,8 @@ use super::Hub;
 use crate::audit::{cut, field, AuditRecord, AuditType, ClientInfo, Outcome, Source, Transport};
 use crate::auth::Principal;
 use crate::http::{Endpoint, Request};
+use crate::message::Checked;
 use crate::output::{Event, Output, RequestId};
-use crate::router::Checked;
 
 /// What a request's event needs, kept with the request until its outcome is known.
 #[derive(Debug)]

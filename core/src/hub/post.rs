@@ -11,17 +11,18 @@ use super::dispatch::Delivery;
 use super::mcp::McpPost;
 use super::sessions::{Kind, SessionNumber, Tracked};
 use super::streams::Role;
-use super::{Hub, Payload, Request};
+use super::{Hub, Request};
 use crate::audit::Outcome;
 use crate::http::{self, Endpoint, Grant, Rejection};
 use crate::message;
+use crate::message::Checked;
+use crate::message::IdKey;
 use crate::output::{Event, Frame, RequestId, StreamId};
 use crate::principal::Principal;
 use crate::routed_id::SessionId;
-use crate::router::{Checked, Forward, RESPONSE_ID_AT};
+use crate::router::{Forward, RESPONSE_ID_AT};
 use crate::settings::OnBackendExit;
 use crate::sse;
-use crate::streamable::IdKey;
 
 /// A POST checked in full, ready to act on.
 #[derive(Debug)]
@@ -329,10 +330,7 @@ impl Hub {
         if !matches!(state.kind, Kind::Legacy { .. }) {
             return Err(Rejection::SessionNotFound);
         }
-        let Payload::Bytes(body) = req.body else {
-            return Err(Rejection::BodyTooLarge);
-        };
-        let msg = Checked::admit(body).map_err(Rejection::Invalid)?;
+        let msg = req.body.message()?;
         Ok(Prepared::Legacy { session, msg })
     }
 

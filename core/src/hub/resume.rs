@@ -6,8 +6,8 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
+use crate::message::IdKey;
 use crate::output::StreamId;
-use crate::streamable::IdKey;
 
 /// A stream's number within its session; with an event's position it makes the event id
 /// `<stream>.<position>`.
