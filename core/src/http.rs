@@ -4,6 +4,7 @@
 use std::borrow::Cow;
 
 use crate::auth::{Auth, AuthFailure, Principal};
+pub use crate::message::Checked;
 use crate::message::Invalid;
 use crate::oauth::ResourceServer;
 
@@ -222,6 +223,11 @@ impl Admitted {
 
     /// The hub's input for this request with the body the shell read; `entropy` (16
     /// random bytes from the OS) is called only for a request that may create a session.
+    ///
+    /// A POST's body is admitted here (SPEC section 1's checks of the message itself: one
+    /// parse, every nested key checked), so a shell calls this where the body arrived (the
+    /// connection's task or thread), never on the hub's: a large body then costs its own
+    /// connection, not every session's latency. Pure, like the gate.
     pub fn into_request(self, body: Payload, entropy: impl FnOnce() -> [u8; 16]) -> Request {
         let creates = match self.endpoint {
             Endpoint::Stream => true,
@@ -236,7 +242,7 @@ impl Admitted {
             cors: self.cors,
             grant: self.grant,
             source: self.source,
-            body,
+            body: Body::admit(self.endpoint, body),
             entropy: if creates { entropy() } else { [0; 16] },
         }
     }
@@ -636,8 +642,8 @@ pub struct Request {
     pub grant: Grant,
     /// Where it came from, for audit records.
     pub source: std::sync::Arc<crate::audit::Source>,
-    /// The body as far as the shell read it.
-    pub body: Payload,
+    /// The body: a POST's message admitted before the hand-off.
+    pub body: Body,
     /// 16 random bytes from the OS, for the id of a session this request may create.
     pub entropy: [u8; 16],
 }
@@ -649,6 +655,45 @@ pub enum Payload {
     Bytes(Vec<u8>),
     /// Longer than `--max-body`; the rest was not read.
     TooLarge,
+}
+
+/// A request's body as the hub takes it: a POST's JSON-RPC message already admitted.
+#[derive(Debug, Clone)]
+pub enum Body {
+    /// One JSON-RPC request or notification, admitted.
+    Message(Box<Checked>),
+    /// What admission refused it for (400).
+    Invalid(Invalid),
+    /// Longer than `--max-body`; the rest was not read (413).
+    TooLarge,
+    /// Not read as a message: the endpoint takes none.
+    Ignored,
+}
+
+impl Body {
+    /// The body of a request for `endpoint`: admitted when it is a POST of a message.
+    fn admit(endpoint: Endpoint, payload: Payload) -> Body {
+        match (endpoint, payload) {
+            (Endpoint::Messages | Endpoint::McpPost, Payload::Bytes(bytes)) => {
+                match Checked::admit(bytes) {
+                    Ok(message) => Body::Message(Box::new(message)),
+                    Err(invalid) => Body::Invalid(invalid),
+                }
+            }
+            (_, Payload::TooLarge) => Body::TooLarge,
+            (_, Payload::Bytes(_)) => Body::Ignored,
+        }
+    }
+
+    /// The message, or why there is none (413 or 400), in SPEC section 1's terms.
+    pub(crate) fn message(self) -> Result<Checked, Rejection> {
+        match self {
+            Body::Message(message) => Ok(*message),
+            Body::Invalid(invalid) => Err(Rejection::Invalid(invalid)),
+            Body::TooLarge => Err(Rejection::BodyTooLarge),
+            Body::Ignored => Err(Rejection::Invalid(Invalid::NotJson)),
+        }
+    }
 }
 
 /// An answer ready for the wire: the shell copies status, headers and body as they are.

@@ -47,13 +47,15 @@ pub enum Invalid {
     LoneSurrogate,
     /// Nested deeper than the parser follows.
     TooDeep,
+    /// A number past what a 64-bit float holds (`1e400`): JSON the proxy cannot read.
+    NumberOutOfRange,
 }
 
 impl Invalid {
     /// The JSON-RPC error code: -32700 when the bytes are not JSON at all, else -32600.
     pub fn code(self) -> i32 {
         match self {
-            Invalid::NotUtf8 | Invalid::NotJson => -32700,
+            Invalid::NotUtf8 | Invalid::NotJson | Invalid::NumberOutOfRange => -32700,
             _ => -32600,
         }
     }
@@ -79,6 +81,9 @@ impl Invalid {
                 "Invalid Request: an id, progressToken or requestId must be Unicode text (no lone surrogate escapes)"
             }
             Invalid::TooDeep => "Invalid Request: nested deeper than 128 levels",
+            Invalid::NumberOutOfRange => {
+                "Parse error: a number is out of range (beyond a 64-bit float)"
+            }
         }
     }
 
@@ -99,6 +104,7 @@ impl Invalid {
             Invalid::ClientResponse => "client_response",
             Invalid::LoneSurrogate => "lone_surrogate",
             Invalid::TooDeep => "too_deep",
+            Invalid::NumberOutOfRange => "number_out_of_range",
         }
     }
 }
@@ -260,16 +266,7 @@ fn parse_object(text: &str, deep: bool) -> Result<Message<'_>, Invalid> {
     let members = de
         .deserialize_map(MembersVisitor { deep })
         .and_then(|m| de.end().map(|()| m))
-        .map_err(|e| {
-            let text = e.to_string();
-            if text.starts_with(DUPLICATE) {
-                Invalid::DuplicateKey
-            } else if text.starts_with(TOO_DEEP) {
-                Invalid::TooDeep
-            } else {
-                Invalid::NotJson
-            }
-        })?;
+        .map_err(|e| refusal(&e))?;
     let method = match members.method {
         None => None,
         Some(raw) => Some(string_value(raw).ok_or(Invalid::MethodNotString)?),
@@ -307,6 +304,22 @@ pub(crate) fn string_value(raw: &RawValue) -> Option<Cow<'_, str>> {
 const DUPLICATE: &str = "duplicate key";
 /// serde_json's message when nesting passes its recursion limit.
 const TOO_DEEP: &str = "recursion limit exceeded";
+/// serde_json's message for a number past `f64` (`1e400`).
+const OUT_OF_RANGE: &str = "number out of range";
+
+/// Why the parse of an object failed, by the error's message (ours, or serde_json's).
+fn refusal(e: &serde_json::Error) -> Invalid {
+    let text = e.to_string();
+    if text.starts_with(DUPLICATE) {
+        Invalid::DuplicateKey
+    } else if text.starts_with(TOO_DEEP) {
+        Invalid::TooDeep
+    } else if text.starts_with(OUT_OF_RANGE) {
+        Invalid::NumberOutOfRange
+    } else {
+        Invalid::NotJson
+    }
+}
 
 /// The members of `params` the proxy reads or rewrites, found in the same single pass
 /// that checks the message, as raw text.
@@ -584,16 +597,20 @@ impl<'de> Visitor<'de> for MetaSeed {
     }
 }
 
-/// Walks a whole value and fails on the first object with a repeated key.
+/// Walks a whole value and fails on the first object with a repeated key (or what else
+/// keeps it from being read: too deep, a number out of range), saying which.
 fn check_unique_keys(raw: &RawValue) -> Result<(), &'static str> {
     let mut de = serde_json::Deserializer::from_str(raw.get());
-    UniqueKeys.deserialize(&mut de).map_err(|e| {
-        if e.to_string().starts_with(TOO_DEEP) {
-            TOO_DEEP
-        } else {
-            DUPLICATE
-        }
-    })
+    UniqueKeys
+        .deserialize(&mut de)
+        .map_err(|e| match refusal(&e) {
+            Invalid::TooDeep => TOO_DEEP,
+            Invalid::NumberOutOfRange => OUT_OF_RANGE,
+            Invalid::DuplicateKey => DUPLICATE,
+            // Any other failure (a string that is not Unicode text) keeps the outer parse's
+            // generic answer.
+            _ => "not JSON",
+        })
 }
 
 #[derive(Clone, Copy)]
@@ -624,6 +641,173 @@ impl<'de> Visitor<'de> for UniqueKeys {
             map.next_value_seed(self)?;
         }
         Ok(())
+    }
+}
+
+/// An id (or progress token) as a session's in-flight table knows it: its type and its
+/// value, so that `"a"` and `"\u0061"` are the same request and `1` and `"1"` are not.
+/// (Admission refuses strings that are not Unicode text, so every id has one.)
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct IdKey {
+    string: bool,
+    text: String,
+}
+
+impl IdKey {
+    /// The key of an id given as raw JSON text; `None` for what is not an id.
+    pub(crate) fn of(raw: &str) -> Option<IdKey> {
+        let text = match RawId::classify(raw)? {
+            RawId::Int(digits) => {
+                return Some(IdKey {
+                    string: false,
+                    text: digits.to_owned(),
+                })
+            }
+            RawId::Str(literal) if !literal.contains('\\') => {
+                literal.get(1..literal.len().checked_sub(1)?)?.to_owned()
+            }
+            RawId::Str(literal) => serde_json::from_str::<String>(literal).ok()?,
+        };
+        Some(IdKey { string: true, text })
+    }
+}
+
+/// An id-like value of a client message (id, progress token, cancelled request id): where
+/// it is in the text, its type, and the key it is known by.
+#[derive(Debug, Clone)]
+pub(crate) struct IdAt {
+    /// Where it is in the message's text.
+    pub(crate) span: Range<usize>,
+    int: bool,
+    /// The value as a session's in-flight table knows it.
+    pub(crate) key: IdKey,
+}
+
+impl IdAt {
+    pub(crate) fn of(msg: &Message<'_>, value: Option<&RawValue>) -> Option<IdAt> {
+        let value = value?;
+        let id = RawId::classify(value.get())?;
+        Some(IdAt {
+            span: msg.span(value),
+            int: matches!(id, RawId::Int(_)),
+            key: IdKey::of(value.get())?,
+        })
+    }
+
+    /// The id as raw text of `text` (the message's).
+    pub(crate) fn raw<'t>(&self, text: &'t str) -> RawId<'t> {
+        let raw = &text[self.span.clone()];
+        if self.int {
+            RawId::Int(raw)
+        } else {
+            RawId::Str(raw)
+        }
+    }
+}
+
+/// A client message admitted and read once: its kind, method, and everything the hub
+/// inspects (id, progress token, cancel target, uri) or the router rewrites. Admitted where
+/// the body arrived (`Admitted::into_request`), it reaches the hub in the request's
+/// [`Body`](crate::http::Body); a shell only carries it.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    /// The message as the client sent it.
+    pub(crate) text: String,
+    /// Request or notification.
+    pub(crate) kind: Kind,
+    /// Its method.
+    pub(crate) method: String,
+    /// A request's id.
+    pub(crate) id: Option<IdAt>,
+    /// `params._meta.progressToken`, when an integer or a string.
+    pub(crate) token: Option<IdAt>,
+    /// `params.requestId` of a `notifications/cancelled`, when an integer or a string.
+    pub(crate) cancels: Option<IdAt>,
+    /// `params.capabilities` (an `initialize`'s, replaced by `{}`).
+    pub(crate) capabilities: Option<Range<usize>>,
+    /// The string value of `params.uri`.
+    pub(crate) uri: Option<String>,
+    /// The tool of a `tools/call` (`params.name`).
+    pub(crate) tool: Option<String>,
+    /// `params.name` when a string (a prompt's, a tool's).
+    pub(crate) name: Option<String>,
+    /// Where `params.arguments` is, for policies.
+    arguments: Option<Range<usize>>,
+    /// Where `params.ref` is (a `completion/complete`'s), for policies.
+    reference: Option<Range<usize>>,
+}
+
+impl Checked {
+    /// Admits a POST body (SPEC section 1's checks of the message itself).
+    pub(crate) fn admit(body: Vec<u8>) -> Result<Checked, Invalid> {
+        let text = String::from_utf8(body).map_err(|_| Invalid::NotUtf8)?;
+        let msg = admit_client(text.as_bytes())?;
+        let method = msg.method.as_deref().unwrap_or_default().to_owned();
+        let cancels = (method == "notifications/cancelled")
+            .then(|| IdAt::of(&msg, msg.params.request_id))
+            .flatten();
+        let checked = Checked {
+            kind: msg.kind,
+            id: IdAt::of(&msg, msg.id),
+            token: IdAt::of(&msg, msg.params.meta_progress_token),
+            cancels,
+            capabilities: msg.params.capabilities.map(|c| msg.span(c)),
+            uri: msg
+                .params
+                .uri
+                .and_then(string_value)
+                .map(|s| s.into_owned()),
+            tool: (method == "tools/call")
+                .then(|| msg.params.name.and_then(string_value))
+                .flatten()
+                .map(|s| s.into_owned()),
+            name: (msg.params.name)
+                .and_then(string_value)
+                .map(|s| s.into_owned()),
+            arguments: msg.params.arguments.map(|a| msg.span(a)),
+            reference: msg.params.reference.map(|r| msg.span(r)),
+            method,
+            text: String::new(),
+        };
+        Ok(Checked { text, ..checked })
+    }
+
+    /// Whether it asks something of the server: a request, or a method sent without an id
+    /// other than `notifications/*` (a `tools/call` as a notification still runs the tool).
+    /// The policy and the rate limits judge these.
+    pub(crate) fn is_call(&self) -> bool {
+        match self.kind {
+            Kind::Request => true,
+            Kind::Notification => !self.method.starts_with("notifications/"),
+            Kind::Response => false,
+        }
+    }
+
+    /// A request's id as the client wrote it (`null` for a notification).
+    pub(crate) fn raw_id(&self) -> &str {
+        self.id
+            .as_ref()
+            .map_or("null", |id| &self.text[id.span.clone()])
+    }
+
+    /// The message as the client sent it.
+    pub(crate) fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// `params.arguments` as JSON text.
+    pub(crate) fn arguments(&self) -> Option<&str> {
+        self.arguments.clone().map(|span| &self.text[span])
+    }
+
+    /// `params.ref` as JSON text.
+    pub(crate) fn reference(&self) -> Option<&str> {
+        self.reference.clone().map(|span| &self.text[span])
+    }
+
+    /// Whether it is a request for `method`.
+    pub(crate) fn is_request(&self, method: &str) -> bool {
+        self.kind == Kind::Request && self.method == method
     }
 }
 
@@ -672,6 +856,33 @@ mod tests {
         assert_eq!(admit_client(deep.as_bytes()).unwrap_err(), Invalid::TooDeep);
         let nested_id = br#"{"jsonrpc":"2.0","id":[[1]],"method":"tools/list"}"#;
         assert_eq!(admit_client(nested_id).unwrap_err(), Invalid::InvalidId);
+    }
+
+    #[test]
+    fn numbers_out_of_range_are_named_wherever_they_are() {
+        for body in [
+            r#"{"jsonrpc":"2.0","id":[1e400],"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"n":1e400}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"arguments":{"n":1e400}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"_meta":{"x":[-1e400]}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","other":1e400}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":[1e400]}"#,
+        ] {
+            let refused = admit_client(body.as_bytes()).unwrap_err();
+            assert_eq!(refused, Invalid::NumberOutOfRange, "{body}");
+            assert_eq!(refused.code(), -32700);
+            assert!(refused.reason().contains("number is out of range"));
+        }
+        // As an id it is an exponent, refused as every exponent is.
+        let id = br#"{"jsonrpc":"2.0","id":1e400,"method":"x"}"#;
+        assert_eq!(admit_client(id).unwrap_err(), Invalid::InvalidId);
+        // What a float holds (rounded to zero, or an integer past u64) is not refused.
+        let fine = br#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":{"n":1e-400,"m":184467440737095516150}}}"#;
+        assert!(admit_client(fine).is_ok());
+        // Any other failure inside a value is not called a duplicate key either.
+        let surrogate =
+            br#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"arguments":{"\ud800":1}}}"#;
+        assert_eq!(admit_client(surrogate).unwrap_err(), Invalid::NotJson);
     }
 
     #[test]

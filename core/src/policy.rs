@@ -20,7 +20,8 @@ use serde_json::{Map, Value};
 const MAX_DEPTH: usize = 10;
 
 /// A request with more arguments than this is denied when a policy reads arguments: its
-/// evaluation runs on the hub's thread, and no tool takes so many.
+/// evaluation runs on the hub's thread, and no tool takes so many. So is a request with a
+/// number argument Cedar cannot hold (see [`Policy::allows`]).
 pub const MAX_ARGUMENTS: usize = 256;
 
 /// A loaded policy file: its policies and the entities it declares.
@@ -146,7 +147,11 @@ impl Policy {
         self.reads_claims
     }
 
-    /// Whether `caller` may do `ask`. Anything that fails to build or evaluate denies.
+    /// Whether `caller` may do `ask`. Anything that fails to build or evaluate denies, and
+    /// so do arguments the policy could not see as the backend will: more than
+    /// [`MAX_ARGUMENTS`], or a number that is neither a Cedar `Long` nor a `decimal` of four
+    /// places (`1e15`, `1001.00001`, `18446744073709551615`), which would otherwise be left
+    /// out of the request (it is `arg_<name>_present`).
     pub fn allows(&self, caller: Caller<'_>, ask: Ask<'_>) -> bool {
         self.decide(caller, ask).unwrap_or(false)
     }
@@ -158,7 +163,7 @@ impl Policy {
             Ask::CallTool(_, args) | Ask::GetPrompt(_, args) => args,
             _ => None,
         };
-        if args.is_some_and(|a| a.len() > MAX_ARGUMENTS) {
+        if args.is_some_and(|a| a.len() > MAX_ARGUMENTS || a.values().any(unrepresentable)) {
             return None;
         }
         let args = args.map(|a| prefixed("arg_", a, true));
@@ -273,7 +278,8 @@ fn prefixed(
 ) -> HashMap<String, RestrictedExpression> {
     let mut out = HashMap::with_capacity(members.len());
     for (name, value) in members {
-        let scalar = matches!(value, Value::String(_) | Value::Bool(_) | Value::Number(_));
+        let scalar = matches!(value, Value::String(_) | Value::Bool(_))
+            || matches!(value, Value::Number(n) if number(n).is_some());
         if flat && !scalar {
             out.insert(
                 format!("{prefix}{name}_present"),
@@ -299,10 +305,7 @@ fn expression(value: &Value, depth: usize) -> Option<RestrictedExpression> {
         Value::Null => return None,
         Value::Bool(b) => RestrictedExpression::new_bool(*b),
         Value::String(s) => string(s),
-        Value::Number(n) => match n.as_i64() {
-            Some(i) => RestrictedExpression::new_long(i),
-            None => RestrictedExpression::new_decimal(decimal(n.as_f64()?)?),
-        },
+        Value::Number(n) => number(n)?,
         Value::Array(items) => RestrictedExpression::new_set(
             items.iter().filter_map(|item| expression(item, depth + 1)),
         ),
@@ -313,6 +316,20 @@ fn expression(value: &Value, depth: usize) -> Option<RestrictedExpression> {
         )
         .ok()?,
     })
+}
+
+/// A number as Cedar holds it: a `Long` when an integer within `i64`, else a `decimal` when
+/// four places after the point hold it exactly; `None` for any other.
+fn number(n: &serde_json::Number) -> Option<RestrictedExpression> {
+    match n.as_i64() {
+        Some(i) => Some(RestrictedExpression::new_long(i)),
+        None => Some(RestrictedExpression::new_decimal(decimal(n.as_f64()?)?)),
+    }
+}
+
+/// Whether `value` is a number Cedar cannot hold ([`number`]).
+fn unrepresentable(value: &Value) -> bool {
+    matches!(value, Value::Number(n) if number(n).is_none())
 }
 
 /// `x` as Cedar decimal text, when four places after the point hold it exactly and it is
@@ -580,6 +597,53 @@ mod tests {
         .contains("policy 0"));
         assert!(bad(r#"{"version":"1.0","type":"cedarv1","cedar":{"policies":["permit(principal,action,resource);"],"entities_json":"[{"}}"#).contains("entities_json"));
         assert!(bad("version: [").contains("YAML"));
+    }
+
+    #[test]
+    fn numbers_cedar_cannot_hold_deny_instead_of_vanishing() {
+        let p = policy(&[
+            r#"permit(principal, action == Action::"call_tool", resource);"#,
+            r#"forbid(principal, action == Action::"call_tool", resource) when { resource has arg_amount && resource.arg_amount > 1000 };"#,
+        ]);
+        let call = |amount: &str| {
+            let args: Map<String, Value> =
+                serde_json::from_str(&format!(r#"{{"amount":{amount},"note":"x"}}"#)).unwrap();
+            p.allows(anyone(None), Ask::CallTool("pay", Some(&args)))
+        };
+        // Ordinary integers are evaluated as before, both ways.
+        for (amount, allowed) in [
+            ("0", true),
+            ("-7", true),
+            ("1000", true),
+            ("1001", false),
+            ("1000000000000000", false),
+            ("9223372036854775807", false),
+        ] {
+            assert_eq!(call(amount), allowed, "{amount}");
+        }
+        // Numbers Cedar cannot hold were left out (`has` was false: allowed); now denied.
+        for huge in [
+            "1e15",
+            "1001.00001",
+            "18446744073709551615",
+            "-9223372036854775809",
+        ] {
+            assert!(!call(huge), "{huge}");
+        }
+        // An exact decimal is still a decimal (compared with a Long: an error, so denied as
+        // before), and one that needs no policy on numbers passes.
+        assert!(!call("1.5"));
+        let lenient = policy(&[
+            r#"permit(principal, action, resource) when { resource has arg_amount_present };"#,
+        ]);
+        let args: Map<String, Value> = serde_json::from_str(r#"{"amount":1e15}"#).unwrap();
+        // Denied although the flag would permit: the policy cannot see the number.
+        assert!(!lenient.allows(anyone(None), Ask::CallTool("pay", Some(&args))));
+        assert!(prefixed("arg_", &args, true).contains_key("arg_amount_present"));
+        // A policy that reads no argument is never given them (the hub's `reads_arguments`),
+        // and arguments it is not given decide nothing.
+        assert!(lenient.reads_arguments());
+        assert!(p.allows(anyone(None), Ask::CallTool("pay", None)));
     }
 
     #[test]

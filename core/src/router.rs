@@ -1,7 +1,7 @@
 //! The router: SPEC sections 2 and 3 at the level of one message. It keeps only what a
 //! message needs that no session owns (the backend's one `initialize` handshake and the
-//! proxy's own requests) and **returns** its decisions: admitting a client body gives a
-//! [`Checked`] message the hub inspects, [`Router::forward`] says what the message becomes,
+//! proxy's own requests) and **returns** its decisions: [`Router::forward`] says what a
+//! client's [`Checked`] message (admitted before the hand-off) becomes,
 //! [`Router::backend_line`] says where a backend line goes. Which sessions are live is the
 //! hub's to know.
 
@@ -11,10 +11,9 @@ use std::sync::Arc;
 
 use serde_json::value::RawValue;
 
-use crate::message::{self, Invalid, Kind, Message, RawId};
+use crate::message::{self, Checked, IdAt, Invalid, Kind, Message, RawId};
 use crate::metrics::DropReason;
 use crate::routed_id::{self, SessionId};
-use crate::streamable::IdKey;
 
 /// Clients that may wait for the backend's first `initialize` at once.
 pub(crate) const MAX_INITIALIZE_WAITERS: usize = 4096;
@@ -38,139 +37,8 @@ enum ProxyRequest {
     Initialize,
 }
 
-/// An id-like value of a client message (id, progress token, cancelled request id): where
-/// it is in the text, its type, and the key it is known by.
-#[derive(Debug, Clone)]
-pub(crate) struct IdAt {
-    span: Range<usize>,
-    int: bool,
-    /// The value as a session's in-flight table knows it.
-    pub(crate) key: IdKey,
-}
-
-impl IdAt {
-    fn of(msg: &Message<'_>, value: Option<&RawValue>) -> Option<IdAt> {
-        let value = value?;
-        let id = RawId::classify(value.get())?;
-        Some(IdAt {
-            span: msg.span(value),
-            int: matches!(id, RawId::Int(_)),
-            key: IdKey::of(value.get())?,
-        })
-    }
-
-    fn raw<'t>(&self, text: &'t str) -> RawId<'t> {
-        let raw = &text[self.span.clone()];
-        if self.int {
-            RawId::Int(raw)
-        } else {
-            RawId::Str(raw)
-        }
-    }
-}
-
-/// A client message admitted and read once: its kind, method, and everything the hub
-/// inspects (id, progress token, cancel target, uri) or the router rewrites.
-#[derive(Debug, Clone)]
-pub(crate) struct Checked {
-    text: String,
-    /// Request or notification.
-    pub(crate) kind: Kind,
-    /// Its method.
-    pub(crate) method: String,
-    /// A request's id.
-    pub(crate) id: Option<IdAt>,
-    /// `params._meta.progressToken`, when an integer or a string.
-    pub(crate) token: Option<IdAt>,
-    /// `params.requestId` of a `notifications/cancelled`, when an integer or a string.
-    pub(crate) cancels: Option<IdAt>,
-    /// `params.capabilities` (an `initialize`'s, replaced by `{}`).
-    capabilities: Option<Range<usize>>,
-    /// The string value of `params.uri`.
-    pub(crate) uri: Option<String>,
-    /// The tool of a `tools/call` (`params.name`).
-    pub(crate) tool: Option<String>,
-    /// `params.name` when a string (a prompt's, a tool's).
-    pub(crate) name: Option<String>,
-    /// Where `params.arguments` is, for policies.
-    arguments: Option<Range<usize>>,
-    /// Where `params.ref` is (a `completion/complete`'s), for policies.
-    reference: Option<Range<usize>>,
-}
-
+/// The proxy's own answers to an admitted message.
 impl Checked {
-    /// Admits a POST body (SPEC section 1's checks of the message itself).
-    pub(crate) fn admit(body: Vec<u8>) -> Result<Checked, Invalid> {
-        let text = String::from_utf8(body).map_err(|_| Invalid::NotUtf8)?;
-        let msg = message::admit_client(text.as_bytes())?;
-        let method = msg.method.as_deref().unwrap_or_default().to_owned();
-        let cancels = (method == "notifications/cancelled")
-            .then(|| IdAt::of(&msg, msg.params.request_id))
-            .flatten();
-        let checked = Checked {
-            kind: msg.kind,
-            id: IdAt::of(&msg, msg.id),
-            token: IdAt::of(&msg, msg.params.meta_progress_token),
-            cancels,
-            capabilities: msg.params.capabilities.map(|c| msg.span(c)),
-            uri: msg
-                .params
-                .uri
-                .and_then(message::string_value)
-                .map(|s| s.into_owned()),
-            tool: (method == "tools/call")
-                .then(|| msg.params.name.and_then(message::string_value))
-                .flatten()
-                .map(|s| s.into_owned()),
-            name: (msg.params.name)
-                .and_then(message::string_value)
-                .map(|s| s.into_owned()),
-            arguments: msg.params.arguments.map(|a| msg.span(a)),
-            reference: msg.params.reference.map(|r| msg.span(r)),
-            method,
-            text: String::new(),
-        };
-        Ok(Checked { text, ..checked })
-    }
-
-    /// Whether it asks something of the server: a request, or a method sent without an id
-    /// other than `notifications/*` (a `tools/call` as a notification still runs the tool).
-    /// The policy and the rate limits judge these.
-    pub(crate) fn is_call(&self) -> bool {
-        match self.kind {
-            message::Kind::Request => true,
-            message::Kind::Notification => !self.method.starts_with("notifications/"),
-            message::Kind::Response => false,
-        }
-    }
-
-    /// A request's id as the client wrote it (`null` for a notification).
-    pub(crate) fn raw_id(&self) -> &str {
-        self.id
-            .as_ref()
-            .map_or("null", |id| &self.text[id.span.clone()])
-    }
-
-    /// The message as the client sent it.
-    pub(crate) fn text(&self) -> &str {
-        &self.text
-    }
-
-    /// `params.arguments` as JSON text.
-    pub(crate) fn arguments(&self) -> Option<&str> {
-        self.arguments.clone().map(|span| &self.text[span])
-    }
-
-    /// `params.ref` as JSON text.
-    pub(crate) fn reference(&self) -> Option<&str> {
-        self.reference.clone().map(|span| &self.text[span])
-    }
-
-    /// Whether it is a request for `method`.
-    pub(crate) fn is_request(&self, method: &str) -> bool {
-        self.kind == Kind::Request && self.method == method
-    }
-
     /// The proxy's answer to this request: `{"jsonrpc":"2.0","id":<id>,"result":<value>}`.
     pub(crate) fn result(&self, value: &str) -> Vec<u8> {
         response_line(self.raw_id(), "result", value)

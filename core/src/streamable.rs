@@ -1,6 +1,5 @@
 //! Pure helpers of the Streamable HTTP transport (SPEC section 7): what the headers of a
-//! `/mcp` request admit, the key an id is known by in a session's in-flight table, and the
-//! lines and bodies the proxy writes itself.
+//! `/mcp` request admit, and the lines and bodies the proxy writes itself.
 
 use std::borrow::Cow;
 
@@ -67,34 +66,6 @@ impl Accepts {
             }
         }
         out
-    }
-}
-
-/// An id (or progress token) as a session's in-flight table knows it: its type and its
-/// value, so that `"a"` and `"\u0061"` are the same request and `1` and `"1"` are not.
-/// (Admission refuses strings that are not Unicode text, so every id has one.)
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) struct IdKey {
-    string: bool,
-    text: String,
-}
-
-impl IdKey {
-    /// The key of an id given as raw JSON text; `None` for what is not an id.
-    pub(crate) fn of(raw: &str) -> Option<IdKey> {
-        let text = match RawId::classify(raw)? {
-            RawId::Int(digits) => {
-                return Some(IdKey {
-                    string: false,
-                    text: digits.to_owned(),
-                })
-            }
-            RawId::Str(literal) if !literal.contains('\\') => {
-                literal.get(1..literal.len().checked_sub(1)?)?.to_owned()
-            }
-            RawId::Str(literal) => serde_json::from_str::<String>(literal).ok()?,
-        };
-        Some(IdKey { string: true, text })
     }
 }
 
@@ -167,6 +138,7 @@ pub(crate) fn id_in_flight(raw_id: &str) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::message::IdKey;
 
     #[test]
     fn accept_and_content_type() {

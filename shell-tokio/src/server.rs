@@ -7,6 +7,10 @@
 //! [`framing::check_head`] then applies the rules hyper leaves to us, and a body hyper could
 //! not decode is refused, never forwarded. An answer with `Connection: close` makes hyper
 //! close the connection once it is written.
+//!
+//! A POST's body is admitted here, before the hand-off (`Admitted::into_request`), so the
+//! loop never parses one; a large body on the blocking pool, so that parsing it holds no
+//! runtime worker the loop and the other connections need.
 
 use std::borrow::Cow;
 use std::convert::Infallible;
@@ -27,8 +31,8 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use switchboard_core::framing::{self, FramingError, Limits, Pipeline};
-use switchboard_core::http::{self, RequestHead};
-use switchboard_core::hub::{Payload, Refusal};
+use switchboard_core::http::{self, Admitted, RequestHead};
+use switchboard_core::hub::{self, Payload, Refusal};
 use switchboard_core::load::{Front, Shared};
 use switchboard_core::Rejection;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -50,6 +54,10 @@ pub struct Server {
 /// How long to wait after a failed accept, and how many failures in a row make one log line.
 const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 const ACCEPT_FAILURES_LOGGED_EVERY: u32 = 20;
+
+/// Bodies up to this size are admitted on the connection's task; larger ones on the
+/// blocking pool (a thread hop costs more than parsing a small body).
+const INLINE_BODY: usize = 64 * 1024;
 
 impl Server {
     /// Accepts connections until `stop` fires, then waits for the answers under way (the
@@ -168,7 +176,9 @@ impl Server {
             // The client left mid-body, as the blocking shell sees it: nothing to audit.
             Err(None) => return full(FramingError::InvalidChunk.response()),
         };
-        let request = Box::new(admitted.into_request(body, entropy));
+        let Some(request) = into_request(admitted, body).await else {
+            return full(Rejection::BackendDown.response());
+        };
         let (reply, answer) = oneshot::channel();
         let ticket = crate::pending::ticket();
         let input = Input::Request {
@@ -254,6 +264,17 @@ impl Server {
             .expect("pipeline")
             .request(read_since_answer, limits)
     }
+}
+
+/// The loop's input for `admitted` with its body admitted: a large body on the blocking
+/// pool. `None` when that failed (the process is going down).
+async fn into_request(admitted: Admitted, body: Payload) -> Option<Box<hub::Request>> {
+    if !matches!(&body, Payload::Bytes(bytes) if bytes.len() > INLINE_BODY) {
+        return Some(Box::new(admitted.into_request(body, entropy)));
+    }
+    tokio::task::spawn_blocking(move || Box::new(admitted.into_request(body, entropy)))
+        .await
+        .ok()
 }
 
 /// The body, or [`Payload::TooLarge`] past `limit` (by header, or counted as it arrives

@@ -414,6 +414,18 @@ fn invalid_bodies_get_400_and_never_reach_the_backend(target: Target) {
             "client {what} response: message {msg:?}"
         );
     }
+    // A number past a 64-bit float is named as such (it was called a duplicate key).
+    for body in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"MARK-REJECTED":1e400}}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","MARK-REJECTED":[1e400]}}"#,
+    ] {
+        let r = a.post(body);
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        let j = r.json();
+        assert_eq!(j["error"]["code"], -32700, "{j}");
+        let msg = j["error"]["message"].as_str().unwrap_or_default();
+        assert!(msg.contains("number is out of range"), "{body}: {msg:?}");
+    }
     a.sync();
     p.assert_nothing_rejected_reached_the_backend();
 }

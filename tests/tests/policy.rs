@@ -14,7 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{json, Value};
 use switchboard_tests::python::{mcp_server_time, python, run_script};
-use switchboard_tests::{suite, Proxy, Target, TempDir};
+use switchboard_tests::{echoed_args, open_session, suite, McpSession, Proxy, Target, TempDir};
 
 const ALICE: (&str, &str) = ("alice", "alice-token-0123456789abcdef");
 const ISSUER: &str = "https://idp.test";
@@ -198,6 +198,59 @@ fn reload_replaces_the_policy_and_a_broken_one_changes_nothing(target: Target) {
     assert!(p.log().contains("policy.yaml"), "{}", p.log());
 }
 
+/// A limit on an argument, and the numbers that slipped past it: ones Cedar cannot hold were
+/// left out of the request, so `resource has arg_amount` was false and the call went through.
+fn numbers_cedar_cannot_hold_are_denied(target: Target) {
+    const LIMIT: &str = r#"{"version":"1.0","type":"cedarv1","cedar":{"policies":[
+        "permit(principal, action == Action::\"call_tool\", resource);",
+        "forbid(principal, action == Action::\"call_tool\", resource) when { resource has arg_amount && resource.arg_amount > 1000 };"
+    ],"entities_json":"[]"}}"#;
+    let dir = TempDir::new("policy-numbers");
+    let path = dir.file("policy.json");
+    std::fs::write(&path, LIMIT).expect("write the policy");
+    let p = Proxy::builder(target)
+        .backend([env!("CARGO_BIN_EXE_test-backend")])
+        .args(["--authz-config", &path.display().to_string()])
+        .record()
+        .start();
+    // Written as raw text: a JSON library would reformat the numbers.
+    let body = |id: u64, amount: &str, note: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"amount":{amount},"note":"{note}"}}}}}}"#
+        )
+    };
+    let denied = [
+        "1e15",
+        "1001.00001",
+        "18446744073709551615",
+        "1000000000000000",
+    ];
+    let mut legacy = open_session(&p, None);
+    legacy.initialize();
+    let mcp = McpSession::start(&p, None);
+    for (n, amount) in denied.iter().enumerate() {
+        let id = 100 + n as u64;
+        let r = legacy.post(&body(id, amount, "MARK-REJECTED"));
+        assert_eq!(r.status, 202, "{amount}: {}", r.text());
+        let m = legacy.expect_message(&format!("the answer to amount {amount}"));
+        assert_eq!(m["id"], id, "{amount}: {m}");
+        assert_eq!(m["error"]["code"], -32003, "/sse, amount {amount}: {m}");
+        let (_, m) = mcp.post(&body(id, amount, "MARK-REJECTED")).response();
+        assert_eq!(m["id"], id, "{amount}: {m}");
+        assert_eq!(m["error"]["code"], -32003, "/mcp, amount {amount}: {m}");
+    }
+    // Ordinary numbers are judged as before: within the limit the call reaches the tool.
+    let r = legacy.post(&body(200, "1000", "allowed"));
+    assert_eq!(r.status, 202, "{}", r.text());
+    let m = legacy.expect_message("the answer to amount 1000");
+    assert_eq!(echoed_args(&m), json!({"amount": 1000, "note": "allowed"}));
+    let (_, m) = mcp.post(&body(200, "7", "allowed")).response();
+    assert!(m["result"].is_object(), "{m}");
+    legacy.sync();
+    p.assert_nothing_rejected_reached_the_backend();
+    assert_eq!(p.metric("switchboard_policy_denied_total"), Some(8.0));
+}
+
 /// Sends SIGHUP and waits until `/metrics` shows `series` at `value`.
 fn hang_up_and_wait(p: &Proxy, series: &str, value: f64) {
     p.signal(libc::SIGHUP);
@@ -213,6 +266,7 @@ fn hang_up_and_wait(p: &Proxy, series: &str, value: f64) {
 }
 
 suite!(
+    numbers_cedar_cannot_hold_are_denied,
     reload_replaces_the_policy_and_a_broken_one_changes_nothing,
     static_principal_sees_and_calls_what_the_policy_permits,
     jwt_principals_are_judged_by_their_claims,

@@ -15,8 +15,8 @@ use crate::audit::{cut, field, AuditRecord, AuditType, ClientInfo, Outcome, Sour
 use crate::auth::Principal;
 use crate::framing::FramingError;
 use crate::http::{Endpoint, Rejection, Request};
+use crate::message::Checked;
 use crate::output::{Event, Output, RequestId};
-use crate::router::Checked;
 
 /// What a request's event needs, kept with the request until its outcome is known.
 #[derive(Debug)]

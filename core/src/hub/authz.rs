@@ -12,10 +12,11 @@ use serde_json::{Map, Value};
 use super::Hub;
 use crate::auth::Principal;
 use crate::http::Grant;
+use crate::message::Checked;
 use crate::message::{self, Kind};
 use crate::policy::{Ask, Caller, Policy};
 use crate::routed_id::SessionId;
-use crate::router::{self, Checked, RESPONSE_ID_AT};
+use crate::router::{self, RESPONSE_ID_AT};
 
 /// The list methods whose results are filtered, never authorized (as in ToolHive).
 const LISTS: [&str; 4] = [

@@ -9,12 +9,12 @@ use super::backend::LineFrom;
 use super::resume::StreamKey;
 use super::sessions::{Kind, SessionNumber};
 use super::Hub;
+use crate::message::IdKey;
 use crate::metrics::DropReason;
 use crate::output::{Frame, StreamId};
 use crate::routed_id::SessionId;
 use crate::router::{Answer, Routed};
 use crate::sse;
-use crate::streamable::IdKey;
 
 /// What a delivered message is. Spans are byte ranges of the message holding the
 /// restored id or token as JSON text.

@@ -9,16 +9,17 @@ use super::backend::LineFrom;
 use super::dispatch::Delivery;
 use super::resume::{Carries, EventLog, StreamKey};
 use super::sessions::{Kind, SessionNumber};
-use super::{Hub, Payload, Request};
+use super::{Body, Hub, Request};
 use crate::audit::Outcome;
 use crate::auth::Principal;
 use crate::http::{self, Rejection, Response};
 use crate::message;
+use crate::message::Checked;
+use crate::message::IdKey;
 use crate::metrics::DropReason;
 use crate::output::{CloseReason, Event, RequestId};
 use crate::routed_id::SessionId;
-use crate::router::Checked;
-use crate::streamable::{self, Accepts, IdKey};
+use crate::streamable::{self, Accepts};
 
 /// A Streamable session's own state beside the sessions table's.
 #[derive(Debug, Default)]
@@ -114,8 +115,9 @@ impl McpPost {
 impl Hub {
     /// `POST /mcp`: SPEC section 7's checks in order, the message read once.
     pub(super) fn prepare_mcp(&self, req: Request) -> Result<McpPost, Rejection> {
-        let Payload::Bytes(body) = req.body else {
-            return Err(Rejection::BodyTooLarge);
+        let body = match req.body {
+            Body::TooLarge => return Err(Rejection::BodyTooLarge),
+            body => body,
         };
         if !streamable::is_json(req.mcp.content_type.as_deref()) {
             return Err(Rejection::UnsupportedMediaType);
@@ -130,12 +132,12 @@ impl Hub {
         let (session, sid, msg) = match &req.mcp.session {
             Some(text) => {
                 let (number, sid) = self.mcp_session(text, &req.principal)?;
-                let msg = Checked::admit(body).map_err(Rejection::Invalid)?;
-                (Some(number), sid, msg)
+                (Some(number), sid, body.message()?)
             }
             None => {
                 // Only an initialize may come without a session: it starts one.
-                let msg = Checked::admit(body)
+                let msg = body
+                    .message()
                     .ok()
                     .filter(|m| m.is_request("initialize"))
                     .ok_or(Rejection::MissingMcpSession)?;

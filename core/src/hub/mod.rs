@@ -44,7 +44,7 @@ mod streams;
 use std::collections::VecDeque;
 use std::time::Instant;
 
-pub use crate::http::{Payload, Request};
+pub use crate::http::{Body, Payload, Request};
 pub use crate::settings::{Reload, Settings, EXIT_DRAIN, RESUME_GLOBAL, STDIN_QUEUE, STDIN_WINDOW};
 pub use auditing::Refusal;
 pub use keys::Fetched;

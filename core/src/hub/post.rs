@@ -11,18 +11,19 @@ use super::dispatch::Delivery;
 use super::mcp::McpPost;
 use super::sessions::{Kind, SessionNumber, Tracked};
 use super::streams::Role;
-use super::{Hub, Payload, Request};
+use super::{Hub, Request};
 use crate::audit::Outcome;
 use crate::http::{self, Endpoint, Grant, Rejection};
 use crate::message;
+use crate::message::Checked;
+use crate::message::IdKey;
 use crate::metrics::DropReason;
 use crate::output::{Event, Frame, RequestId, StreamId};
 use crate::principal::Principal;
 use crate::routed_id::SessionId;
-use crate::router::{Checked, Forward, RESPONSE_ID_AT};
+use crate::router::{Forward, RESPONSE_ID_AT};
 use crate::settings::OnBackendExit;
 use crate::sse;
-use crate::streamable::IdKey;
 
 /// A POST checked in full, ready to act on.
 #[derive(Debug)]
@@ -405,10 +406,7 @@ impl Hub {
         if !matches!(state.kind, Kind::Legacy { .. }) {
             return Err(Rejection::SessionNotFound);
         }
-        let Payload::Bytes(body) = req.body else {
-            return Err(Rejection::BodyTooLarge);
-        };
-        let msg = Checked::admit(body).map_err(Rejection::Invalid)?;
+        let msg = req.body.message()?;
         // Once initialized, a legacy session stays as it was (its audited client too).
         if state.initialized && msg.is_request("initialize") {
             return Err(Rejection::AlreadyInitialized);

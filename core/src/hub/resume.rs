@@ -7,9 +7,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use super::sessions::SessionNumber;
+use crate::message::IdKey;
 use crate::output::StreamId;
 use crate::principal::Principal;
-use crate::streamable::IdKey;
 
 /// A stream's number within its session; with an event's position it makes the event id
 /// `<stream>.<position>`.

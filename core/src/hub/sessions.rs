@@ -10,9 +10,9 @@ use super::mcp::McpSession;
 use super::resume::{Budget, Holders, StreamKey};
 use crate::auth::Principal;
 use crate::http::Rejection;
+use crate::message::IdKey;
 use crate::output::StreamId;
 use crate::routed_id::SessionId;
-use crate::streamable::IdKey;
 
 /// Resource subscriptions one session may hold.
 pub(crate) const MAX_SUBSCRIPTIONS_PER_SESSION: usize = 1024;
