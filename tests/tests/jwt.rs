@@ -841,7 +841,8 @@ fn refreshed_token_keeps_its_session(target: Target) {
     }
 
     // Once the opening token has expired, it is refused, while the refreshed one still
-    // reaches the same stream.
+    // reaches the same stream. A pause in real time, kept on purpose: the proxy reads the
+    // token's `exp` against its own clock, and that clock passing it is what is under test.
     while now() <= opened_at + 4 {
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -932,7 +933,6 @@ fn two_subjects_stay_isolated(target: Target) {
     assert_eq!(echoed_args(&m), json!({"alice": "ed25519"}));
     alice.sync();
     bob.sync();
-    bob.expect_silence(Duration::from_millis(200));
     p.assert_nothing_rejected_reached_the_backend();
 }
 

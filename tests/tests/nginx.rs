@@ -402,8 +402,15 @@ fn killed_instance_clients_move_to_survivors(target: Target) {
             })
         })
         .collect();
-    // Give the JSON requests time to reach their instances.
-    std::thread::sleep(Duration::from_millis(200));
+    // Wait until the JSON requests have reached their instances' backends.
+    for (who, s) in &streamable {
+        let needle = format!("\"who\":\"{who}\"");
+        cluster
+            .instance(instance_of(&s.sid))
+            .wait_recorded(&format!("{who}'s JSON call"), |l| {
+                l.contains(&needle) && l.contains("\"id\":\"json\"")
+            });
+    }
 
     // Kill c, hard.
     let killed_at = Instant::now();
