@@ -151,15 +151,25 @@ pub fn assert_colliding_ids_stay_isolated(
     step_ms: u64,
 ) {
     use serde_json::{json, Value};
+    // The delays start together once every call is sent (the backend waits for this gate
+    // file), so the answers come back reordered however slowly a loaded machine sends them.
+    static GATES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let gate = std::env::temp_dir().join(format!(
+        "switchboard-tests-reorder-{}-{}",
+        std::process::id(),
+        GATES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_file(&gate);
     for (i, id) in ids.iter().enumerate() {
         for (n, (who, s)) in sessions.iter().enumerate() {
             let ms = (ids.len() - i) as u64 * step_ms + n as u64 * (step_ms / 2);
             s.send(&json!({
                 "jsonrpc": "2.0", "id": id, "method": "tools/call",
-                "params": {"name": "delay", "arguments": {"ms": ms, "who": who, "id": id}},
+                "params": {"name": "delay", "arguments": {"ms": ms, "who": who, "id": id, "gate": gate}},
             }));
         }
     }
+    std::fs::write(&gate, b"open").expect("open the reorder gate");
     for (who, s) in sessions.iter_mut() {
         let mut seen = Vec::new();
         for _ in 0..ids.len() {
@@ -193,6 +203,7 @@ pub fn assert_colliding_ids_stay_isolated(
             "{who}: the answers did not come back reordered; the test proves less"
         );
     }
+    let _ = std::fs::remove_file(&gate);
     // Every answer is out of the backend now; a barrier per session proves none went to a
     // second session too (the proxy reads the backend's stdout in order).
     for (_, s) in sessions.iter_mut() {
