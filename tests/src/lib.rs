@@ -21,7 +21,7 @@
 //! }
 //! ```
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub mod forwarder;
 pub mod http;
@@ -50,6 +50,35 @@ pub const WAIT: Duration = Duration::from_secs(10);
 
 /// How long to watch for something that must not happen when no in-order barrier proves it.
 pub const QUIET: Duration = Duration::from_millis(300);
+
+/// Waits on an event: polls `ready` (every 20 ms) until it gives a value, for at most
+/// `timeout`, then panics saying `what` never happened. The suites' one "wait until" helper:
+/// a test waits for what it means (a metric, a log line, a recorded backend line), never a
+/// fixed time that a loaded machine can outlast.
+pub fn wait_until<T>(what: &str, timeout: Duration, mut ready: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = ready() {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never within {timeout:?}: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Prints a timing figure as `FIGURE <target> <name> <ms> ms`, the one form
+/// `tests/bench_timing.sh` collects into `tests/BENCHMARKS.md`. Tests assert behaviour, not
+/// time: on a loaded machine any time bound lies, so times are reported, never asserted.
+pub fn figure(target: Target, name: &str, took: Duration) {
+    println!(
+        "FIGURE {} {name} {:.1} ms",
+        target.package(),
+        took.as_secs_f64() * 1e3
+    );
+}
 
 /// The body of every 404 for a session that is unknown, closed or someone else's.
 pub const SESSION_NOT_FOUND: &str =
@@ -122,15 +151,25 @@ pub fn assert_colliding_ids_stay_isolated(
     step_ms: u64,
 ) {
     use serde_json::{json, Value};
+    // The delays start together once every call is sent (the backend waits for this gate
+    // file), so the answers come back reordered however slowly a loaded machine sends them.
+    static GATES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let gate = std::env::temp_dir().join(format!(
+        "switchboard-tests-reorder-{}-{}",
+        std::process::id(),
+        GATES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_file(&gate);
     for (i, id) in ids.iter().enumerate() {
         for (n, (who, s)) in sessions.iter().enumerate() {
             let ms = (ids.len() - i) as u64 * step_ms + n as u64 * (step_ms / 2);
             s.send(&json!({
                 "jsonrpc": "2.0", "id": id, "method": "tools/call",
-                "params": {"name": "delay", "arguments": {"ms": ms, "who": who, "id": id}},
+                "params": {"name": "delay", "arguments": {"ms": ms, "who": who, "id": id, "gate": gate}},
             }));
         }
     }
+    std::fs::write(&gate, b"open").expect("open the reorder gate");
     for (who, s) in sessions.iter_mut() {
         let mut seen = Vec::new();
         for _ in 0..ids.len() {
@@ -163,6 +202,11 @@ pub fn assert_colliding_ids_stay_isolated(
             seen, ids,
             "{who}: the answers did not come back reordered; the test proves less"
         );
-        s.expect_silence(Duration::from_millis(200));
+    }
+    let _ = std::fs::remove_file(&gate);
+    // Every answer is out of the backend now; a barrier per session proves none went to a
+    // second session too (the proxy reads the backend's stdout in order).
+    for (_, s) in sessions.iter_mut() {
+        s.sync();
     }
 }

@@ -518,6 +518,24 @@ impl Proxy {
         parse_metric(&self.metrics(), series)
     }
 
+    /// Waits (at most [`WAIT`]) until `series` (as [`Proxy::metric`] names it; absent counts
+    /// as 0) satisfies `ready`; returns its value.
+    pub fn wait_metric(&self, series: &str, ready: impl Fn(f64) -> bool) -> f64 {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let metrics = self.metrics();
+            let value = parse_metric(&metrics, series).unwrap_or(0.0);
+            if ready(value) {
+                return value;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{series} still {value} after {WAIT:?}:\n{metrics}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// A field of `/proc/<pid>/status` in kB (`VmRSS`, `VmHWM`).
     pub fn proc_status_kb(&self, field: &str) -> u64 {
         proc_status_kb(self.pid(), field)

@@ -175,14 +175,24 @@ fn sessions_spread_and_stay_isolated(target: Target) {
     let ids = [json!(1), json!("same"), json!(0), json!(-3), json!(2)];
     const STEP_MS: u64 = 60;
     let delay = |i: usize, n: usize| (ids.len() - i) as u64 * STEP_MS + (n % 5) as u64 * 7;
-    // Each session's calls back to back (so that its answers surely come back reordered),
-    // sessions of both transports taking turns, every call in flight at once.
+    // Each session's calls back to back, sessions of both transports taking turns, every
+    // call in flight at once; the delays start together once all are sent (the backends wait
+    // for this gate file), so the answers come back reordered however loaded the machine.
+    let gate = std::env::temp_dir().join(format!(
+        "switchboard-tests-nginx-reorder-{}-{target:?}",
+        std::process::id()
+    ));
+    let _ = fs::remove_file(&gate);
+    let gated = |mut call: Value| {
+        call["params"]["arguments"]["gate"] = json!(gate);
+        call
+    };
     let mut pending: Vec<(usize, usize, Events)> = Vec::new();
     for n in 0..legacy.len().max(streamable.len()) {
         if let Some((who, s)) = legacy.get(n) {
             for (i, id) in ids.iter().enumerate() {
                 let r = s.post_with(
-                    Body::json(&delay_call(id, delay(i, n), who).to_string()),
+                    Body::json(&gated(delay_call(id, delay(i, n), who)).to_string()),
                     &[("Host", PUBLIC_HOST)],
                 );
                 assert_eq!(
@@ -196,11 +206,12 @@ fn sessions_spread_and_stay_isolated(target: Target) {
         }
         if let Some((who, s)) = streamable.get(n) {
             for (i, id) in ids.iter().enumerate() {
-                let events = mcp_stream_call(s, &delay_call(id, delay(i, n), who));
+                let events = mcp_stream_call(s, &gated(delay_call(id, delay(i, n), who)));
                 pending.push((n, i, events));
             }
         }
     }
+    fs::write(&gate, b"open").expect("open the reorder gate");
     for (n, i, events) in pending.iter_mut() {
         let (who, s) = &streamable[*n];
         let m = stream_response(events, who);
@@ -230,6 +241,7 @@ fn sessions_spread_and_stay_isolated(target: Target) {
         // Nothing else was queued for this session.
         s.sync();
     }
+    let _ = fs::remove_file(&gate);
     eprintln!(
         "{target:?}: 30 sessions through nginx in {:?}",
         started.elapsed()
@@ -402,8 +414,15 @@ fn killed_instance_clients_move_to_survivors(target: Target) {
             })
         })
         .collect();
-    // Give the JSON requests time to reach their instances.
-    std::thread::sleep(Duration::from_millis(200));
+    // Wait until the JSON requests have reached their instances' backends.
+    for (who, s) in &streamable {
+        let needle = format!("\"who\":\"{who}\"");
+        cluster
+            .instance(instance_of(&s.sid))
+            .wait_recorded(&format!("{who}'s JSON call"), |l| {
+                l.contains(&needle) && l.contains("\"id\":\"json\"")
+            });
+    }
 
     // Kill c, hard.
     let killed_at = Instant::now();

