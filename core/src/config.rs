@@ -429,27 +429,6 @@ const KIB: usize = 1 << 10;
 const GIB: usize = 1 << 30;
 
 impl Config {
-    /// Parses the process arguments for the binary `name` with the `--config` file merged
-    /// under them (`read` reads it), exiting with status 2 and a message naming the flag,
-    /// or the file and key, when one is missing, malformed or out of range. The
-    /// [`CommandLine`](crate::load::CommandLine) merges the file again on reload.
-    #[cfg(feature = "cli")]
-    pub fn from_args(
-        name: &'static str,
-        read: impl FnMut(&std::path::Path) -> std::io::Result<String>,
-    ) -> (Config, crate::load::CommandLine) {
-        use clap::CommandFactory;
-        let line = crate::load::CommandLine::from_env(name);
-        match line.config(read) {
-            Ok(config) => (config, line),
-            Err(e) => Config::command()
-                .name(name)
-                .bin_name(name)
-                .error(clap::error::ErrorKind::ValueValidation, e)
-                .exit(),
-        }
-    }
-
     /// Refuses values no deployment means: zero or absurd durations and sizes.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if !self.request_timeout.is_zero()

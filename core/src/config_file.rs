@@ -21,6 +21,25 @@ pub struct CommandLine {
 }
 
 impl CommandLine {
+    /// Parses the process arguments for the binary `name` with the `--config` file merged
+    /// under them (`read` reads it), exiting with status 2 and a message naming the flag,
+    /// or the file and key, when one is missing, malformed or out of range. The command
+    /// line is kept: it merges the file again on reload.
+    pub fn from_args(
+        name: &'static str,
+        read: impl FnMut(&Path) -> std::io::Result<String>,
+    ) -> (Config, CommandLine) {
+        let line = CommandLine::from_env(name);
+        match line.config(read) {
+            Ok(config) => (config, line),
+            Err(e) => Config::command()
+                .name(name)
+                .bin_name(name)
+                .error(clap::error::ErrorKind::ValueValidation, e)
+                .exit(),
+        }
+    }
+
     /// The process arguments of the binary `name`, exiting with status 2 and clap's
     /// message when they do not parse (so a reload never fails on them).
     pub fn from_env(name: &'static str) -> CommandLine {

@@ -8,8 +8,8 @@ use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, JwkSet};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 
+use crate::principal::KeySet;
 use crate::principal::{AuthFailure, Principal};
-use crate::settings::KeySet;
 
 /// One verification key, the algorithms it may be used with, and whose tokens it verifies.
 struct Key {

@@ -91,6 +91,8 @@ pub(crate) mod streamable; // /mcp helpers: Accept, ids as keys, proxy bodies
 pub mod supervise; // restart policy, exits, /health // the built-in demo backend
 
 pub use auth::{Auth, Principal};
+#[cfg(feature = "cli")]
+pub use config_file::CommandLine;
 pub use http::Rejection;
 pub use hub::Hub;
 pub use message::Invalid;

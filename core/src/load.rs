@@ -1,7 +1,8 @@
 //! What the proxy runs with, loaded the same way at start and on SIGHUP (SPEC section 10):
-//! the command line with the `--config` file merged under it ([`CommandLine`], feature
-//! `cli`), then every file the flags name, read through the shell's `read` and checked whole
-//! ([`Config::load`]) into one [`Loaded`]. A reload replaces the running [`Loaded`] whole or
+//! the command line with the `--config` file merged under it
+//! ([`CommandLine`](crate::CommandLine), feature `cli`), then every file the flags name,
+//! read through the shell's `read` and checked whole ([`Config::load`]) into one
+//! [`Loaded`]. A reload replaces the running [`Loaded`] whole or
 //! not at all: the shells swap [`Front`], the hub takes [`Reload`]. Anything added to
 //! [`Settings`] or [`Front`] is therefore loaded at start and reloaded with no more code.
 
@@ -88,8 +89,9 @@ impl Config {
 }
 
 impl Loaded {
-    /// What the hub is told when this (loaded by [`CommandLine::reload`]) replaces the
-    /// running configuration.
+    /// What the hub is told when this (loaded by
+    /// [`CommandLine::reload`](crate::CommandLine::reload)) replaces the running
+    /// configuration.
     pub fn reload(&self) -> Reload {
         Reload {
             settings: self.settings.clone(),
@@ -126,6 +128,3 @@ impl<T> Shared<T> {
         }
     }
 }
-
-#[cfg(feature = "cli")]
-pub use crate::config_file::CommandLine;

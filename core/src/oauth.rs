@@ -117,9 +117,10 @@ impl ResourceServer {
     /// Every scope a request needs: the required ones, and those of the tool it calls.
     pub fn needed_scopes(&self, tool: Option<&str>) -> Vec<String> {
         let mut needed = self.required.clone();
-        let of_tool = self.tool_scopes.iter().filter(|(pattern, _)| {
-            tool.is_some_and(|tool| crate::settings::tool_matches(pattern, tool))
-        });
+        let of_tool = self
+            .tool_scopes
+            .iter()
+            .filter(|(pattern, _)| tool.is_some_and(|tool| tool_matches(pattern, tool)));
         for (_, scope) in of_tool {
             if !needed.contains(scope) {
                 needed.push(scope.clone());
@@ -219,6 +220,15 @@ fn origin_of(url: &str) -> &str {
     match url[after_scheme..].find('/') {
         Some(i) => &url[..after_scheme + i],
         None => url.trim_end_matches('/'),
+    }
+}
+
+/// Whether a tool pattern of `--tool-scope` or `--tool-rate-limit` names `tool`: the
+/// name, or a prefix ending in `*`.
+pub fn tool_matches(pattern: &str, tool: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => tool.starts_with(prefix),
+        None => tool == pattern,
     }
 }
 

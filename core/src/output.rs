@@ -212,7 +212,7 @@ pub enum Output {
     /// `KeyStore::use_fetched` on the gate's key store.
     UseKeys {
         /// Every fetched key set known now.
-        sets: Arc<[crate::settings::KeySet]>,
+        sets: Arc<[crate::principal::KeySet]>,
     },
     /// Stop accepting connections; answers already under way still go out.
     StopAccepting,
@@ -235,6 +235,10 @@ pub enum Output {
 /// How often a shell reports lines written to the backend's stdin, at the latest: the hub
 /// counts lines queued and not yet reported against its stdin budget.
 pub const STDIN_REPORT_EVERY: usize = 64;
+
+// A shell reports writes only every STDIN_REPORT_EVERY lines: a smaller window could leave
+// it waiting for lines the hub holds back until it reports.
+const _: () = assert!(crate::settings::STDIN_WINDOW >= 2 * STDIN_REPORT_EVERY);
 
 /// Why a session ended, for the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -116,3 +116,14 @@ impl AuthFailure {
         }
     }
 }
+
+/// A fetched key set (a JWKS document, checked) and the issuer whose tokens it verifies
+/// (`None`: any accepted issuer), as [`Output::UseKeys`](crate::Output::UseKeys) hands it
+/// to the gate's key store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeySet {
+    /// Whose tokens its keys verify.
+    pub issuer: Option<String>,
+    /// The JWKS document.
+    pub jwks: String,
+}

@@ -6,6 +6,8 @@ use std::time::Duration;
 #[cfg(feature = "cli")]
 use clap::ValueEnum;
 
+pub use crate::oauth::tool_matches;
+pub use crate::principal::KeySet;
 use crate::routed_id::Instance;
 
 /// When the supervisor restarts the backend.
@@ -139,15 +141,6 @@ pub struct Reload {
     pub ignored: Vec<&'static str>,
 }
 
-/// Whether a tool pattern of `--tool-scope` or `--tool-rate-limit` names `tool`: the
-/// name, or a prefix ending in `*`.
-pub fn tool_matches(pattern: &str, tool: &str) -> bool {
-    match pattern.strip_suffix('*') {
-        Some(prefix) => tool.starts_with(prefix),
-        None => tool == pattern,
-    }
-}
-
 /// A rate: `tokens` per `period`, refilled continuously (`N/s`, `N/min`, `N/h`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rate {
@@ -206,17 +199,6 @@ impl KeySource {
     }
 }
 
-/// A fetched key set (a JWKS document, checked) and the issuer whose tokens it verifies
-/// (`None`: any accepted issuer), as [`Output::UseKeys`](crate::Output::UseKeys) hands it
-/// to the gate's key store.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeySet {
-    /// Whose tokens its keys verify.
-    pub issuer: Option<String>,
-    /// The JWKS document.
-    pub jwks: String,
-}
-
 impl Default for Settings {
     fn default() -> Self {
         Settings {
@@ -251,7 +233,3 @@ impl Default for Settings {
         }
     }
 }
-
-// A shell reports writes only every STDIN_REPORT_EVERY lines: a smaller window could leave
-// it waiting for lines the hub holds back until it reports.
-const _: () = assert!(STDIN_WINDOW >= 2 * crate::output::STDIN_REPORT_EVERY);

@@ -21,7 +21,8 @@ use std::thread;
 
 use switchboard_core::budget::{session_budget, HostLimits, SessionCost};
 use switchboard_core::config::{Config, LogFormat};
-use switchboard_core::load::{CommandLine, Loaded, Shared};
+use switchboard_core::load::{Loaded, Shared};
+use switchboard_core::CommandLine;
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
 
@@ -31,7 +32,7 @@ use crate::supervisor::Supervisor;
 
 fn main() {
     raise_open_files_limit();
-    let (config, line) = Config::from_args("switchboard-blocking", read_file);
+    let (config, line) = CommandLine::from_args("switchboard-blocking", read_file);
     if config.demo_backend {
         let stdin = std::io::stdin().lock();
         let stdout = std::io::stdout().lock();

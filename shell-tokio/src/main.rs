@@ -13,7 +13,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use switchboard_core::config::{Config, LogFormat};
-use switchboard_core::load::{CommandLine, Shared};
+use switchboard_core::load::Shared;
+use switchboard_core::CommandLine;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::mpsc;
 use tracing::{error, info, warn};
@@ -24,7 +25,7 @@ use crate::server::Server;
 use crate::supervisor::{Input, Supervisor};
 
 fn main() {
-    let (config, line) = Config::from_args("switchboard", read_file);
+    let (config, line) = CommandLine::from_args("switchboard", read_file);
     if config.demo_backend {
         let stdin = std::io::stdin().lock();
         let stdout = std::io::stdout().lock();

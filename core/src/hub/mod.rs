@@ -165,12 +165,8 @@ impl Hub {
             }
         }
         while let Some(post) = self.posts.take_due(now) {
-            self.refuse_at(
-                now,
-                post.request,
-                Rejection::BackendDown,
-                post.cors.as_deref(),
-            );
+            let (request, cors) = (post.request, post.cors.as_deref());
+            self.refuse_at(now, request, Rejection::BackendDown, cors);
         }
         for request in self.backend.health_due(now) {
             self.respond_health(now, request, false);
@@ -235,10 +231,9 @@ impl Hub {
 
     /// A request the shell refused before the hub saw it (and answered): by the gate
     /// (counted) or by the framing rules; audited either way, from what it `asked`. A token
-    /// naming a key its issuer's key sets lack (`claimed_issuer`: [`Refused`]'s) refetches
-    /// those sets only (at most once per 30 s per URL).
-    ///
-    /// [`Refused`]: crate::http::Refused
+    /// naming a key its issuer's key sets lack (`claimed_issuer`, from
+    /// [`Refused`](crate::http::Refused)) refetches those sets only (at most once per 30 s
+    /// per URL).
     pub fn handle_refused(
         &mut self,
         now: Instant,
