@@ -96,9 +96,10 @@ pub struct Config {
     #[cfg_attr(feature = "cli", arg(long, value_name = "FILE"))]
     pub jwt_secret_file: Option<std::path::PathBuf>,
 
-    /// Required JWT `iss`, and the issuer whose tokens the keys of --jwt-jwks,
-    /// --jwt-secret-file and --jwt-jwks-url verify (needed with those beside several
-    /// --oauth-issuer: each issuer's tokens are verified with its own keys only).
+    /// The issuer whose tokens the keys of --jwt-jwks, --jwt-secret-file and
+    /// --jwt-jwks-url verify: alone, the only accepted JWT `iss`; beside --oauth-issuer,
+    /// one more accepted issuer (needed with those keys beside several --oauth-issuer:
+    /// each issuer's tokens are verified with its own keys only).
     #[cfg_attr(feature = "cli", arg(long, value_name = "ISSUER"))]
     pub jwt_issuer: Option<String>,
 

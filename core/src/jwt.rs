@@ -23,7 +23,7 @@ struct Key {
 /// What a token must say to be accepted.
 #[derive(Debug, Clone, Default)]
 pub struct ClaimsPolicy {
-    /// Required `iss`, when set.
+    /// `--jwt-issuer`: without `issuers` the only accepted `iss`, beside them one more.
     pub issuer: Option<String>,
     /// `iss` must be one of these, when any are set (the `--oauth-issuer`s).
     pub issuers: Vec<String>,
@@ -400,10 +400,14 @@ pub fn claimed_issuer(token: &[u8]) -> Option<String> {
 }
 
 impl ClaimsPolicy {
-    /// Whether a token of `iss` may be accepted: `--jwt-issuer` and the `--oauth-issuer`s.
+    /// Whether a token of `iss` may be accepted. Without `--oauth-issuer`, `--jwt-issuer`
+    /// (when given) is the one accepted; beside them it is one more: the issuer of the
+    /// configured keys, which verify its tokens only, as each issuer's keys verify its own.
     pub fn accepts_issuer(&self, iss: &str) -> bool {
-        self.issuer.as_ref().is_none_or(|want| want == iss)
-            && (self.issuers.is_empty() || self.issuers.iter().any(|i| i == iss))
+        if self.issuers.is_empty() {
+            return self.issuer.as_ref().is_none_or(|want| want == iss);
+        }
+        self.issuers.iter().chain(&self.issuer).any(|i| i == iss)
     }
 }
 
@@ -439,6 +443,28 @@ pub fn check_claims(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn jwt_issuer_beside_oauth_issuers_is_one_more_accepted_issuer() {
+        let policy = |issuer: Option<&str>, issuers: &[&str]| ClaimsPolicy {
+            issuer: issuer.map(str::to_owned),
+            issuers: issuers.iter().map(|i| i.to_string()).collect(),
+            audiences: Vec::new(),
+            leeway: 0,
+        };
+        let alone = policy(Some("https://x"), &[]);
+        assert!(alone.accepts_issuer("https://x"));
+        assert!(!alone.accepts_issuer("https://a"));
+        let beside = policy(Some("https://x"), &["https://a", "https://b"]);
+        for iss in ["https://x", "https://a", "https://b"] {
+            assert!(beside.accepts_issuer(iss), "{iss}");
+        }
+        assert!(!beside.accepts_issuer("https://c"));
+        let oauth_only = policy(None, &["https://a"]);
+        assert!(oauth_only.accepts_issuer("https://a"));
+        assert!(!oauth_only.accepts_issuer("https://x"));
+        assert!(policy(None, &[]).accepts_issuer("https://anyone"));
+    }
+
     use super::*;
 
     fn claims() -> Claims {

@@ -163,7 +163,8 @@ fn host_of(authority: &str) -> Option<&str> {
         Some(i) if !authority[i..].contains(']') => (&authority[..i], Some(&authority[i + 1..])),
         _ => (authority, None),
     };
-    if port.is_some_and(|p| p.is_empty() || p.len() > 5 || p.parse::<u16>().is_err()) {
+    let digits = |p: &str| p.bytes().all(|b| b.is_ascii_digit()); // `+80` parses as a u16
+    if port.is_some_and(|p| p.is_empty() || !digits(p) || p.parse::<u16>().is_err()) {
         return None;
     }
     let valid = match host.strip_prefix('[') {
@@ -339,6 +340,8 @@ mod tests {
             Some("a b"),
             Some("a,b"),
             Some("a\\"),
+            Some("a:+80"),
+            Some("a:99999"),
             Some(""),
             None,
         ] {
