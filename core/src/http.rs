@@ -919,13 +919,18 @@ impl Rejection {
     pub fn response_to(&self, raw_id: &str) -> Response {
         let mut response = self.response();
         let (code, message) = self.code_and_message();
-        let body = format!(
-            r#"{{"jsonrpc":"2.0","id":{raw_id},"error":{{"code":{code},"message":{}}}}}"#,
-            serde_json::Value::from(message)
-        );
-        response.body = Cow::Owned(body.into_bytes());
+        response.body = Cow::Owned(error_message(raw_id, code, message));
         response
     }
+}
+
+/// `{"jsonrpc":"2.0","id":<id>,"error":{"code":<code>,"message":<message>}}`.
+pub(crate) fn error_message(raw_id: &str, code: i32, text: &str) -> Vec<u8> {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{raw_id},"error":{{"code":{code},"message":{}}}}}"#,
+        serde_json::Value::from(text)
+    )
+    .into_bytes()
 }
 
 /// The body of `202 Accepted`.

@@ -130,11 +130,6 @@ impl ResourceServer {
     }
 }
 
-/// Whether a URL may be fetched: https, or http to a loopback host ([`check_fetchable`]).
-pub fn fetchable(url: &str) -> bool {
-    check_fetchable(url).is_ok()
-}
-
 /// Why a key set or metadata URL may not be fetched, if it may not: it must be https, or
 /// http to a loopback host, that is an IP literal in 127.0.0.0/8, `[::1]`, or `localhost`
 /// (not `127.example`, nor `127.0.0.1@example`, whose host is `example`). A URL with user
@@ -287,10 +282,10 @@ mod tests {
         );
         assert_eq!(s.needed_scopes(Some("get_times")), ["mcp:tools"]);
         assert_eq!(s.needed_scopes(Some("admin_reset")), ["mcp:tools", "admin"]);
-        assert!(fetchable("http://127.0.0.1:9000/jwks"));
-        assert!(fetchable("http://localhost/jwks"));
-        assert!(!fetchable("http://idp.example/jwks"));
-        assert!(fetchable("https://idp.example/jwks"));
+        assert!(check_fetchable("http://127.0.0.1:9000/jwks").is_ok());
+        assert!(check_fetchable("http://localhost/jwks").is_ok());
+        assert!(check_fetchable("http://idp.example/jwks").is_err());
+        assert!(check_fetchable("https://idp.example/jwks").is_ok());
     }
 
     #[test]

@@ -69,14 +69,7 @@ impl Accepts {
     }
 }
 
-/// `{"jsonrpc":"2.0","id":<id>,"error":{"code":<code>,"message":<message>}}`.
-pub(crate) fn error_message(raw_id: &str, code: i32, text: &str) -> Vec<u8> {
-    format!(
-        r#"{{"jsonrpc":"2.0","id":{raw_id},"error":{{"code":{code},"message":{}}}}}"#,
-        serde_json::Value::from(text)
-    )
-    .into_bytes()
-}
+pub(crate) use crate::http::error_message;
 
 /// The proxy's `notifications/cancelled` for the request `raw_id` of `session` (its routed
 /// id, as the backend knows it), as a backend line.

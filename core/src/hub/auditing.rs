@@ -66,9 +66,7 @@ impl Auditor {
 
     /// `GET /mcp` `id` is answered with a stream: no refusal, no event.
     pub(super) fn answered_with_stream(&mut self, id: RequestId) {
-        if self.has_pending() {
-            self.pending.remove(&id);
-        }
+        self.pending.remove(&id);
     }
 }
 

@@ -180,7 +180,9 @@ impl Hub {
             Some(_) => return Err(Rejection::SessionNotFound),
             None => match self.open_mcp_session(now, sid, (principal, &source)) {
                 Err(Rejection::PrincipalSessions) => {
-                    self.principal_sessions(request, cors, msg.raw_id());
+                    let refused = Rejection::PrincipalSessions;
+                    let response = refused.response_to(msg.raw_id());
+                    self.refuse_with(request, &refused, response, cors.as_deref());
                     return Ok(());
                 }
                 opened => opened?,
@@ -236,17 +238,6 @@ impl Hub {
         if let Some(cancels) = &msg.cancels {
             self.cancelled_by_client(now, number, &cancels.key);
         }
-    }
-
-    /// 429 past `--max-sessions-per-principal`, with its JSON-RPC error under the id of
-    /// the `initialize` refused (as a rate limit's).
-    fn principal_sessions(&mut self, request: RequestId, cors: &Option<String>, raw_id: &str) {
-        self.metrics.rejected(&Rejection::PrincipalSessions);
-        let mut response = Rejection::PrincipalSessions.response_to(raw_id);
-        if let Some(origin) = cors {
-            http::add_cors(&mut response, origin);
-        }
-        self.respond(request, response);
     }
 
     /// Registers request `msg` in flight: its stream (when the answer is one, primed or

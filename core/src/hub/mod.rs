@@ -444,10 +444,21 @@ impl Hub {
         }
     }
 
-    /// Refuses `request`, counted once here, with CORS headers for an allowed origin.
+    /// Refuses `request` with the answer `rejection` calls for.
     fn refuse(&mut self, request: RequestId, rejection: Rejection, cors: Option<&str>) {
-        self.metrics.rejected(&rejection);
-        let mut response = rejection.response();
+        self.refuse_with(request, &rejection, rejection.response(), cors);
+    }
+
+    /// Refuses `request` with `response` (`rejection`'s, with its id, challenge or
+    /// `Retry-After` added): counted once here, with CORS headers for an allowed origin.
+    fn refuse_with(
+        &mut self,
+        request: RequestId,
+        rejection: &Rejection,
+        mut response: Response,
+        cors: Option<&str>,
+    ) {
+        self.metrics.rejected(rejection);
         if let Some(origin) = cors {
             http::add_cors(&mut response, origin);
         }

@@ -199,7 +199,6 @@ impl Hub {
         if needed.iter().all(|scope| grant.scopes.contains(scope)) {
             return false;
         }
-        self.metrics.rejected(&Rejection::InsufficientScope);
         let url = grant.metadata_url.clone().unwrap_or_default();
         let mut response = Rejection::InsufficientScope.response();
         if let Some(id) = id {
@@ -211,10 +210,12 @@ impl Hub {
         response
             .headers
             .push(("www-authenticate", std::borrow::Cow::Owned(challenge)));
-        if let Some(origin) = cors {
-            http::add_cors(&mut response, origin);
-        }
-        self.respond(request, response);
+        self.refuse_with(
+            request,
+            &Rejection::InsufficientScope,
+            response,
+            cors.as_deref(),
+        );
         true
     }
 
@@ -264,7 +265,6 @@ impl Hub {
         let Some(wait) = wait else {
             return false;
         };
-        self.metrics.rejected(&Rejection::RateLimited);
         let mut response = Rejection::RateLimited.response();
         let seconds = super::limits::retry_after(wait).to_string();
         response
@@ -272,10 +272,7 @@ impl Hub {
             .push(("retry-after", std::borrow::Cow::Owned(seconds)));
         let body = crate::streamable::error_message(msg.raw_id(), -32029, "rate limit exceeded");
         response.body = std::borrow::Cow::Owned(body);
-        if let Some(origin) = cors {
-            http::add_cors(&mut response, origin);
-        }
-        self.respond(request, response);
+        self.refuse_with(request, &Rejection::RateLimited, response, cors.as_deref());
         true
     }
 
@@ -383,7 +380,6 @@ impl Hub {
         let (Rejection::BackendDown, Some(wait)) = (rejection, wait) else {
             return self.refuse(request, rejection, cors);
         };
-        self.metrics.rejected(&rejection);
         let mut response = rejection.response();
         let seconds = super::limits::retry_after(wait).to_string();
         for (name, value) in &mut response.headers {
@@ -391,10 +387,7 @@ impl Hub {
                 *value = std::borrow::Cow::Owned(seconds.clone());
             }
         }
-        if let Some(origin) = cors {
-            http::add_cors(&mut response, origin);
-        }
-        self.respond(request, response);
+        self.refuse_with(request, &rejection, response, cors);
     }
 
     /// SPEC section 1's checks of a legacy POST, in order.
@@ -455,12 +448,8 @@ impl Hub {
         match self.check_tracking(now, session, msg) {
             // 409 carries the id that is taken.
             Err(Rejection::IdInFlight) => {
-                self.metrics.rejected(&Rejection::IdInFlight);
-                let mut response = crate::streamable::id_in_flight(msg.raw_id());
-                if let Some(origin) = cors {
-                    http::add_cors(&mut response, origin);
-                }
-                self.respond(request, response);
+                let response = crate::streamable::id_in_flight(msg.raw_id());
+                self.refuse_with(request, &Rejection::IdInFlight, response, cors.as_deref());
                 return Ok(());
             }
             Err(rejection) => return Err(rejection),

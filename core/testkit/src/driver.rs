@@ -425,7 +425,7 @@ impl Driver {
         match output {
             Output::Fetch { fetch, url } => {
                 assert!(
-                    switchboard_core::oauth::fetchable(&url),
+                    switchboard_core::oauth::check_fetchable(&url).is_ok(),
                     "a fetch of {url}, which is neither https nor loopback"
                 );
                 self.fetches.push((fetch, url));
