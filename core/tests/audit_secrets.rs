@@ -103,9 +103,8 @@ fn no_token_byte_run_reaches_an_audit_event_a_log_line_or_a_metric() {
             now += Duration::from_millis(3);
             match gate.admit(&head, 0) {
                 Err(refused) => {
-                    let why = switchboard_core::hub::Refusal::Gate(refused.rejection);
-                    let issuer = refused.claimed_issuer.as_deref();
-                    hub.handle_refused(now, why, refused.asked, issuer)
+                    let (_, turned_away) = switchboard_core::hub::TurnedAway::by_gate(*refused);
+                    hub.handle_refused(now, turned_away)
                 }
                 Ok(admitted) => {
                     let body = format!(

@@ -32,7 +32,7 @@ use switchboard_core::framing::{
     self, BodyLength, ChunkedBody, Framing, FramingError, Pipeline, H2_PREFACE,
 };
 use switchboard_core::http::{self, RequestHead};
-use switchboard_core::hub::{Payload, Refusal};
+use switchboard_core::hub::{Payload, TurnedAway};
 use switchboard_core::load::{Front, Shared};
 use switchboard_core::{Rejection, StreamId};
 use tracing::{debug, warn};
@@ -290,15 +290,14 @@ impl<'s> Connection<'s> {
                 debug!(peer = %self.peer, reason = refused.rejection.as_str(), "refused");
                 // Counted and audited like any request: a refused client waits for room
                 // on the loop's queue as every other does.
-                let why = Refusal::Gate(refused.rejection);
-                let input = Input::Refused(why, refused.asked, refused.claimed_issuer);
-                let _ = self.server.inputs.send(input);
+                let (response, turned_away) = TurnedAway::by_gate(*refused);
+                let _ = self.server.inputs.send(Input::Refused(turned_away));
                 // The body is read and dropped, so the next request starts where it ends;
                 // one the client waits to send (100-continue) is not asked for.
                 let keep = framing.keep_alive
                     && !framing.expect_continue
                     && self.read_body(&framing)?.is_some();
-                return Ok(self.write(&refused.response, !keep, no_body));
+                return Ok(self.write(&response, !keep, no_body));
             }
         };
         let body = self.read_body(&framing);
@@ -347,8 +346,8 @@ impl<'s> Connection<'s> {
     fn misframed(&self, stop: Stop, head: &RequestHead<'_>) -> Stop {
         if let Stop::Refuse(refused) = stop {
             let asked = self.front.gate.asked(head);
-            let _ =
-                (self.server.inputs).send(Input::Refused(Refusal::Framing(refused), asked, None));
+            let turned_away = TurnedAway::by_framing(refused, asked);
+            let _ = self.server.inputs.send(Input::Refused(turned_away));
         }
         stop
     }

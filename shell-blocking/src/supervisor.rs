@@ -53,12 +53,8 @@ pub enum Input {
         result: Result<Fetched, String>,
     },
     /// A request the gate or the framing rules refused (already answered): counted and
-    /// audited; for a token naming an unknown key, the issuer it claims.
-    Refused(
-        hub::Refusal,
-        switchboard_core::audit::Asked,
-        Option<Arc<str>>,
-    ),
+    /// audited.
+    Refused(hub::TurnedAway),
     /// A connection no thread could be started for: the hub says what it is answered.
     Unserved { reply: Sender<Reply> },
     /// Lines the backend wrote (`None`: one over `--max-line`).
@@ -201,9 +197,7 @@ impl Supervisor {
                     self.hub.handle_client_left(now, request);
                 }
             }
-            Input::Refused(why, asked, issuer) => {
-                self.hub.handle_refused(now, why, asked, issuer.as_deref())
-            }
+            Input::Refused(turned_away) => self.hub.handle_refused(now, turned_away),
             Input::Fetched { fetch, result } => self.hub.handle_fetched(now, fetch, result),
             Input::Unserved { reply } => {
                 let id = self.hub.handle_unserved(now);

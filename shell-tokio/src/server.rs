@@ -32,7 +32,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use switchboard_core::framing::{self, FramingError, Limits, Pipeline};
 use switchboard_core::http::{self, Admitted, RequestHead};
-use switchboard_core::hub::{self, Payload, Refusal};
+use switchboard_core::hub::{self, Payload, TurnedAway};
 use switchboard_core::load::{Front, Shared};
 use switchboard_core::Rejection;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -162,10 +162,9 @@ impl Server {
                 debug!(%peer, reason = refused.rejection.as_str(), "refused");
                 // Counted and audited like any request: a refused client waits for room
                 // on the loop's queue as every other does.
-                let why = Refusal::Gate(refused.rejection);
-                let input = Input::Refused(why, refused.asked, refused.claimed_issuer);
-                let _ = self.inputs.send(input).await;
-                return full(refused.response);
+                let (response, turned_away) = TurnedAway::by_gate(*refused);
+                let _ = self.inputs.send(Input::Refused(turned_away)).await;
+                return full(response);
             }
         };
         let body = match read_limited(body, front.max_body).await {
@@ -233,7 +232,7 @@ impl Server {
     ) -> Response<ResponseBody> {
         debug!(%peer, reason = refused.as_str(), "refused");
         let _ = (self.inputs)
-            .send(Input::Refused(Refusal::Framing(refused), asked, None))
+            .send(Input::Refused(TurnedAway::by_framing(refused, asked)))
             .await;
         full(refused.response())
     }

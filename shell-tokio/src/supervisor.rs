@@ -47,12 +47,8 @@ pub enum Input {
         result: Result<Fetched, String>,
     },
     /// A request the gate or the framing rules refused (already answered): counted and
-    /// audited; for a token naming an unknown key, the issuer it claims.
-    Refused(
-        hub::Refusal,
-        switchboard_core::audit::Asked,
-        Option<Arc<str>>,
-    ),
+    /// audited.
+    Refused(hub::TurnedAway),
     /// Lines the backend wrote (`None`: one over `--max-line`).
     BackendLines {
         backend: BackendId,
@@ -194,9 +190,7 @@ impl Supervisor {
                     self.hub.handle_client_left(now, request);
                 }
             }
-            Input::Refused(why, asked, issuer) => {
-                self.hub.handle_refused(now, why, asked, issuer.as_deref())
-            }
+            Input::Refused(turned_away) => self.hub.handle_refused(now, turned_away),
             Input::Fetched { fetch, result } => self.hub.handle_fetched(now, fetch, result),
             Input::BackendLines { backend, batch } => {
                 self.hub.handle_backend_lines(now, backend, batch)

@@ -81,6 +81,42 @@ pub enum Refusal {
     Framing(FramingError),
 }
 
+/// A request the shell refused (and answered) before the hub saw it: what the hub counts,
+/// audits and, for a token naming a key its issuer's key sets lack, refetches
+/// ([`Hub::handle_refused`]).
+#[derive(Debug)]
+pub struct TurnedAway {
+    /// Who refused it, and why.
+    pub why: Refusal,
+    /// Where it came from and what it asked for, for its audit event.
+    pub asked: crate::audit::Asked,
+    /// The issuer a token naming an unknown key claims (not verified).
+    pub claimed_issuer: Option<Arc<str>>,
+}
+
+impl TurnedAway {
+    /// The gate's refusal: the answer to send, and what the hub is told.
+    pub fn by_gate(refused: crate::http::Refused) -> (crate::http::Response, TurnedAway) {
+        let turned_away = TurnedAway {
+            why: Refusal::Gate(refused.rejection),
+            asked: refused.asked,
+            claimed_issuer: refused.claimed_issuer,
+        };
+        (refused.response, turned_away)
+    }
+
+    /// The framing rules' refusal of a request whose head was read (the shell answers it
+    /// with [`FramingError::response`]).
+    pub fn by_framing(error: FramingError, asked: crate::audit::Asked) -> TurnedAway {
+        let why = Refusal::Framing(error);
+        TurnedAway {
+            why,
+            asked,
+            claimed_issuer: None,
+        }
+    }
+}
+
 impl Hub {
     /// `lost` audit events did not reach the log (the shell's queue was full, or the
     /// writer failed): counted, the first drop logged.

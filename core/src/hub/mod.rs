@@ -46,7 +46,7 @@ use std::time::Instant;
 
 pub use crate::http::{Body, Payload, Request};
 pub use crate::settings::{Reload, Settings, EXIT_DRAIN, RESUME_GLOBAL, STDIN_QUEUE, STDIN_WINDOW};
-pub use auditing::Refusal;
+pub use auditing::{Refusal, TurnedAway};
 pub use keys::Fetched;
 pub use resume::MAX_FINISHED_KEPT;
 
@@ -230,24 +230,21 @@ impl Hub {
     }
 
     /// A request the shell refused before the hub saw it (and answered): by the gate
-    /// (counted) or by the framing rules; audited either way, from what it `asked`. A token
-    /// naming a key its issuer's key sets lack (`claimed_issuer`, from
-    /// [`Refused`](crate::http::Refused)) refetches those sets only (at most once per 30 s
-    /// per URL).
-    pub fn handle_refused(
-        &mut self,
-        now: Instant,
-        why: Refusal,
-        asked: crate::audit::Asked,
-        claimed_issuer: Option<&str>,
-    ) {
+    /// (counted) or by the framing rules; audited either way. A token naming a key its
+    /// issuer's key sets lack refetches those sets only (at most once per 30 s per URL).
+    pub fn handle_refused(&mut self, now: Instant, turned_away: TurnedAway) {
+        let TurnedAway {
+            why,
+            asked,
+            claimed_issuer,
+        } = turned_away;
         self.audit_turned_away(why, asked);
         let Refusal::Gate(rejection) = why else {
             return;
         };
         self.metrics.rejected(&rejection);
         if rejection == Rejection::Unauthorized(crate::principal::AuthFailure::UnknownKey)
-            && claimed_issuer.is_some_and(|issuer| self.keys.unknown_kid(now, issuer))
+            && claimed_issuer.is_some_and(|issuer| self.keys.unknown_kid(now, &issuer))
         {
             self.key_timeouts(now);
         }

@@ -279,9 +279,12 @@ impl Driver {
         claimed_issuer: Option<&str>,
     ) {
         let asked = switchboard_core::audit::Asked::new(Default::default(), "POST", "/mcp", "");
-        let why = switchboard_core::hub::Refusal::Gate(rejection);
-        self.hub
-            .handle_refused(self.now, why, asked, claimed_issuer);
+        let turned_away = switchboard_core::hub::TurnedAway {
+            why: switchboard_core::hub::Refusal::Gate(rejection),
+            asked,
+            claimed_issuer: claimed_issuer.map(std::sync::Arc::from),
+        };
+        self.hub.handle_refused(self.now, turned_away);
         self.drain();
     }
 
