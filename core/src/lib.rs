@@ -61,15 +61,15 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
-// The modules in dependency order: each uses only those above it (`cargo modules` or a
-// look at the `use crate::` lines shows the graph is acyclic).
+// The top-level modules' `use crate::` lines form an acyclic graph (rustfmt keeps the
+// declarations alphabetical); inside `hub` the behaviour files still import each other.
 pub mod audit; // SPEC 11's audit records, client addresses behind proxies
 pub mod auth; // the auth modes
 pub mod budget; // a stream queue's byte budget, a host's session budget
 pub mod config; // the one CLI definition
 #[cfg(feature = "cli")]
 mod config_file; // --config FILE merged under the command line
-pub mod demo;
+pub mod demo; // the built-in demo backend
 pub mod framing; // HTTP/1.1 framing rules both shells apply
 pub mod http; // endpoints, the gate, rejections and answers, the hub's request input
 pub mod hub; // the owner loop as a state machine
@@ -88,7 +88,7 @@ pub(crate) mod router; // the message-level rules, returning decisions
 pub mod settings; // what the hub decides with
 pub mod sse; // SSE frames
 pub(crate) mod streamable; // /mcp helpers: Accept, ids as keys, proxy bodies
-pub mod supervise; // restart policy, exits, /health // the built-in demo backend
+pub mod supervise; // restart policy, exits, /health
 
 pub use auth::{Auth, Principal};
 #[cfg(feature = "cli")]
