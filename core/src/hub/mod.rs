@@ -233,12 +233,8 @@ impl Hub {
     /// (counted) or by the framing rules; audited either way. A token naming a key its
     /// issuer's key sets lack refetches those sets only (at most once per 30 s per URL).
     pub fn handle_refused(&mut self, now: Instant, turned_away: TurnedAway) {
-        let TurnedAway {
-            why,
-            asked,
-            claimed_issuer,
-        } = turned_away;
-        self.audit_turned_away(why, asked);
+        let (why, claimed_issuer) = (turned_away.why, turned_away.claimed_issuer);
+        self.audit_turned_away(why, turned_away.asked);
         let Refusal::Gate(rejection) = why else {
             return;
         };
@@ -444,22 +440,6 @@ impl Hub {
     /// Refuses `request` with the answer `rejection` calls for.
     fn refuse(&mut self, request: RequestId, rejection: Rejection, cors: Option<&str>) {
         self.refuse_with(request, &rejection, rejection.response(), cors);
-    }
-
-    /// Refuses `request` with `response` (`rejection`'s, with its id, challenge or
-    /// `Retry-After` added): counted once here, with CORS headers for an allowed origin.
-    fn refuse_with(
-        &mut self,
-        request: RequestId,
-        rejection: &Rejection,
-        mut response: Response,
-        cors: Option<&str>,
-    ) {
-        self.metrics.rejected(rejection);
-        if let Some(origin) = cors {
-            http::add_cors(&mut response, origin);
-        }
-        self.respond(request, response);
     }
 
     fn respond(&mut self, request: RequestId, response: Response) {

@@ -365,6 +365,22 @@ impl Hub {
         self.drop_message(DropReason::ClientLeft, Some(&method));
     }
 
+    /// Refuses `request` with `response` (`rejection`'s, with its id, challenge or
+    /// `Retry-After` added): counted once here, with CORS headers for an allowed origin.
+    pub(super) fn refuse_with(
+        &mut self,
+        request: RequestId,
+        rejection: &Rejection,
+        mut response: crate::http::Response,
+        cors: Option<&str>,
+    ) {
+        self.metrics.rejected(rejection);
+        if let Some(origin) = cors {
+            http::add_cors(&mut response, origin);
+        }
+        self.respond(request, response);
+    }
+
     /// Refuses `request` at `now`: a 503 for want of a backend says in `Retry-After` when
     /// a retry can expect one (SPEC section 12): the seconds until the restart is due,
     /// rounded up, at least 1 (a retry then waits --restart-wait for the new process to
