@@ -259,11 +259,7 @@ impl Hub {
         };
         let stream = stream.map(|priming| {
             let carries = Carries::Request(key.clone(), msg.raw_id().to_owned());
-            let stream = self.open_mcp_stream(now, request, (number, sid), cors, carries);
-            if priming {
-                self.prime(now, number, stream);
-            }
-            stream
+            self.open_mcp_stream(now, request, (number, sid), cors, carries, priming)
         });
         if let Some(timeout) = self.settings.request_timeout {
             let timer = (number, key.clone());
@@ -341,11 +337,9 @@ impl Hub {
                 let (sid, raw_id) = (sid.id, entry.raw_id.clone());
                 let key = IdKey::of(&raw_id).expect("an admitted id");
                 let carries = Carries::Request(key, raw_id);
+                let (request, cors) = (entry.request, &entry.cors);
                 let stream =
-                    self.open_mcp_stream(now, entry.request, (number, sid), &entry.cors, carries);
-                if priming {
-                    self.prime(now, number, stream);
-                }
+                    self.open_mcp_stream(now, request, (number, sid), cors, carries, priming);
                 entry.stream = Some(stream);
             }
             return self.answer(now, number, entry, (message, outcome));
@@ -387,7 +381,7 @@ impl Hub {
             return resumed;
         }
         self.audit.answered_with_stream(request);
-        let key = self.open_mcp_stream(now, request, (number, sid), &req.cors, Carries::Get);
+        let key = self.open_mcp_stream(now, request, (number, sid), &req.cors, Carries::Get, false);
         let old = self
             .sessions
             .mcp_mut(number)

@@ -15,7 +15,8 @@ use crate::routed_id::SessionId;
 use crate::{sse, streamable};
 
 impl Hub {
-    /// Answers `request` with a new stream of session `number` carrying `carries`.
+    /// Answers `request` with a new stream of session `number` carrying `carries`, opened
+    /// by a priming event when `priming` (a 2025-11-25 client's request stream).
     pub(super) fn open_mcp_stream(
         &mut self,
         now: Instant,
@@ -23,17 +24,21 @@ impl Hub {
         (number, sid): (SessionNumber, SessionId),
         cors: &Option<String>,
         carries: Carries,
+        priming: bool,
     ) -> StreamKey {
         let stream = StreamId(self.mint());
         let head = super::mcp::decorate(http::sse_head(), sid, cors);
         let m = self.sessions.mcp_mut(number).expect("a live session");
         let key = m.log.open(carries, stream);
         self.start_stream(now, request, (stream, head), number, Role::Mcp(key));
+        if priming {
+            self.prime(now, number, key);
+        }
         key
     }
 
     /// The priming event of stream `key` (position 0, empty data), for a 2025-11-25 client.
-    pub(super) fn prime(&mut self, now: Instant, number: SessionNumber, key: StreamKey) {
+    fn prime(&mut self, now: Instant, number: SessionNumber, key: StreamKey) {
         let attached = self
             .sessions
             .mcp(number)
