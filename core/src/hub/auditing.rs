@@ -286,11 +286,11 @@ impl Hub {
         if self.settings.audit.is_none() {
             return;
         }
-        let unanswered = match self.sessions.get_mut(number).map(|s| &mut s.kind) {
-            Some(super::sessions::Kind::Legacy { in_flight, .. }) => std::mem::take(in_flight),
-            _ => Default::default(),
+        let unanswered = match self.sessions.get(number).map(|s| &s.kind) {
+            Some(super::sessions::Kind::Legacy { .. }) => self.in_flight.take_all(number),
+            _ => Vec::new(),
         };
-        for started in unanswered.into_values().filter_map(|t| t.audit) {
+        for started in unanswered.into_iter().filter_map(|(_, t)| t.audit) {
             self.audit_unanswered(now, number, started);
         }
         self.audit_session(number, false);

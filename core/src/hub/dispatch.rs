@@ -173,20 +173,18 @@ impl Hub {
             return;
         };
         self.metrics.delivered += 1;
-        let mut answered = None;
-        let stream = match self.sessions.get_mut(number).map(|s| &mut s.kind) {
-            Some(Kind::Legacy { stream, in_flight }) => {
-                if let Delivery::Response { id, outcome } = &what {
-                    let key = std::str::from_utf8(&message[id.clone()])
-                        .ok()
-                        .and_then(IdKey::of);
-                    let tracked = key.and_then(|key| in_flight.remove(&key));
-                    answered = tracked.and_then(|t| t.audit).map(|a| (a, *outcome));
-                }
-                *stream
-            }
+        let stream = match self.sessions.get(number).map(|s| &s.kind) {
+            Some(Kind::Legacy { stream }) => *stream,
             _ => return self.mcp_deliver(now, number, message, what),
         };
+        let mut answered = None;
+        if let Delivery::Response { id, outcome } = &what {
+            let key = std::str::from_utf8(&message[id.clone()])
+                .ok()
+                .and_then(IdKey::of);
+            let tracked = key.and_then(|key| self.in_flight.take(number, &key));
+            answered = tracked.and_then(|t| t.audit).map(|a| (a, *outcome));
+        }
         self.send(now, stream, Frame::Owned(sse::message_event(&message)));
         if let Some((started, outcome)) = answered {
             self.audit_answered(now, number, started, &message, outcome);

@@ -99,14 +99,11 @@ impl Hub {
         let numbers: Vec<SessionNumber> = self.sessions.iter().map(|(n, _)| n).collect();
         for number in numbers {
             self.fail_mcp_in_flight(now, number);
-            let Some(session) = self.sessions.get_mut(number) else {
+            let Some(Kind::Legacy { stream }) = self.sessions.get(number).map(|s| &s.kind) else {
                 continue;
             };
-            let Kind::Legacy { stream, in_flight } = &mut session.kind else {
-                continue;
-            };
-            let (stream, ids) = (*stream, std::mem::take(in_flight));
-            for tracked in ids.into_values() {
+            let stream = *stream;
+            for (_, tracked) in self.in_flight.take_all(number) {
                 let message =
                     streamable::error_message(&tracked.raw_id, -32603, "backend restarted");
                 self.metrics.delivered += 1;
@@ -271,6 +268,7 @@ impl Hub {
             });
         }
         self.sessions.close_all();
+        self.in_flight.clear();
         self.streams.clear();
     }
 
@@ -283,6 +281,7 @@ impl Hub {
         }
         self.close_kind(now, number, Ending::Deleted);
         self.audit_closing(now, number);
+        self.in_flight.forget(number);
         let Some((session, released)) = self.sessions.close(number) else {
             return;
         };

@@ -1,14 +1,14 @@
 //! Streamable HTTP sessions on `/mcp` (SPEC section 7): POST, GET and DELETE in their order
-//! of checks, and the small in-flight table that says which HTTP answer waits for which
-//! routed id. The route to the session is still the id; the table only finds the response.
+//! of checks, and how a request in flight gets its answer. The route to the session is
+//! still the id; the in-flight part only finds the response's exchange.
 
-use std::collections::BTreeMap;
 use std::time::Instant;
 
 use super::backend::LineFrom;
 use super::dispatch::Delivery;
-use super::resume::{Carries, EventLog, StreamKey};
-use super::sessions::{Kind, SessionNumber};
+use super::in_flight::{Entry, Opens};
+use super::resume::Carries;
+use super::sessions::{Kind, McpSession, SessionNumber};
 use super::{Body, Hub, Request};
 use crate::audit::Outcome;
 use crate::auth::Principal;
@@ -20,60 +20,6 @@ use crate::metrics::DropReason;
 use crate::output::{CloseReason, Event, RequestId};
 use crate::routed_id::SessionId;
 use crate::streamable::{self, Accepts};
-
-/// A Streamable session's own state beside the sessions table's.
-#[derive(Debug, Default)]
-pub(crate) struct McpSession {
-    /// The standalone GET stream, at most one (its client may be away).
-    pub(crate) get_stream: Option<StreamKey>,
-    /// Every stream's events, for resumption.
-    pub(crate) log: EventLog,
-    /// Requests whose answer an HTTP exchange waits for, by id.
-    pub(crate) in_flight: BTreeMap<IdKey, InFlight>,
-    /// Progress tokens of requests in flight, to the ids of the requests carrying each, in
-    /// the order they came (a client may reuse a token; its progress goes to the newest).
-    pub(crate) tokens: BTreeMap<IdKey, Vec<IdKey>>,
-    /// The last request or stream end, for `--session-idle`.
-    pub(crate) last_active: Option<Instant>,
-    /// Its `initialize` is unanswered: it has not opened (no one may name it yet).
-    pub(crate) opening: bool,
-}
-
-impl McpSession {
-    /// Whether it may expire: no request in flight and no stream with its client there.
-    pub(crate) fn is_quiet(&self) -> bool {
-        self.in_flight.is_empty() && self.log.attached().next().is_none()
-    }
-}
-
-/// One request waiting for its answer.
-#[derive(Debug)]
-pub(crate) struct InFlight {
-    /// The HTTP exchange that gets the answer.
-    request: RequestId,
-    /// Its SSE stream, when the answer is a stream (else a JSON body).
-    stream: Option<StreamKey>,
-    /// The id as the client wrote it.
-    raw_id: String,
-    /// Its progress token, if it carries one.
-    token: Option<IdKey>,
-    /// The browser origin to answer with CORS headers.
-    cors: Option<String>,
-    /// Its audit context.
-    audit: Option<Box<super::auditing::Started>>,
-    /// An `initialize` that opens its session: the session opens only if it gets a
-    /// result; until then it is held back, and so is its stream.
-    opens: Option<Opens>,
-}
-
-/// How the `initialize` that opens a session is answered once its answer is known: only a
-/// result opens the session (and carries `Mcp-Session-Id`); an error leaves nothing behind.
-#[derive(Debug, Clone, Copy)]
-struct Opens {
-    /// Answered as a stream (primed for a 2025-11-25 client when `Some(true)`), else as
-    /// JSON.
-    stream: Option<bool>,
-}
 
 /// Why requests still in flight are answered by the proxy.
 #[derive(Debug, Clone, Copy)]
@@ -198,15 +144,14 @@ impl Hub {
         let Some(id) = &msg.id else {
             unreachable!("admission gives every request an id");
         };
-        let m = self.sessions.mcp(number).expect("found or opened above");
-        if m.in_flight.contains_key(&id.key) {
+        if self.in_flight.get(number, &id.key).is_some() {
             // 409 with a JSON-RPC error under the id that is taken.
             self.metrics.rejected(&Rejection::IdInFlight);
             let response = decorate(streamable::id_in_flight(msg.raw_id()), sid, cors);
             self.respond(request, response);
             return Ok(());
         }
-        if m.in_flight.len() >= self.settings.max_inflight {
+        if self.in_flight.count(number) >= self.settings.max_inflight {
             return Err(Rejection::TooManyInFlight);
         }
         self.touch(number, now);
@@ -261,29 +206,17 @@ impl Hub {
             let carries = Carries::Request(key.clone(), msg.raw_id().to_owned());
             self.open_mcp_stream(now, request, (number, sid), cors, carries, priming)
         });
-        if let Some(timeout) = self.settings.request_timeout {
-            let timer = (number, key.clone());
-            self.sessions.request_timers.set(timer, now + timeout);
-        }
-        let token = msg.token.as_ref().map(|t| t.key.clone());
-        let audit = self.audit_take(request);
-        let m = self
-            .sessions
-            .mcp_mut(number)
-            .expect("checked by the caller");
-        if let Some(token) = &token {
-            m.tokens.entry(token.clone()).or_default().push(key.clone());
-        }
-        let entry = InFlight {
-            request,
-            stream,
+        let entry = Entry {
             raw_id: msg.raw_id().to_owned(),
-            token,
+            exchange: Some(request),
+            stream,
+            token: msg.token.as_ref().map(|t| t.key.clone()),
             cors: cors.clone(),
-            audit,
+            audit: self.audit_take(request),
             opens,
         };
-        m.in_flight.insert(key, entry);
+        let deadline = self.settings.request_timeout.map(|timeout| now + timeout);
+        self.in_flight.insert(number, key, entry, deadline);
     }
 
     fn open_mcp_session(
@@ -328,7 +261,7 @@ impl Hub {
         &mut self,
         now: Instant,
         number: SessionNumber,
-        (mut entry, opens): (InFlight, Opens),
+        (mut entry, opens): (Entry, Opens),
         (message, outcome): (Vec<u8>, Option<Outcome>),
     ) {
         if outcome.unwrap_or_else(|| Outcome::of_answer(&message)) == Outcome::Success {
@@ -337,7 +270,7 @@ impl Hub {
                 let (sid, raw_id) = (sid.id, entry.raw_id.clone());
                 let key = IdKey::of(&raw_id).expect("an admitted id");
                 let carries = Carries::Request(key, raw_id);
-                let (request, cors) = (entry.request, &entry.cors);
+                let (request, cors) = (entry.exchange(), &entry.cors);
                 let stream =
                     self.open_mcp_stream(now, request, (number, sid), cors, carries, priming);
                 entry.stream = Some(stream);
@@ -356,7 +289,7 @@ impl Hub {
         if let Some(origin) = &entry.cors {
             http::add_cors(&mut response, origin);
         }
-        self.respond(entry.request, response);
+        self.respond(entry.exchange(), response);
     }
 
     /// `GET /mcp`: the session's standalone stream; a new one replaces the old.
@@ -443,69 +376,35 @@ impl Hub {
 
     /// A request or a stream end: the session is active now.
     pub(super) fn touch(&mut self, number: SessionNumber, now: Instant) {
-        self.sessions.touch(number, now, self.settings.session_idle);
+        let busy = self.in_flight.count(number) > 0;
+        self.sessions
+            .touch(number, now, self.settings.session_idle, busy);
     }
 
-    /// The client cancelled request `key`: its stream ends at once, a JSON waiter is told;
-    /// the backend's late answer will find nothing in flight.
-    fn cancelled_by_client(&mut self, now: Instant, number: SessionNumber, key: &IdKey) {
-        let Some(mut entry) = self.take_in_flight(number, key) else {
+    /// The client of session `number` cancelled request `key`: it is awaited no longer and
+    /// its event says so. A Streamable request's stream ends at once, a JSON waiter is told;
+    /// the backend's late answer finds nothing in flight (a legacy one still goes to the
+    /// stream).
+    pub(super) fn cancelled_by_client(&mut self, now: Instant, number: SessionNumber, key: &IdKey) {
+        let Some(mut entry) = self.in_flight.take(number, key) else {
             return;
         };
         if let Some(started) = entry.audit.take() {
             self.audit_unanswered(now, number, started);
         }
+        let Some(request) = entry.exchange else {
+            return;
+        };
         match entry.stream {
             Some(key) => self.drop_stream(number, key),
             None => {
                 let sid = self.sessions.get(number).expect("in flight").id;
                 let message = streamable::error_message(&entry.raw_id, -32800, "Request cancelled");
                 let response = decorate(streamable::json_answer(message), sid, &entry.cors);
-                self.respond(entry.request, response);
+                self.respond(request, response);
             }
         }
         self.touch(number, now);
-    }
-
-    /// Removes request `key` of session `number` from the in-flight table, its timeout and
-    /// its claim on its progress token with it.
-    pub(super) fn take_in_flight(
-        &mut self,
-        number: SessionNumber,
-        key: &IdKey,
-    ) -> Option<InFlight> {
-        let m = self.sessions.mcp_mut(number)?;
-        let (key, entry) = m.in_flight.remove_entry(key)?;
-        if let Some(token) = &entry.token {
-            // Another request in flight that carries the same token keeps its progress.
-            if let Some(carriers) = m.tokens.get_mut(token) {
-                carriers.retain(|k| *k != key);
-                if carriers.is_empty() {
-                    m.tokens.remove(token);
-                }
-            }
-        }
-        self.sessions.request_timers.remove(&(number, key));
-        Some(entry)
-    }
-
-    /// Request `key` of session `number`, answered on `stream`, is awaited no longer and
-    /// will get no answer through the proxy (that stream is gone for good): its `error`
-    /// event. A later request that reuses the id (the first was answered) is not touched.
-    pub(super) fn abandon_in_flight(
-        &mut self,
-        now: Instant,
-        (number, stream): (SessionNumber, StreamKey),
-        key: &IdKey,
-    ) {
-        let m = self.sessions.mcp(number);
-        let entry = m.and_then(|m| m.in_flight.get(key));
-        if entry.is_none_or(|e| e.stream != Some(stream)) {
-            return;
-        }
-        if let Some(started) = self.take_in_flight(number, key).and_then(|e| e.audit) {
-            self.audit_unanswered(now, number, started);
-        }
     }
 
     /// Delivers a message for a Streamable session (SPEC section 7's table).
@@ -519,7 +418,7 @@ impl Hub {
         match what {
             Delivery::Response { id, outcome } => {
                 let key = std::str::from_utf8(&message[id]).ok().and_then(IdKey::of);
-                let Some(entry) = key.and_then(|key| self.take_in_flight(number, &key)) else {
+                let Some(entry) = key.and_then(|key| self.in_flight.take(number, &key)) else {
                     return self.drop_message(DropReason::NotInFlight, None);
                 };
                 self.answer(now, number, entry, (message, outcome));
@@ -547,19 +446,11 @@ impl Hub {
         message: Vec<u8>,
     ) {
         let timeout = self.settings.request_timeout;
-        let Some(m) = self.sessions.mcp_mut(number) else {
+        let Some(get_stream) = self.sessions.mcp(number).map(|m| m.get_stream) else {
             return;
         };
-        let request = key
-            .and_then(|k| m.tokens.get(&k).and_then(|c| c.last()).cloned())
-            .and_then(|id| m.in_flight.get(&id).map(|e| (id, e.stream)));
-        let mut target = m.get_stream;
-        if let Some((id, stream)) = request {
-            if let Some(t) = timeout {
-                self.sessions.request_timers.set((number, id), now + t);
-            }
-            target = stream.or(target);
-        }
+        let carrier = key.and_then(|k| self.in_flight.progress(now, number, &k, timeout));
+        let target = carrier.flatten().or(get_stream);
         match target {
             Some(key) => self.send_event(now, number, key, &message),
             None => self.drop_message(DropReason::NoStream, Some("notifications/progress")),
@@ -587,7 +478,7 @@ impl Hub {
         &mut self,
         now: Instant,
         number: SessionNumber,
-        mut entry: InFlight,
+        mut entry: Entry,
         (message, outcome): (Vec<u8>, Option<Outcome>),
     ) {
         if let Some(opens) = entry.opens.take() {
@@ -604,7 +495,7 @@ impl Hub {
             None => {
                 let sid = self.sessions.get(number).expect("answered while live").id;
                 let response = decorate(streamable::json_answer(message), sid, &entry.cors);
-                self.respond(entry.request, response);
+                self.respond(entry.exchange(), response);
             }
         }
     }
@@ -612,7 +503,7 @@ impl Hub {
     /// `--request-timeout` passed for request `key` (progress moves the timer): the client
     /// gets -32001 under its own id and the backend a cancellation.
     pub(super) fn request_timed_out(&mut self, now: Instant, number: SessionNumber, key: &IdKey) {
-        let Some(entry) = self.take_in_flight(number, key) else {
+        let Some(entry) = self.in_flight.take(number, key) else {
             return;
         };
         let sid = self.sessions.get(number).expect("in flight").id;
@@ -636,7 +527,7 @@ impl Hub {
         };
         let until = m.last_active.map(|t| t + idle);
         match until {
-            _ if !m.is_quiet() => {}
+            _ if !m.is_quiet(self.in_flight.count(number) > 0) => {}
             Some(until) if until <= now => self.end_session(now, number, CloseReason::Idle),
             Some(until) => self.sessions.idle_timers.set(number, until),
             None => {}
@@ -647,13 +538,10 @@ impl Hub {
     /// `backend restarted` (on its stream, which ends, or as its answer); the session and
     /// its GET stream stay.
     pub(super) fn fail_mcp_in_flight(&mut self, now: Instant, number: SessionNumber) {
-        let Some(m) = self.sessions.mcp_mut(number) else {
+        if self.sessions.mcp(number).is_none() {
             return;
-        };
-        let in_flight = std::mem::take(&mut m.in_flight);
-        m.tokens.clear();
-        for (key, entry) in in_flight {
-            self.sessions.request_timers.remove(&(number, key));
+        }
+        for (_, entry) in self.in_flight.take_all(number) {
             let message = streamable::error_message(&entry.raw_id, -32603, "backend restarted");
             self.answer(now, number, entry, (message, Some(Outcome::Error)));
         }
@@ -669,13 +557,10 @@ impl Hub {
             Ending::Shutdown => "proxy shutting down",
         };
         let sid = self.sessions.get(number).expect("ending while live").id;
-        let Some(m) = self.sessions.mcp_mut(number) else {
+        if self.sessions.mcp(number).is_none() {
             return;
-        };
-        let in_flight = std::mem::take(&mut m.in_flight);
-        m.tokens.clear();
-        for (key, entry) in in_flight {
-            self.sessions.request_timers.remove(&(number, key));
+        }
+        for (_, entry) in self.in_flight.take_all(number) {
             if let Ending::Deleted = ending {
                 if let Some(line) = streamable::cancel_line(&sid, &entry.raw_id, text) {
                     self.queue_line(line, LineFrom::Cancellation);

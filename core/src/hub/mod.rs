@@ -4,7 +4,8 @@
 //! | part | owns |
 //! |---|---|
 //! | `backend` | the process: spawn, restart backoff, stdin budget, pings, `/health` waiters, the stop sequence |
-//! | `sessions` | the one table of live sessions (principal, kind, subscriptions, creation order) and the Streamable timers (request, idle, resume window) |
+//! | `sessions` | the one table of live sessions (principal, kind, subscriptions, creation order) and the Streamable timers (idle, resume window) |
+//! | `in_flight` | every request in flight of either transport, its progress token and its timeout |
 //! | `streams` | open SSE streams and their keep-alives |
 //! | `resume` | each Streamable session's event log: numbered events kept for resumption |
 //! | `post` | POSTs waiting for a restarted backend |
@@ -30,6 +31,7 @@ mod backend;
 mod deadlines;
 mod dispatch;
 mod fetching;
+mod in_flight;
 mod keys;
 mod lifecycle;
 mod limits;
@@ -51,8 +53,9 @@ pub use keys::Fetched;
 pub use resume::MAX_FINISHED_KEPT;
 
 use backend::{BackendProcess, LineFrom, Phase};
+use in_flight::InFlight;
 use post::WaitingPosts;
-use sessions::{Kind, SessionTimer, Sessions};
+use sessions::{SessionTimer, Sessions};
 use streams::{Role, Streams};
 
 use crate::http::{self, Endpoint, Rejection, Response};
@@ -93,6 +96,7 @@ pub struct Hub {
     router: Router,
     backend: BackendProcess,
     sessions: Sessions,
+    in_flight: InFlight,
     streams: Streams,
     posts: WaitingPosts,
     metrics: Metrics,
@@ -111,6 +115,7 @@ impl Hub {
             router: Router::new(),
             backend: BackendProcess::new(settings.restart, &settings),
             sessions: Sessions::new(settings.max_sessions),
+            in_flight: InFlight::default(),
             streams: Streams::new(settings.keepalive),
             posts: WaitingPosts::default(),
             metrics: Metrics::default(),
@@ -141,6 +146,7 @@ impl Hub {
         [
             self.backend.poll_timeout(),
             self.sessions.poll_timeout(),
+            self.in_flight.poll_timeout(),
             self.posts.poll_timeout(),
             self.streams.poll_timeout(),
             self.keys.poll_timeout(),
@@ -157,9 +163,11 @@ impl Hub {
             return;
         }
         self.backend_timeouts(now);
+        while let Some((number, key)) = self.in_flight.take_due(now) {
+            self.request_timed_out(now, number, &key);
+        }
         while let Some(timer) = self.sessions.take_due(now) {
             match timer {
-                SessionTimer::Request(number, key) => self.request_timed_out(now, number, &key),
                 SessionTimer::Idle(number) => self.idle_check(now, number),
                 SessionTimer::Resume(number, key) => self.resume_expired(now, number, key),
             }
@@ -298,7 +306,7 @@ impl Hub {
     /// many requests came before (SPEC section 6, item 6).
     pub fn pending_timers(&self) -> usize {
         self.streams.timers()
-            + self.sessions.request_timers.len()
+            + self.in_flight.timers()
             + self.sessions.idle_timers.len()
             + self.sessions.resume_timers.len()
     }
@@ -317,23 +325,18 @@ impl Hub {
     /// can check that a session leaves nothing behind when it ends. Not for shells.
     #[doc(hidden)]
     pub fn table_sizes(&self) -> TableSizes {
-        let mut sizes = TableSizes {
+        let (in_flight, progress_tokens) = self.in_flight.sizes();
+        TableSizes {
             streams: self.streams.len(),
-            request_timers: self.sessions.request_timers.len(),
+            in_flight,
+            progress_tokens,
+            request_timers: self.in_flight.timers(),
             idle_timers: self.sessions.idle_timers.len(),
             subscriptions: self.sessions.subscription_count(),
             resume_timers: self.sessions.resume_timers.len(),
             resume_bytes: self.sessions.resume_bytes(),
             principals: self.sessions.principals(),
-            ..TableSizes::default()
-        };
-        for (_, session) in self.sessions.iter() {
-            if let Kind::Mcp(m) = &session.kind {
-                sizes.in_flight += m.in_flight.len();
-                sizes.progress_tokens += m.tokens.values().map(Vec::len).sum::<usize>();
-            }
         }
-        sizes
     }
 
     /// The session a stream serves, while both are live.

@@ -8,15 +8,15 @@ use std::time::Instant;
 
 use super::backend::LineFrom;
 use super::dispatch::Delivery;
+use super::in_flight::Entry;
 use super::mcp::McpPost;
-use super::sessions::{Kind, SessionNumber, Tracked};
+use super::sessions::{Kind, SessionNumber};
 use super::streams::Role;
 use super::{Hub, Request};
 use crate::audit::Outcome;
 use crate::http::{self, Endpoint, Grant, Rejection};
 use crate::message;
 use crate::message::Checked;
-use crate::message::IdKey;
 use crate::metrics::DropReason;
 use crate::output::{Event, Frame, RequestId, StreamId};
 use crate::principal::Principal;
@@ -155,10 +155,7 @@ impl Hub {
         self.check_new_session(&req.principal)?;
         let sid = SessionId::mint(self.settings.instance.as_ref(), req.entropy);
         let stream = StreamId(self.mint());
-        let kind = Kind::Legacy {
-            stream,
-            in_flight: Default::default(),
-        };
+        let kind = Kind::Legacy { stream };
         let number = self.sessions.open(sid, req.principal.clone(), kind)?;
         self.metrics.sessions_opened += 1;
         // The stream is its answer: no refusal event is due.
@@ -461,20 +458,36 @@ impl Hub {
             .get(session)
             .map(|s| s.id)
             .ok_or(Rejection::SessionNotFound)?;
-        match self.check_tracking(now, session, msg) {
-            // 409 carries the id that is taken.
-            Err(Rejection::IdInFlight) => {
-                let response = crate::streamable::id_in_flight(msg.raw_id());
-                self.refuse_with(request, &Rejection::IdInFlight, response, cors.as_deref());
-                return Ok(());
+        // With auditing on, a legacy request waits for its answer in the bounded in-flight
+        // table, so, as on `/mcp`: an id already in flight gets 409 and a request past
+        // `--max-inflight` 429; every request accepted is audited. One unanswered for
+        // `--request-timeout` is awaited no longer (`error`), so that requests the backend
+        // never answers cannot hold the table (nothing is sent: legacy requests do not time
+        // out, and a late answer still goes to the stream).
+        let audited = self.settings.audit.is_some() && msg.kind == message::Kind::Request;
+        if let Some(id) = msg.id.as_ref().filter(|_| audited) {
+            let (max, timeout) = (self.settings.max_inflight, self.settings.request_timeout);
+            let (tracking, expired) =
+                (self.in_flight).check_tracking(now, (session, &id.key), max, timeout);
+            for (at, started) in expired {
+                self.audit_unanswered(at, session, started);
             }
-            Err(rejection) => return Err(rejection),
-            Ok(()) => {}
+            match tracking {
+                // 409 carries the id that is taken.
+                Err(Rejection::IdInFlight) => {
+                    let response = crate::streamable::id_in_flight(msg.raw_id());
+                    let cors = cors.as_deref();
+                    self.refuse_with(request, &Rejection::IdInFlight, response, cors);
+                    return Ok(());
+                }
+                Err(rejection) => return Err(rejection),
+                Ok(()) => {}
+            }
         }
         sender.started = self.audit_take(request);
         self.client_message(now, (session, sid), msg, sender);
         if let Some(cancels) = &msg.cancels {
-            self.legacy_cancelled(now, session, &cancels.key);
+            self.cancelled_by_client(now, session, &cancels.key);
         }
         let mut response = http::accepted();
         if let Some(origin) = cors {
@@ -496,8 +509,14 @@ impl Hub {
     ) {
         self.metrics.client_messages += 1;
         self.audit_client_info(number, msg);
-        // A legacy request is tracked before anything answers it (routing never needs it).
-        self.track_legacy(number, msg, sender.started);
+        // A legacy request is tracked before anything answers it (routing never needs it),
+        // to answer it should the backend restart first and to audit it.
+        let legacy =
+            matches!(self.sessions.get(number), Some(s) if matches!(s.kind, Kind::Legacy { .. }));
+        if let (true, Some(id), message::Kind::Request) = (legacy, &msg.id, msg.kind) {
+            let entry = Entry::legacy(msg.raw_id().to_owned(), sender.started);
+            (self.in_flight).track(number, id.key.clone(), entry, self.settings.max_inflight);
+        }
         if sender.forbidden {
             self.metrics.policy_denied += 1;
             let answer = msg.error(-32003, "forbidden by policy");
@@ -535,91 +554,6 @@ impl Hub {
                 self.answer_client(now, sid, msg, (answer, outcome))
             }
             Forward::Waiting | Forward::Absorbed => {}
-        }
-    }
-
-    /// With auditing on, a legacy request waits for its answer in its session's bounded
-    /// in-flight table, so, as on `/mcp`: an id already in flight gets 409 and a request
-    /// past `--max-inflight` 429; every request accepted is audited. A request unanswered
-    /// for `--request-timeout` is awaited no longer (`error`), so that requests the backend
-    /// never answers cannot hold the table (nothing is sent: legacy requests do not time
-    /// out, and a late answer still goes to the stream).
-    fn check_tracking(
-        &mut self,
-        now: Instant,
-        number: SessionNumber,
-        msg: &Checked,
-    ) -> Result<(), Rejection> {
-        let (Some(_), Some(id)) = (&self.settings.audit, &msg.id) else {
-            return Ok(());
-        };
-        if msg.kind != message::Kind::Request {
-            return Ok(());
-        }
-        let max = self.settings.max_inflight;
-        let blocked = |in_flight: &std::collections::BTreeMap<IdKey, Tracked>| {
-            if in_flight.contains_key(&id.key) {
-                Err(Rejection::IdInFlight)
-            } else if in_flight.len() >= max {
-                Err(Rejection::TooManyInFlight)
-            } else {
-                Ok(())
-            }
-        };
-        let Some(Kind::Legacy { in_flight, .. }) =
-            self.sessions.get_mut(number).map(|s| &mut s.kind)
-        else {
-            return Ok(());
-        };
-        let (Err(_), Some(timeout)) = (blocked(in_flight), self.settings.request_timeout) else {
-            return blocked(in_flight);
-        };
-        let expired: Vec<_> = (in_flight.iter())
-            .filter(|(_, t)| t.audit.as_ref().is_some_and(|a| a.at() + timeout <= now))
-            .map(|(key, _)| key.clone())
-            .collect();
-        let expired: Vec<_> = (expired.iter())
-            .filter_map(|key| in_flight.remove(key)?.audit)
-            .collect();
-        let result = blocked(in_flight);
-        for started in expired {
-            let at = started.at() + timeout;
-            self.audit_unanswered(at, number, started);
-        }
-        result
-    }
-
-    /// The client of legacy session `number` cancelled request `key`: it is awaited no
-    /// longer (the backend's late answer still goes to the stream), and its event says so.
-    fn legacy_cancelled(&mut self, now: Instant, number: SessionNumber, key: &IdKey) {
-        let Some(Kind::Legacy { in_flight, .. }) =
-            self.sessions.get_mut(number).map(|s| &mut s.kind)
-        else {
-            return;
-        };
-        if let Some(started) = in_flight.remove(key).and_then(|t| t.audit) {
-            self.audit_unanswered(now, number, started);
-        }
-    }
-
-    /// Remembers a legacy request until its answer, to answer it itself should the
-    /// backend restart first and to audit it (at most `--max-inflight` per session;
-    /// routing never needs it).
-    fn track_legacy(
-        &mut self,
-        number: SessionNumber,
-        msg: &Checked,
-        audit: Option<Box<super::auditing::Started>>,
-    ) {
-        let max = self.settings.max_inflight;
-        let (Some(session), Some(id)) = (self.sessions.get_mut(number), &msg.id) else {
-            return;
-        };
-        if let Kind::Legacy { in_flight, .. } = &mut session.kind {
-            if in_flight.len() < max && msg.kind == message::Kind::Request {
-                let raw_id = msg.raw_id().to_owned();
-                in_flight.insert(id.key.clone(), Tracked { raw_id, audit });
-            }
         }
     }
 

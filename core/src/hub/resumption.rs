@@ -171,7 +171,9 @@ impl Hub {
         match (self.settings.resume_window, carries) {
             (Some(window), _) => self.sessions.resume_timers.set((number, key), now + window),
             (None, Carries::Request(id, _)) => {
-                self.abandon_in_flight(now, (number, key), &id);
+                if let Some(started) = self.in_flight.abandon((number, key), &id) {
+                    self.audit_unanswered(now, number, started);
+                }
                 self.forget_stream(number, key, false);
             }
             (None, Carries::Get) => self.forget_stream(number, key, false),
@@ -189,7 +191,9 @@ impl Hub {
             return;
         }
         if let Carries::Request(id, _) = log.carries.clone() {
-            self.abandon_in_flight(now, (number, key), &id);
+            if let Some(started) = self.in_flight.abandon((number, key), &id) {
+                self.audit_unanswered(now, number, started);
+            }
         }
         self.forget_stream(number, key, true);
         self.touch(number, now);
@@ -276,7 +280,9 @@ impl Hub {
         if let Some(log) = live.filter(|log| matches!(log.carries, Carries::Request(..))) {
             let (carries, attached) = (log.carries.clone(), log.attached);
             if let Carries::Request(id, _) = carries {
-                self.abandon_in_flight(now, (number, key), &id);
+                if let Some(started) = self.in_flight.abandon((number, key), &id) {
+                    self.audit_unanswered(now, number, started);
+                }
             }
             // Remembered as expired, with where its answer was if it was written.
             self.forget_stream(number, key, true);

@@ -6,11 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use super::deadlines::Deadlines;
-use super::mcp::McpSession;
-use super::resume::{Budget, Holders, StreamKey};
+use super::resume::{Budget, EventLog, Holders, StreamKey};
 use crate::auth::Principal;
 use crate::http::Rejection;
-use crate::message::IdKey;
 use crate::output::StreamId;
 use crate::routed_id::SessionId;
 
@@ -32,22 +30,32 @@ impl SessionNumber {
 /// The two transports side by side (SPEC section 7).
 #[derive(Debug)]
 pub(crate) enum Kind {
-    /// HTTP+SSE: the session is its one `/sse` stream. Its requests in flight are kept
-    /// (at most `--max-inflight`) only to answer them if the backend restarts: routing never
-    /// depends on them.
-    Legacy {
-        stream: StreamId,
-        in_flight: BTreeMap<IdKey, Tracked>,
-    },
-    /// Streamable HTTP: a standalone GET stream, and requests in flight.
+    /// HTTP+SSE: the session is its one `/sse` stream.
+    Legacy { stream: StreamId },
+    /// Streamable HTTP: a standalone GET stream, and streams kept for resumption.
     Mcp(McpSession),
 }
 
-/// A legacy request until its answer: its id as the client wrote it, its audit context.
-#[derive(Debug)]
-pub(crate) struct Tracked {
-    pub(crate) raw_id: String,
-    pub(crate) audit: Option<Box<super::auditing::Started>>,
+/// A Streamable session's own state beside the sessions table's (its requests in flight
+/// are the in-flight part's).
+#[derive(Debug, Default)]
+pub(crate) struct McpSession {
+    /// The standalone GET stream, at most one (its client may be away).
+    pub(crate) get_stream: Option<StreamKey>,
+    /// Every stream's events, for resumption.
+    pub(crate) log: EventLog,
+    /// The last request or stream end, for `--session-idle`.
+    pub(crate) last_active: Option<Instant>,
+    /// Its `initialize` is unanswered: it has not opened (no one may name it yet).
+    pub(crate) opening: bool,
+}
+
+impl McpSession {
+    /// Whether it may expire: no request in flight (`busy`) and no stream with its client
+    /// there.
+    pub(crate) fn is_quiet(&self, busy: bool) -> bool {
+        !busy && self.log.attached().next().is_none()
+    }
 }
 
 #[derive(Debug)]
@@ -71,8 +79,6 @@ pub(crate) struct Session {
 /// A timer of a Streamable session that came due.
 #[derive(Debug)]
 pub(crate) enum SessionTimer {
-    /// `--request-timeout` passed for this request.
-    Request(SessionNumber, IdKey),
     /// The session may have been idle for `--session-idle`.
     Idle(SessionNumber),
     /// A dropped (or finished) stream's `--resume-window` passed.
@@ -90,8 +96,6 @@ pub(crate) struct Sessions {
     per_principal: BTreeMap<Principal, usize>,
     next: u64,
     max: usize,
-    /// Request timeouts of Streamable requests in flight.
-    pub(crate) request_timers: Deadlines<(SessionNumber, IdKey)>,
     /// Idle checks, at most one per Streamable session.
     pub(crate) idle_timers: Deadlines<SessionNumber>,
     /// Ends of the resume windows of dropped and finished Streamable streams.
@@ -109,7 +113,6 @@ impl Sessions {
             per_principal: BTreeMap::new(),
             next: 1,
             max,
-            request_timers: Deadlines::default(),
             idle_timers: Deadlines::default(),
             resume_timers: Deadlines::default(),
             holders: Holders::default(),
@@ -203,7 +206,6 @@ impl Sessions {
         self.by_sid.clear();
         self.subscribers.clear();
         self.per_principal.clear();
-        self.request_timers.clear();
         self.idle_timers.clear();
         self.resume_timers.clear();
         self.holders.clear();
@@ -382,14 +384,21 @@ impl Sessions {
         )
     }
 
-    /// A Streamable session was active now: if quiet, it gets an idle check unless it has
-    /// one pending (which, when due, moves on to the latest activity).
-    pub(crate) fn touch(&mut self, number: SessionNumber, now: Instant, idle: Duration) {
+    /// A Streamable session was active now: if quiet (no request in flight: not `busy`),
+    /// it gets an idle check unless it has one pending (which, when due, moves on to the
+    /// latest activity).
+    pub(crate) fn touch(
+        &mut self,
+        number: SessionNumber,
+        now: Instant,
+        idle: Duration,
+        busy: bool,
+    ) {
         let Some(m) = self.mcp_mut(number) else {
             return;
         };
         m.last_active = Some(now);
-        let quiet = m.is_quiet();
+        let quiet = m.is_quiet(busy);
         if quiet && self.idle_timers.get(&number).is_none() {
             self.idle_timers.set(number, now + idle);
         }
@@ -397,22 +406,14 @@ impl Sessions {
 
     /// The timers' next deadline.
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
-        [
-            self.request_timers.next(),
-            self.idle_timers.next(),
-            self.resume_timers.next(),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        [self.idle_timers.next(), self.resume_timers.next()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
-    /// The next timer due at `now`: request timeouts first, then idle checks, then resume
-    /// windows.
+    /// The next timer due at `now`: idle checks first, then resume windows.
     pub(crate) fn take_due(&mut self, now: Instant) -> Option<SessionTimer> {
-        if let Some((_, (number, key))) = self.request_timers.pop_due(now) {
-            return Some(SessionTimer::Request(number, key));
-        }
         if let Some((_, number)) = self.idle_timers.pop_due(now) {
             return Some(SessionTimer::Idle(number));
         }

@@ -1,0 +1,269 @@
+//! Every request in flight, of both transports: what each client is still owed an answer
+//! for, keyed by who asked (classified once, on the way in) and the id it wrote, with its
+//! progress token and its one deadline. A legacy request is kept only to answer it should
+//! the backend restart first and to audit it; its route back stays in its routed id.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use super::auditing::Started;
+use super::deadlines::Deadlines;
+use super::resume::StreamKey;
+use super::sessions::SessionNumber;
+use crate::http::Rejection;
+use crate::message::IdKey;
+use crate::output::RequestId;
+
+/// Who a request in flight belongs to. A request without a session (answered on its own
+/// exchange) gets a variant of its own; the table does not care which.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Caller {
+    Session(SessionNumber),
+}
+
+/// Audit contexts of legacy requests awaited no longer, each with when it expired.
+pub(crate) type Expired = Vec<(Instant, Box<Started>)>;
+
+/// A request awaiting its answer.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    /// The id as the client wrote it.
+    pub(crate) raw_id: String,
+    /// The HTTP exchange waiting for the answer; `None` for a legacy request, whose answer
+    /// goes to its session's stream.
+    pub(crate) exchange: Option<RequestId>,
+    /// Its SSE stream, when the answer is a stream (else a JSON body).
+    pub(crate) stream: Option<StreamKey>,
+    /// Its progress token, if it carries one.
+    pub(crate) token: Option<IdKey>,
+    /// The browser origin to answer with CORS headers.
+    pub(crate) cors: Option<String>,
+    /// Its audit context.
+    pub(crate) audit: Option<Box<Started>>,
+    /// An `initialize` that opens its session: the session opens only if it gets a
+    /// result; until then it is held back, and so is its stream.
+    pub(crate) opens: Option<Opens>,
+}
+
+impl Entry {
+    /// A legacy request: answered on its session's stream.
+    pub(crate) fn legacy(raw_id: String, audit: Option<Box<Started>>) -> Self {
+        Entry {
+            raw_id,
+            exchange: None,
+            stream: None,
+            token: None,
+            cors: None,
+            audit,
+            opens: None,
+        }
+    }
+
+    /// The exchange of a request that has one (every Streamable request).
+    pub(crate) fn exchange(&self) -> RequestId {
+        self.exchange
+            .expect("a request answered on its own exchange")
+    }
+}
+
+/// How the `initialize` that opens a session is answered once its answer is known: only a
+/// result opens the session (and carries `Mcp-Session-Id`); an error leaves nothing behind.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Opens {
+    /// Answered as a stream (primed for a 2025-11-25 client when `Some(true)`), else as
+    /// JSON.
+    pub(crate) stream: Option<bool>,
+}
+
+/// The in-flight part.
+#[derive(Debug, Default)]
+pub(crate) struct InFlight {
+    requests: BTreeMap<Caller, BTreeMap<IdKey, Entry>>,
+    /// Progress tokens of requests in flight, to the ids of the requests carrying each, in
+    /// the order they came (a client may reuse a token; its progress goes to the newest).
+    tokens: BTreeMap<(Caller, IdKey), Vec<IdKey>>,
+    /// Request timeouts.
+    timers: Deadlines<(Caller, IdKey)>,
+}
+
+impl InFlight {
+    /// Request `key` of session `number`.
+    pub(crate) fn get(&self, number: SessionNumber, key: &IdKey) -> Option<&Entry> {
+        self.requests.get(&Caller::Session(number))?.get(key)
+    }
+
+    /// Requests of session `number` in flight.
+    pub(crate) fn count(&self, number: SessionNumber) -> usize {
+        self.requests
+            .get(&Caller::Session(number))
+            .map_or(0, BTreeMap::len)
+    }
+
+    /// Awaits request `key` of session `number` (replacing one under the same id), its
+    /// timeout due at `deadline`.
+    pub(crate) fn insert(
+        &mut self,
+        number: SessionNumber,
+        key: IdKey,
+        entry: Entry,
+        deadline: Option<Instant>,
+    ) {
+        let caller = Caller::Session(number);
+        self.take(number, &key);
+        if let Some(token) = &entry.token {
+            let carriers = self.tokens.entry((caller, token.clone())).or_default();
+            carriers.push(key.clone());
+        }
+        if let Some(at) = deadline {
+            self.timers.set((caller, key.clone()), at);
+        }
+        self.requests.entry(caller).or_default().insert(key, entry);
+    }
+
+    /// Keeps legacy request `key` of session `number` until its answer, while the session
+    /// has fewer than `max` (routing never needs it).
+    pub(crate) fn track(&mut self, number: SessionNumber, key: IdKey, entry: Entry, max: usize) {
+        if self.count(number) < max {
+            self.insert(number, key, entry, None);
+        }
+    }
+
+    /// Removes request `key` of session `number`, its timeout and its claim on its
+    /// progress token with it.
+    pub(crate) fn take(&mut self, number: SessionNumber, key: &IdKey) -> Option<Entry> {
+        let caller = Caller::Session(number);
+        let requests = self.requests.get_mut(&caller)?;
+        let (key, entry) = requests.remove_entry(key)?;
+        if requests.is_empty() {
+            self.requests.remove(&caller);
+        }
+        if let Some(token) = &entry.token {
+            // Another request in flight that carries the same token keeps its progress.
+            let claim = (caller, token.clone());
+            if let Some(carriers) = self.tokens.get_mut(&claim) {
+                carriers.retain(|k| *k != key);
+                if carriers.is_empty() {
+                    self.tokens.remove(&claim);
+                }
+            }
+        }
+        self.timers.remove(&(caller, key));
+        Some(entry)
+    }
+
+    /// Request `key` of session `number`, answered on `stream`, is awaited no longer and
+    /// will get no answer through the proxy (that stream is gone for good): its audit
+    /// context, for its `error` event. A later request that reuses the id (the first was
+    /// answered) is not touched.
+    pub(crate) fn abandon(
+        &mut self,
+        (number, stream): (SessionNumber, StreamKey),
+        key: &IdKey,
+    ) -> Option<Box<Started>> {
+        let entry = self.get(number, key)?;
+        if entry.stream != Some(stream) {
+            return None;
+        }
+        self.take(number, key)?.audit
+    }
+
+    /// Removes every request of session `number`, in id order.
+    pub(crate) fn take_all(&mut self, number: SessionNumber) -> Vec<(IdKey, Entry)> {
+        let keys: Vec<IdKey> = self
+            .requests
+            .get(&Caller::Session(number))
+            .map(|r| r.keys().cloned().collect())
+            .unwrap_or_default();
+        let take = |key: IdKey| Some((key.clone(), self.take(number, &key)?));
+        keys.into_iter().filter_map(take).collect()
+    }
+
+    /// Forgets every request of session `number` (it ended).
+    pub(crate) fn forget(&mut self, number: SessionNumber) {
+        self.take_all(number);
+    }
+
+    /// Forgets every request (the sessions all ended).
+    pub(crate) fn clear(&mut self) {
+        *self = InFlight::default();
+    }
+
+    /// The newest request of session `number` in flight carrying progress `token`: its
+    /// stream, if it has one; its timeout, if any, restarts at `now`.
+    pub(crate) fn progress(
+        &mut self,
+        now: Instant,
+        number: SessionNumber,
+        token: &IdKey,
+        timeout: Option<Duration>,
+    ) -> Option<Option<StreamKey>> {
+        let caller = Caller::Session(number);
+        let key = self.tokens.get(&(caller, token.clone()))?.last()?.clone();
+        let stream = self.get(number, &key)?.stream;
+        if let Some(timeout) = timeout {
+            self.timers.set((caller, key), now + timeout);
+        }
+        Some(stream)
+    }
+
+    /// Whether a legacy request `key` of session `number` may be tracked, as on `/mcp`:
+    /// not while its id is in flight (409), nor past `max` (429). Legacy requests unanswered
+    /// for `timeout` are awaited no longer: their audit contexts come back, each with when
+    /// it expired.
+    pub(crate) fn check_tracking(
+        &mut self,
+        now: Instant,
+        (number, key): (SessionNumber, &IdKey),
+        max: usize,
+        timeout: Option<Duration>,
+    ) -> (Result<(), Rejection>, Expired) {
+        let blocked = |this: &Self| {
+            if this.get(number, key).is_some() {
+                Err(Rejection::IdInFlight)
+            } else if this.count(number) >= max {
+                Err(Rejection::TooManyInFlight)
+            } else {
+                Ok(())
+            }
+        };
+        let (Err(_), Some(timeout)) = (blocked(self), timeout) else {
+            return (blocked(self), Vec::new());
+        };
+        let expired: Vec<IdKey> = (self.requests.get(&Caller::Session(number)))
+            .into_iter()
+            .flatten()
+            .filter(|(_, e)| e.audit.as_ref().is_some_and(|a| a.at() + timeout <= now))
+            .map(|(key, _)| key.clone())
+            .collect();
+        let expired = (expired.iter())
+            .filter_map(|key| self.take(number, key)?.audit)
+            .map(|started| (started.at() + timeout, started))
+            .collect();
+        (blocked(self), expired)
+    }
+
+    /// The next request timeout.
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.next()
+    }
+
+    /// The next request whose timeout is due at `now` (its timer gone, its entry kept).
+    pub(crate) fn take_due(&mut self, now: Instant) -> Option<(SessionNumber, IdKey)> {
+        let (_, (Caller::Session(number), key)) = self.timers.pop_due(now)?;
+        Some((number, key))
+    }
+
+    /// Request timers set.
+    pub(crate) fn timers(&self) -> usize {
+        self.timers.len()
+    }
+
+    /// Requests answered on their own exchange, and the progress token claims among them
+    /// (for the tests that check a session leaves nothing behind).
+    pub(crate) fn sizes(&self) -> (usize, usize) {
+        let entries = self.requests.values().flat_map(BTreeMap::values);
+        let awaited = entries.filter(|e| e.exchange.is_some());
+        let tokens = self.tokens.values().map(Vec::len).sum();
+        (awaited.count(), tokens)
+    }
+}
