@@ -9,7 +9,7 @@
 //! | `resume` | each Streamable session's event log: numbered events kept for resumption |
 //! | `post` | POSTs waiting for a restarted backend |
 //! | `keys` | the key sets: their fetches, refreshes and backoff (SPEC section 9) |
-//! | `limits` | the rate limits' token buckets (SPEC section 10) |
+//! | `buckets` | the rate limits' token buckets (SPEC section 10; `crate::limits`) |
 //! | `router` | the message-level rules (SPEC sections 2 and 3), returning decisions |
 //!
 //! The hub's own files say what each input does: `post` and `mcp` the two transports'
@@ -32,7 +32,6 @@ mod dispatch;
 mod fetching;
 mod keys;
 mod lifecycle;
-mod limits;
 mod mcp;
 mod post;
 mod reload;
@@ -97,7 +96,7 @@ pub struct Hub {
     posts: WaitingPosts,
     metrics: Metrics,
     keys: keys::KeySets,
-    buckets: limits::Buckets,
+    buckets: crate::limits::Buckets,
     audit: auditing::Auditor,
     decisions: authz::Decisions,
     outputs: VecDeque<Output>,
@@ -115,7 +114,7 @@ impl Hub {
             posts: WaitingPosts::default(),
             metrics: Metrics::default(),
             keys: keys::KeySets::new(&settings.key_sources, now),
-            buckets: limits::Buckets::default(),
+            buckets: crate::limits::Buckets::default(),
             audit: auditing::Auditor::default(),
             decisions: authz::Decisions::default(),
             settings,
@@ -439,7 +438,7 @@ impl Hub {
 
     /// Refuses `request` with the answer `rejection` calls for.
     fn refuse(&mut self, request: RequestId, rejection: Rejection, cors: Option<&str>) {
-        self.refuse_with(request, &rejection, rejection.response(), cors);
+        self.refuse_with(request, rejection.into(), cors);
     }
 
     fn respond(&mut self, request: RequestId, response: Response) {
