@@ -63,6 +63,7 @@
 
 // The top-level modules' `use crate::` lines form an acyclic graph (rustfmt keeps the
 // declarations alphabetical); inside `hub` the behaviour files still import each other.
+pub(crate) mod admission; // whether a request goes ahead, and the refusal each verdict owes
 pub mod audit; // SPEC 11's audit records, client addresses behind proxies
 pub mod auth; // the auth modes
 pub mod budget; // a stream queue's byte budget, a host's session budget
@@ -75,6 +76,7 @@ pub mod http; // endpoints, the gate, rejections and answers, the hub's request 
 pub mod hub; // the owner loop as a state machine
 #[cfg(feature = "jwt")]
 pub mod jwt; // JWT verification
+pub(crate) mod limits; // rate limits' token buckets
 pub mod lines; // newline framing of the backend's stdout
 pub mod load; // flags and files read and checked whole, at start and on reload
 pub(crate) mod message; // one-pass admission of a JSON-RPC object

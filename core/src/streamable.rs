@@ -116,18 +116,6 @@ pub(crate) fn deleted() -> Response {
     }
 }
 
-/// `409 Conflict`: a request reused the id of one still in flight in its session.
-pub(crate) fn id_in_flight(raw_id: &str) -> Response {
-    Response::json(
-        409,
-        error_message(
-            raw_id,
-            -32600,
-            "Request id already in flight in this session",
-        ),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

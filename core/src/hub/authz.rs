@@ -202,21 +202,21 @@ fn caller<'a>(principal: &'a Principal, grant: &'a Grant) -> Caller<'a> {
     }
 }
 
-impl Hub {
-    /// Whether the policy denies `msg` of `principal` (SPEC section 10).
-    pub(super) fn forbidden(
+impl Decisions {
+    /// Whether `policy` denies `msg` of `principal` (SPEC section 10).
+    pub(super) fn denies(
         &mut self,
-        principal: &Principal,
-        grant: &Grant,
+        policy: Option<&std::sync::Arc<Policy>>,
+        (principal, grant): (&Principal, &Grant),
         msg: &Checked,
     ) -> bool {
-        let Some(policy) = self.settings.policy.clone() else {
+        let Some(policy) = policy else {
             return false;
         };
         let Some(question) = Question::of(msg, policy.reads_arguments()) else {
             return false;
         };
-        !self.allowed(&policy, (principal, grant), &question)
+        !self.allowed(policy, (principal, grant), &question)
     }
 
     /// The policy's decision on `question` of `principal` (remembered, unless its
@@ -244,9 +244,11 @@ impl Hub {
             target.to_owned(),
             arguments.to_owned(),
         );
-        self.decisions.get(policy, key, decide)
+        self.get(policy, key, decide)
     }
+}
 
+impl Hub {
     /// Whether `msg` is a list whose result is filtered for its session: with a policy,
     /// every list; with `--tool-scope`, `tools/list`.
     pub(super) fn filters(&self, msg: &Checked) -> bool {
@@ -299,7 +301,7 @@ impl Hub {
                 return true;
             };
             // Checked as the matching call with no arguments.
-            self.allowed(policy, (&principal, &grant), &question)
+            (self.decisions).allowed(policy, (&principal, &grant), &question)
         };
         let filtered = filtered_result(&message, &mut keep);
         let raw_id = String::from_utf8_lossy(&message[id.clone()]).into_owned();

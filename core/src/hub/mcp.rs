@@ -10,6 +10,7 @@ use super::in_flight::{Entry, Opens};
 use super::resume::Carries;
 use super::sessions::{Kind, McpSession, SessionNumber};
 use super::{Body, Hub, Request};
+use crate::admission::{self, Arrival, Capacity};
 use crate::audit::Outcome;
 use crate::auth::Principal;
 use crate::http::{self, Rejection, Response};
@@ -124,15 +125,15 @@ impl Hub {
         let number = match session {
             Some(number) if self.sessions.mcp(number).is_some() => number,
             Some(_) => return Err(Rejection::SessionNotFound),
-            None => match self.open_mcp_session(now, sid, (principal, &source)) {
-                Err(Rejection::PrincipalSessions) => {
-                    let refused = Rejection::PrincipalSessions;
-                    let response = refused.response_to(msg.raw_id());
-                    self.refuse_with(request, &refused, response, cors.as_deref());
+            None => {
+                let opening = super::post::opening(now, self, &principal);
+                if let Err(refused) = admission::room(&Capacity::opening(opening)) {
+                    let refusal = refused.refusal(Some(msg.raw_id()), None);
+                    self.refuse_with(request, refusal, cors.as_deref());
                     return Ok(());
                 }
-                opened => opened?,
-            },
+                self.open_mcp_session(now, sid, (principal, &source))?
+            }
         };
         if msg.kind == message::Kind::Notification {
             self.mcp_notification(now, (request, cors), (number, sid), &msg, sender);
@@ -144,15 +145,14 @@ impl Hub {
         let Some(id) = &msg.id else {
             unreachable!("admission gives every request an id");
         };
-        if self.in_flight.get(number, &id.key).is_some() {
-            // 409 with a JSON-RPC error under the id that is taken.
-            self.metrics.rejected(&Rejection::IdInFlight);
-            let response = decorate(streamable::id_in_flight(msg.raw_id()), sid, cors);
-            self.respond(request, response);
+        let in_flight = admission::InFlight {
+            id_taken: self.in_flight.get(number, &id.key).is_some(),
+            count: (self.in_flight.count(number), self.settings.max_inflight),
+        };
+        if let Err(refused) = admission::room(&Capacity::in_flight(in_flight)) {
+            let refusal = refused.refusal(Some(msg.raw_id()), Some(&sid));
+            self.refuse_with(request, refusal, cors.as_deref());
             return Ok(());
-        }
-        if self.in_flight.count(number) >= self.settings.max_inflight {
-            return Err(Rejection::TooManyInFlight);
         }
         self.touch(number, now);
         let stream_answer = accepts.event_stream && (msg.token.is_some() || !accepts.json);
@@ -225,7 +225,6 @@ impl Hub {
         sid: SessionId,
         (principal, source): (Principal, &std::sync::Arc<crate::audit::Source>),
     ) -> Result<SessionNumber, Rejection> {
-        self.check_new_session(&principal)?;
         let kind = Kind::Mcp(McpSession {
             last_active: Some(now),
             opening: true,
@@ -303,7 +302,11 @@ impl Hub {
             return Err(Rejection::NotAcceptable);
         }
         let (number, sid) = self.named_mcp_session(req)?;
-        if self.insufficient_scope(request, (&req.grant, &req.cors), (None, None)) {
+        let arrival = Arrival::without_message(&req.principal, &req.grant);
+        if self
+            .admit(now, request, arrival, (None, req.cors.as_deref()))
+            .is_none()
+        {
             return Ok(());
         }
         if let Some(last) = &req.mcp.last_event_id {
@@ -335,7 +338,11 @@ impl Hub {
         req: &Request,
     ) -> Result<(), Rejection> {
         let (number, sid) = self.named_mcp_session(req)?;
-        if self.insufficient_scope(request, (&req.grant, &req.cors), (None, None)) {
+        let arrival = Arrival::without_message(&req.principal, &req.grant);
+        if self
+            .admit(now, request, arrival, (None, req.cors.as_deref()))
+            .is_none()
+        {
             return Ok(());
         }
         // Its event is the session's own `session_close`: the 204 is no refusal.

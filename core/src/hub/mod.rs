@@ -10,7 +10,7 @@
 //! | `resume` | each Streamable session's event log: numbered events kept for resumption |
 //! | `post` | POSTs waiting for a restarted backend |
 //! | `keys` | the key sets: their fetches, refreshes and backoff (SPEC section 9) |
-//! | `limits` | the rate limits' token buckets (SPEC section 10) |
+//! | `buckets` | the rate limits' token buckets (SPEC section 10; `crate::limits`) |
 //! | `router` | the message-level rules (SPEC sections 2 and 3), returning decisions |
 //!
 //! The hub's own files say what each input does: `post` and `mcp` the two transports'
@@ -34,7 +34,6 @@ mod fetching;
 mod in_flight;
 mod keys;
 mod lifecycle;
-mod limits;
 mod mcp;
 mod post;
 mod reload;
@@ -101,7 +100,7 @@ pub struct Hub {
     posts: WaitingPosts,
     metrics: Metrics,
     keys: keys::KeySets,
-    buckets: limits::Buckets,
+    buckets: crate::limits::Buckets,
     audit: auditing::Auditor,
     decisions: authz::Decisions,
     outputs: VecDeque<Output>,
@@ -120,7 +119,7 @@ impl Hub {
             posts: WaitingPosts::default(),
             metrics: Metrics::default(),
             keys: keys::KeySets::new(&settings.key_sources, now),
-            buckets: limits::Buckets::default(),
+            buckets: crate::limits::Buckets::default(),
             audit: auditing::Auditor::default(),
             decisions: authz::Decisions::default(),
             settings,
@@ -442,7 +441,7 @@ impl Hub {
 
     /// Refuses `request` with the answer `rejection` calls for.
     fn refuse(&mut self, request: RequestId, rejection: Rejection, cors: Option<&str>) {
-        self.refuse_with(request, &rejection, rejection.response(), cors);
+        self.refuse_with(request, rejection.into(), cors);
     }
 
     fn respond(&mut self, request: RequestId, response: Response) {

@@ -13,6 +13,7 @@ use super::mcp::McpPost;
 use super::sessions::{Kind, SessionNumber};
 use super::streams::Role;
 use super::{Hub, Request};
+use crate::admission::{self, Arrival, Capacity, Opening, Refusal, Refused, Verdict};
 use crate::audit::Outcome;
 use crate::http::{self, Endpoint, Grant, Rejection};
 use crate::message;
@@ -149,10 +150,18 @@ impl Hub {
         request: RequestId,
         req: Request,
     ) -> Result<(), Rejection> {
-        if self.insufficient_scope(request, (&req.grant, &req.cors), (None, None)) {
+        let arrival = Arrival::without_message(&req.principal, &req.grant);
+        if self
+            .admit(now, request, arrival, (None, req.cors.as_deref()))
+            .is_none()
+        {
             return Ok(());
         }
-        self.check_new_session(&req.principal)?;
+        let opening = opening(now, self, &req.principal);
+        if let Err(refused) = admission::room(&Capacity::opening(opening)) {
+            self.refuse_with(request, refused.refusal(None, None), req.cors.as_deref());
+            return Ok(());
+        }
         let sid = SessionId::mint(self.settings.instance.as_ref(), req.entropy);
         let stream = StreamId(self.mint());
         let kind = Kind::Legacy { stream };
@@ -179,98 +188,30 @@ impl Hub {
         Ok(())
     }
 
-    /// SPEC sections 9 and 10: a token without a scope the request needs (`--required-scope`,
-    /// and `--tool-scope` for a call of `tool`) gets 403 `insufficient_scope` with every
-    /// scope to ask for, and a JSON-RPC error under the request's id when it has one. True
-    /// if `request` was refused so.
-    pub(super) fn insufficient_scope(
-        &mut self,
-        request: RequestId,
-        (grant, cors): (&Grant, &Option<String>),
-        (id, tool): (Option<&str>, Option<&str>),
-    ) -> bool {
-        let Some(oauth) = self.settings.oauth.clone() else {
-            return false;
-        };
-        let needed = oauth.needed_scopes(tool);
-        if needed.iter().all(|scope| grant.scopes.contains(scope)) {
-            return false;
-        }
-        let url = grant.metadata_url.clone().unwrap_or_default();
-        let mut response = Rejection::InsufficientScope.response();
-        if let Some(id) = id {
-            let body =
-                crate::streamable::error_message(id, -32001, "Forbidden: insufficient scope");
-            response.body = std::borrow::Cow::Owned(body);
-        }
-        let challenge = oauth.insufficient_scope(&url, &needed);
-        response
-            .headers
-            .push(("www-authenticate", std::borrow::Cow::Owned(challenge)));
-        self.refuse_with(
-            request,
-            &Rejection::InsufficientScope,
-            response,
-            cors.as_deref(),
-        );
-        true
-    }
-
-    /// Whether `principal` may open a session now: 503 while the backend is down or past
-    /// `--max-sessions`, 429 past `--max-sessions-per-principal` (others are still served).
-    pub(super) fn check_new_session(&self, principal: &Principal) -> Result<(), Rejection> {
-        if !self.backend.is_up() {
-            return Err(Rejection::BackendDown);
-        }
-        self.sessions.check_room()?;
-        let cap = self.settings.max_sessions_per_principal;
-        if cap > 0 && self.sessions.of(principal) >= cap {
-            return Err(Rejection::PrincipalSessions);
-        }
-        Ok(())
-    }
-
-    /// SPEC section 10's rate limits for a request of `principal`: its bucket over every
-    /// request, and the bucket of the tool it calls. Past either, 429 with `Retry-After` and a
-    /// JSON-RPC error under its id; true if `request` was refused so.
-    fn rate_limited(
+    /// Admission on arrival (SPEC sections 9 and 10): `Some(denied)` for a request that
+    /// goes ahead; one refused is answered here (under `id`, when it has one).
+    pub(super) fn admit(
         &mut self,
         now: Instant,
         request: RequestId,
-        (principal, cors): (&Principal, &Option<String>),
-        msg: &Checked,
-    ) -> bool {
-        if !msg.is_call() {
-            return false;
-        }
-        let tool_rate = msg.tool.as_deref().and_then(|tool| {
-            let rule = (self.settings.tool_rate_limits.iter())
-                .find(|(pattern, _)| crate::settings::tool_matches(pattern, tool));
-            rule.map(|(_, rate)| (tool.to_owned(), *rate))
-        });
-        // A request refused by one limit does not count against the other.
-        let mut wait = None;
-        if let Some(rate) = self.settings.rate_limit {
-            wait = self.buckets.take(now, principal, None, rate).err();
-        }
-        if let (None, Some((tool, rate))) = (wait, &tool_rate) {
-            wait = self.buckets.take(now, principal, Some(tool), *rate).err();
-            if wait.is_some() && self.settings.rate_limit.is_some() {
-                self.buckets.refund(principal, None);
+        arrival: Arrival<'_>,
+        (id, cors): (Option<&str>, Option<&str>),
+    ) -> Option<bool> {
+        let (settings, decisions) = (&self.settings, &mut self.decisions);
+        let denies = |msg: &Checked| {
+            let sender = (arrival.principal, arrival.grant);
+            decisions.denies(settings.policy.as_ref(), sender, msg)
+        };
+        match admission::admit(now, settings, &mut self.buckets, arrival, denies) {
+            Verdict::Admit { denied } => Some(denied),
+            Verdict::Refuse(refused) => {
+                if refused == Refused::Denied {
+                    self.metrics.policy_denied += 1;
+                }
+                self.refuse_with(request, refused.refusal(id, None), cors);
+                None
             }
         }
-        let Some(wait) = wait else {
-            return false;
-        };
-        let mut response = Rejection::RateLimited.response();
-        let seconds = super::limits::retry_after(wait).to_string();
-        response
-            .headers
-            .push(("retry-after", std::borrow::Cow::Owned(seconds)));
-        let body = crate::streamable::error_message(msg.raw_id(), -32029, "rate limit exceeded");
-        response.body = std::borrow::Cow::Owned(body);
-        self.refuse_with(request, &Rejection::RateLimited, response, cors.as_deref());
-        true
     }
 
     /// A POST to `/messages` or `/mcp`, checked in full now. It goes ahead at once when the
@@ -287,19 +228,15 @@ impl Hub {
             _ => self.prepare_legacy(req)?,
         };
         self.audit_describe(request, prepared.message());
-        let (id, tool) = (prepared.request_id(), prepared.message().tool.as_deref());
-        if self.insufficient_scope(request, (&grant, &cors), (id, tool)) {
+        let arrival = Arrival {
+            principal: &principal,
+            grant: &grant,
+            msg: Some(prepared.message()),
+        };
+        let answer = (prepared.request_id(), cors.as_deref());
+        let Some(forbidden) = self.admit(now, request, arrival, answer) else {
             return Ok(());
-        }
-        if self.rate_limited(now, request, (&principal, &cors), prepared.message()) {
-            return Ok(());
-        }
-        let forbidden = self.forbidden(&principal, &grant, prepared.message());
-        if forbidden && prepared.message().kind == message::Kind::Notification {
-            // No id to answer under: the POST itself is refused.
-            self.metrics.policy_denied += 1;
-            return Err(Rejection::ForbiddenByPolicy);
-        }
+        };
         let post = Post {
             request,
             cors,
@@ -362,16 +299,14 @@ impl Hub {
         self.drop_message(DropReason::ClientLeft, Some(&method));
     }
 
-    /// Refuses `request` with `response` (`rejection`'s, with its id, challenge or
-    /// `Retry-After` added): counted once here, with CORS headers for an allowed origin.
-    pub(super) fn refuse_with(
-        &mut self,
-        request: RequestId,
-        rejection: &Rejection,
-        mut response: crate::http::Response,
-        cors: Option<&str>,
-    ) {
-        self.metrics.rejected(rejection);
+    /// Refuses `request` as `refusal` says: counted once here, with CORS headers for an
+    /// allowed origin.
+    pub(super) fn refuse_with(&mut self, request: RequestId, refusal: Refusal, cors: Option<&str>) {
+        let Refusal {
+            rejection,
+            mut response,
+        } = refusal;
+        self.metrics.rejected(&rejection);
         if let Some(origin) = cors {
             http::add_cors(&mut response, origin);
         }
@@ -379,9 +314,7 @@ impl Hub {
     }
 
     /// Refuses `request` at `now`: a 503 for want of a backend says in `Retry-After` when
-    /// a retry can expect one (SPEC section 12): the seconds until the restart is due,
-    /// rounded up, at least 1 (a retry then waits --restart-wait for the new process to
-    /// be ready, so the wait is not added again); 1 when none is scheduled.
+    /// a retry can expect one (SPEC section 12; 1 when no restart is scheduled).
     pub(super) fn refuse_at(
         &mut self,
         now: Instant,
@@ -389,18 +322,14 @@ impl Hub {
         rejection: Rejection,
         cors: Option<&str>,
     ) {
-        let wait = self.backend.until_restart(now);
-        let (Rejection::BackendDown, Some(wait)) = (rejection, wait) else {
-            return self.refuse(request, rejection, cors);
-        };
-        let mut response = rejection.response();
-        let seconds = super::limits::retry_after(wait).to_string();
-        for (name, value) in &mut response.headers {
-            if *name == "retry-after" {
-                *value = std::borrow::Cow::Owned(seconds.clone());
+        let refusal = match rejection {
+            Rejection::BackendDown => {
+                let restart_in = self.backend.until_restart(now);
+                Refused::BackendDown { restart_in }.refusal(None, None)
             }
-        }
-        self.refuse_with(request, &rejection, response, cors);
+            rejection => rejection.into(),
+        };
+        self.refuse_with(request, refusal, cors);
     }
 
     /// SPEC section 1's checks of a legacy POST, in order.
@@ -431,8 +360,9 @@ impl Hub {
             sender,
             ..
         } = post;
-        if !self.backend.fits(prepared.session()) {
-            return self.refuse(request, Rejection::BackendBusy, cors.as_deref());
+        let within_share = self.backend.fits(prepared.session());
+        if let Err(refused) = admission::room(&Capacity::share(within_share)) {
+            return self.refuse_with(request, refused.refusal(None, None), cors.as_deref());
         }
         let result = match prepared {
             Prepared::Legacy { session, msg } => {
@@ -475,9 +405,8 @@ impl Hub {
             match tracking {
                 // 409 carries the id that is taken.
                 Err(Rejection::IdInFlight) => {
-                    let response = crate::streamable::id_in_flight(msg.raw_id());
-                    let cors = cors.as_deref();
-                    self.refuse_with(request, &Rejection::IdInFlight, response, cors);
+                    let refusal = Refused::IdInFlight.refusal(Some(msg.raw_id()), None);
+                    self.refuse_with(request, refusal, cors.as_deref());
                     return Ok(());
                 }
                 Err(rejection) => return Err(rejection),
@@ -571,5 +500,18 @@ impl Hub {
             outcome: Some(outcome),
         };
         self.deliver(now, sid, answer, what);
+    }
+}
+
+/// What a new session of `principal` would find at `now` (SPEC sections 7 and 10).
+pub(super) fn opening(now: Instant, hub: &Hub, principal: &Principal) -> Opening {
+    Opening {
+        backend_up: hub.backend.is_up(),
+        restart_in: hub.backend.until_restart(now),
+        sessions_full: hub.sessions.check_room().is_err(),
+        of_principal: (
+            hub.sessions.of(principal),
+            hub.settings.max_sessions_per_principal,
+        ),
     }
 }
