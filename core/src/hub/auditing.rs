@@ -4,71 +4,18 @@
 //! the session's bounded in-flight table; Streamable: its `InFlight` entry) until its
 //! JSON-RPC answer. Routing never looks at any of it.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::exchanges::Started;
 use super::sessions::SessionNumber;
 use super::Hub;
 use crate::audit::Asked;
 use crate::audit::{cut, field, AuditRecord, AuditType, ClientInfo, Outcome, Source, Transport};
-use crate::auth::Principal;
 use crate::framing::FramingError;
 use crate::http::{Endpoint, Rejection, Request};
 use crate::message::Checked;
 use crate::output::{Event, Output, RequestId};
-
-/// What a request's event needs, kept with the request until its outcome is known.
-#[derive(Debug)]
-pub(crate) struct Started {
-    at: Instant,
-    kind: AuditType,
-    method: Option<String>,
-    name: Option<String>,
-    request_id: Option<String>,
-    request: Option<(String, bool)>,
-    source: Arc<Source>,
-    transport: Transport,
-    principal: Principal,
-    session: Option<crate::routed_id::SessionId>,
-}
-
-impl Started {
-    /// When its request arrived.
-    pub(super) fn at(&self) -> Instant {
-        self.at
-    }
-}
-
-/// The audit part: contexts of POSTs not answered yet.
-#[derive(Debug, Default)]
-pub(crate) struct Auditor {
-    pending: HashMap<RequestId, Box<Started>>,
-    /// The time of the latest input, for events written with an HTTP answer.
-    clock: Option<Instant>,
-}
-
-impl Auditor {
-    /// Notes the time of an input.
-    pub(super) fn tick(&mut self, now: Instant) {
-        self.clock = Some(now);
-    }
-
-    /// How many contexts wait for an HTTP answer.
-    pub(super) fn pending(&self) -> usize {
-        self.pending.len()
-    }
-
-    /// Whether a POST's context waits for its answer.
-    pub(super) fn has_pending(&self) -> bool {
-        !self.pending.is_empty()
-    }
-
-    /// `GET /mcp` `id` is answered with a stream: no refusal, no event.
-    pub(super) fn answered_with_stream(&mut self, id: RequestId) {
-        self.pending.remove(&id);
-    }
-}
 
 /// Why the shell refused a request before the hub saw it ([`Hub::handle_refused`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,14 +81,12 @@ impl Hub {
     /// Audit contexts of requests not answered yet (tests check they never outnumber them).
     #[doc(hidden)]
     pub fn audit_pending(&self) -> usize {
-        self.audit.pending()
+        self.exchanges.observed()
     }
 
-    /// A POST or `GET /sse` arrived: its context, while auditing is on.
-    pub(super) fn audit_arrived(&mut self, now: Instant, id: RequestId, req: &Request) {
-        let Some(_) = &self.settings.audit else {
-            return;
-        };
+    /// A request arrived: its observation context, while auditing is on.
+    pub(super) fn audit_context(&self, now: Instant, req: &Request) -> Option<Box<Started>> {
+        self.settings.audit.as_ref()?;
         // A `GET /mcp` or `DELETE /mcp` is audited only when refused (as `mcp_request` and
         // `session_close`): an opened stream is no request, and a session that ends says
         // so itself.
@@ -150,7 +95,7 @@ impl Hub {
             Endpoint::Messages => (AuditType::Request, Transport::Sse),
             Endpoint::McpPost | Endpoint::McpGet => (AuditType::Request, Transport::Streamable),
             Endpoint::McpDelete => (AuditType::SessionClose, Transport::Streamable),
-            _ => return,
+            _ => return None,
         };
         let started = Started {
             at: now,
@@ -171,7 +116,7 @@ impl Hub {
                     .and_then(crate::routed_id::SessionId::parse),
             },
         };
-        self.audit.pending.insert(id, Box::new(started));
+        Some(Box::new(started))
     }
 
     /// The POST's message was read: its type, method, target and id.
@@ -179,7 +124,7 @@ impl Hub {
         let Some(audit) = &self.settings.audit else {
             return;
         };
-        let Some(started) = self.audit.pending.get_mut(&id) else {
+        let Some(started) = self.exchanges.started_mut(id) else {
             return;
         };
         started.kind = AuditType::of_method(&msg.method);
@@ -196,15 +141,17 @@ impl Hub {
 
     /// The POST was accepted: its context goes with the request in flight.
     pub(super) fn audit_take(&mut self, id: RequestId) -> Option<Box<Started>> {
-        self.audit.pending.remove(&id)
+        self.exchanges.take_started(id)
     }
 
-    /// `id` is answered over HTTP with `response` while its context is still pending: a
-    /// refusal, written now.
-    pub(super) fn audit_refused(&mut self, id: RequestId, response: &crate::http::Response) {
-        let Some(started) = self.audit.pending.remove(&id) else {
-            return;
-        };
+    /// A request is answered over HTTP with `response` while its context is still with
+    /// its exchange: a refusal, written now.
+    pub(super) fn audit_refused(
+        &mut self,
+        now: Instant,
+        started: Box<Started>,
+        response: &crate::http::Response,
+    ) {
         let status = response.status;
         // The JSON-RPC message it carries, if any, is the response as sent.
         let message = response
@@ -212,7 +159,6 @@ impl Hub {
             .starts_with(b"{\"jsonrpc\"")
             .then_some(&response.body[..]);
         let outcome = Outcome::of_refusal(status);
-        let now = self.audit.clock.unwrap_or(started.at);
         let text = message.map(|m| String::from_utf8_lossy(m).into_owned());
         let mut record = self.record(now, *started, outcome, message.map(<[u8]>::len), text);
         // The client of the session it named, only if that session is the caller's own (a
@@ -226,11 +172,10 @@ impl Hub {
     }
 
     /// `id`'s client left before it was answered (nothing will be): an `error` event.
-    pub(super) fn audit_abandoned(&mut self, id: RequestId) {
-        let Some(started) = self.audit.pending.remove(&id) else {
+    pub(super) fn audit_abandoned(&mut self, now: Instant, id: RequestId) {
+        let Some(started) = self.exchanges.close(id).and_then(|e| e.started) else {
             return;
         };
-        let now = self.audit.clock.unwrap_or(started.at);
         let record = self.record(now, *started, Outcome::Error, None, None);
         self.emit(record);
     }

@@ -211,7 +211,7 @@ impl Hub {
     /// Every POST waiting for the backend is refused, every `/health` request answered.
     fn settle_waiting(&mut self, now: Instant, rejection: Rejection) {
         for post in self.posts.take_all() {
-            self.refuse_at(now, post.request, rejection, post.cors.as_deref());
+            self.refuse(now, post.request, rejection);
         }
         for request in self.backend.all_health() {
             self.respond_health(now, request, false);

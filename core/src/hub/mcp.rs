@@ -7,12 +7,13 @@ use std::time::Instant;
 
 use super::backend::LineFrom;
 use super::dispatch::Delivery;
+use super::exchanges::Answer;
 use super::resume::{Carries, EventLog, StreamKey};
 use super::sessions::{Kind, SessionNumber};
 use super::{Body, Hub, Request};
 use crate::audit::Outcome;
 use crate::auth::Principal;
-use crate::http::{self, Rejection, Response};
+use crate::http::{Rejection, Response};
 use crate::message;
 use crate::message::Checked;
 use crate::message::IdKey;
@@ -57,10 +58,8 @@ pub(crate) struct InFlight {
     raw_id: String,
     /// Its progress token, if it carries one.
     token: Option<IdKey>,
-    /// The browser origin to answer with CORS headers.
-    cors: Option<String>,
     /// Its audit context.
-    audit: Option<Box<super::auditing::Started>>,
+    audit: Option<Box<super::exchanges::Started>>,
     /// An `initialize` that opens its session: the session opens only if it gets a
     /// result; until then it is held back, and so is its stream.
     opens: Option<Opens>,
@@ -162,7 +161,7 @@ impl Hub {
     pub(super) fn mcp_post(
         &mut self,
         now: Instant,
-        (request, cors): (RequestId, &Option<String>),
+        request: RequestId,
         post: McpPost,
         sender: super::post::Sender,
     ) -> Result<(), Rejection> {
@@ -182,14 +181,14 @@ impl Hub {
                 Err(Rejection::PrincipalSessions) => {
                     let refused = Rejection::PrincipalSessions;
                     let response = refused.response_to(msg.raw_id());
-                    self.refuse_with(request, &refused, response, cors.as_deref());
+                    self.respond(now, request, Answer::Refused(refused, response));
                     return Ok(());
                 }
                 opened => opened?,
             },
         };
         if msg.kind == message::Kind::Notification {
-            self.mcp_notification(now, (request, cors), (number, sid), &msg, sender);
+            self.mcp_notification(now, request, (number, sid), &msg, sender);
             return Ok(());
         }
         if session.is_some() && msg.method == "initialize" {
@@ -201,9 +200,12 @@ impl Hub {
         let m = self.sessions.mcp(number).expect("found or opened above");
         if m.in_flight.contains_key(&id.key) {
             // 409 with a JSON-RPC error under the id that is taken.
-            self.metrics.rejected(&Rejection::IdInFlight);
-            let response = decorate(streamable::id_in_flight(msg.raw_id()), sid, cors);
-            self.respond(request, response);
+            let response = with_session(streamable::id_in_flight(msg.raw_id()), sid);
+            self.respond(
+                now,
+                request,
+                Answer::Refused(Rejection::IdInFlight, response),
+            );
             return Ok(());
         }
         if m.in_flight.len() >= self.settings.max_inflight {
@@ -213,7 +215,7 @@ impl Hub {
         let stream_answer = accepts.event_stream && (msg.token.is_some() || !accepts.json);
         let stream = stream_answer.then_some(priming);
         let form = session.map(|_| stream).ok_or(Opens { stream });
-        self.await_answer(now, request, cors, (number, sid), &msg, form);
+        self.await_answer(now, request, (number, sid), &msg, form);
         // Now that the answer has somewhere to go: the line for the backend, or the
         // proxy's own answer (a cached initialize).
         self.client_message(now, (number, sid), &msg, sender);
@@ -224,7 +226,7 @@ impl Hub {
     fn mcp_notification(
         &mut self,
         now: Instant,
-        (request, cors): (RequestId, &Option<String>),
+        request: RequestId,
         (number, sid): (SessionNumber, SessionId),
         msg: &Checked,
         sender: super::post::Sender,
@@ -232,8 +234,8 @@ impl Hub {
         self.touch(number, now);
         // Accepted: a notification produces no event.
         let _ = self.audit_take(request);
-        let response = decorate(streamable::notification_accepted(), sid, cors);
-        self.respond(request, response);
+        let response = with_session(streamable::notification_accepted(), sid);
+        self.respond(now, request, Answer::Served(response));
         self.client_message(now, (number, sid), msg, sender);
         if let Some(cancels) = &msg.cancels {
             self.cancelled_by_client(now, number, &cancels.key);
@@ -247,26 +249,26 @@ impl Hub {
         &mut self,
         now: Instant,
         request: RequestId,
-        cors: &Option<String>,
         (number, sid): (SessionNumber, SessionId),
         msg: &Checked,
         form: Result<Option<bool>, Opens>,
     ) {
         let key = msg.id.as_ref().expect("a request").key.clone();
+        // Taken before its stream answers the exchange: it goes with the request.
+        let audit = self.audit_take(request);
         let (stream, opens) = match form {
             Ok(stream) => (stream, None),
             Err(opens) => (None, Some(opens)),
         };
         let stream = stream.map(|priming| {
             let carries = Carries::Request(key.clone(), msg.raw_id().to_owned());
-            self.open_mcp_stream(now, request, (number, sid), cors, carries, priming)
+            self.open_mcp_stream(now, request, (number, sid), carries, priming)
         });
         if let Some(timeout) = self.settings.request_timeout {
             let timer = (number, key.clone());
             self.sessions.request_timers.set(timer, now + timeout);
         }
         let token = msg.token.as_ref().map(|t| t.key.clone());
-        let audit = self.audit_take(request);
         let m = self
             .sessions
             .mcp_mut(number)
@@ -279,7 +281,6 @@ impl Hub {
             stream,
             raw_id: msg.raw_id().to_owned(),
             token,
-            cors: cors.clone(),
             audit,
             opens,
         };
@@ -337,9 +338,8 @@ impl Hub {
                 let (sid, raw_id) = (sid.id, entry.raw_id.clone());
                 let key = IdKey::of(&raw_id).expect("an admitted id");
                 let carries = Carries::Request(key, raw_id);
-                let (request, cors) = (entry.request, &entry.cors);
-                let stream =
-                    self.open_mcp_stream(now, request, (number, sid), cors, carries, priming);
+                let request = entry.request;
+                let stream = self.open_mcp_stream(now, request, (number, sid), carries, priming);
                 entry.stream = Some(stream);
             }
             return self.answer(now, number, entry, (message, outcome));
@@ -349,14 +349,11 @@ impl Hub {
         if let Some(started) = entry.audit.take() {
             self.audit_answered(now, number, started, &message, outcome);
         }
-        let mut response = match opens.stream {
+        let response = match opens.stream {
             Some(_) => streamable::sse_answer(&message),
             None => streamable::json_answer(message),
         };
-        if let Some(origin) = &entry.cors {
-            http::add_cors(&mut response, origin);
-        }
-        self.respond(entry.request, response);
+        self.respond(now, entry.request, Answer::Served(response));
     }
 
     /// `GET /mcp`: the session's standalone stream; a new one replaces the old.
@@ -370,18 +367,13 @@ impl Hub {
             return Err(Rejection::NotAcceptable);
         }
         let (number, sid) = self.named_mcp_session(req)?;
-        if self.insufficient_scope(request, (&req.grant, &req.cors), (None, None)) {
+        if self.insufficient_scope(now, request, &req.grant, (None, None)) {
             return Ok(());
         }
         if let Some(last) = &req.mcp.last_event_id {
-            let resumed = self.resume(now, request, req, (number, sid), last);
-            if resumed.is_ok() {
-                self.audit.answered_with_stream(request);
-            }
-            return resumed;
+            return self.resume(now, request, (number, sid), last);
         }
-        self.audit.answered_with_stream(request);
-        let key = self.open_mcp_stream(now, request, (number, sid), &req.cors, Carries::Get, false);
+        let key = self.open_mcp_stream(now, request, (number, sid), Carries::Get, false);
         let old = self
             .sessions
             .mcp_mut(number)
@@ -402,13 +394,14 @@ impl Hub {
         req: &Request,
     ) -> Result<(), Rejection> {
         let (number, sid) = self.named_mcp_session(req)?;
-        if self.insufficient_scope(request, (&req.grant, &req.cors), (None, None)) {
+        if self.insufficient_scope(now, request, &req.grant, (None, None)) {
             return Ok(());
         }
         // Its event is the session's own `session_close`: the 204 is no refusal.
         let _ = self.audit_take(request);
         self.end_session(now, number, CloseReason::Deleted);
-        self.respond(request, decorate(streamable::deleted(), sid, &req.cors));
+        let response = with_session(streamable::deleted(), sid);
+        self.respond(now, request, Answer::Served(response));
         Ok(())
     }
 
@@ -460,8 +453,8 @@ impl Hub {
             None => {
                 let sid = self.sessions.get(number).expect("in flight").id;
                 let message = streamable::error_message(&entry.raw_id, -32800, "Request cancelled");
-                let response = decorate(streamable::json_answer(message), sid, &entry.cors);
-                self.respond(entry.request, response);
+                let response = with_session(streamable::json_answer(message), sid);
+                self.respond(now, entry.request, Answer::Served(response));
             }
         }
         self.touch(number, now);
@@ -603,8 +596,8 @@ impl Hub {
             }
             None => {
                 let sid = self.sessions.get(number).expect("answered while live").id;
-                let response = decorate(streamable::json_answer(message), sid, &entry.cors);
-                self.respond(entry.request, response);
+                let response = with_session(streamable::json_answer(message), sid);
+                self.respond(now, entry.request, Answer::Served(response));
             }
         }
     }
@@ -695,14 +688,11 @@ impl Hub {
     }
 }
 
-/// Adds the session header (and CORS headers) to an answer of `sid`.
-pub(super) fn decorate(mut response: Response, sid: SessionId, cors: &Option<String>) -> Response {
+/// An answer of session `sid`, naming it.
+pub(super) fn with_session(mut response: Response, sid: SessionId) -> Response {
     response.headers.push((
         "mcp-session-id",
         std::borrow::Cow::Owned(sid.as_str().to_owned()),
     ));
-    if let Some(origin) = cors {
-        http::add_cors(&mut response, origin);
-    }
     response
 }

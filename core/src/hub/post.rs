@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use super::backend::LineFrom;
 use super::dispatch::Delivery;
+use super::exchanges::Answer;
 use super::mcp::McpPost;
 use super::sessions::{Kind, SessionNumber, Tracked};
 use super::streams::Role;
@@ -65,7 +66,6 @@ impl Prepared {
 #[derive(Debug)]
 pub(super) struct Post {
     pub(super) request: RequestId,
-    pub(super) cors: Option<String>,
     prepared: Prepared,
     sender: Sender,
     deadline: Instant,
@@ -79,7 +79,7 @@ pub(super) struct Sender {
     /// The policy denies its message: the proxy answers -32003.
     pub(super) forbidden: bool,
     /// Its audit context, once it is accepted.
-    pub(super) started: Option<Box<super::auditing::Started>>,
+    pub(super) started: Option<Box<super::exchanges::Started>>,
 }
 
 /// POSTs waiting for a restarted backend to be ready, in arrival order, within a count
@@ -149,7 +149,7 @@ impl Hub {
         request: RequestId,
         req: Request,
     ) -> Result<(), Rejection> {
-        if self.insufficient_scope(request, (&req.grant, &req.cors), (None, None)) {
+        if self.insufficient_scope(now, request, &req.grant, (None, None)) {
             return Ok(());
         }
         self.check_new_session(&req.principal)?;
@@ -165,10 +165,7 @@ impl Hub {
         let _ = self.audit_take(request);
         self.audit_session_origin(number, &req.source);
         self.audit_session(number, true);
-        let mut head = http::sse_head();
-        if let Some(origin) = &req.cors {
-            http::add_cors(&mut head, origin);
-        }
+        let head = http::sse_head();
         self.start_stream(now, request, (stream, head), number, Role::Legacy);
         let url = format!(
             "{}/messages?session_id={sid}",
@@ -188,8 +185,9 @@ impl Hub {
     /// if `request` was refused so.
     pub(super) fn insufficient_scope(
         &mut self,
+        now: Instant,
         request: RequestId,
-        (grant, cors): (&Grant, &Option<String>),
+        grant: &Grant,
         (id, tool): (Option<&str>, Option<&str>),
     ) -> bool {
         let Some(oauth) = self.settings.oauth.clone() else {
@@ -210,12 +208,8 @@ impl Hub {
         response
             .headers
             .push(("www-authenticate", std::borrow::Cow::Owned(challenge)));
-        self.refuse_with(
-            request,
-            &Rejection::InsufficientScope,
-            response,
-            cors.as_deref(),
-        );
+        let answer = Answer::Refused(Rejection::InsufficientScope, response);
+        self.respond(now, request, answer);
         true
     }
 
@@ -240,7 +234,7 @@ impl Hub {
         &mut self,
         now: Instant,
         request: RequestId,
-        (principal, cors): (&Principal, &Option<String>),
+        principal: &Principal,
         msg: &Checked,
     ) -> bool {
         if !msg.is_call() {
@@ -272,7 +266,8 @@ impl Hub {
             .push(("retry-after", std::borrow::Cow::Owned(seconds)));
         let body = crate::streamable::error_message(msg.raw_id(), -32029, "rate limit exceeded");
         response.body = std::borrow::Cow::Owned(body);
-        self.refuse_with(request, &Rejection::RateLimited, response, cors.as_deref());
+        let answer = Answer::Refused(Rejection::RateLimited, response);
+        self.respond(now, request, answer);
         true
     }
 
@@ -284,17 +279,17 @@ impl Hub {
         request: RequestId,
         req: Request,
     ) -> Result<(), Rejection> {
-        let (cors, grant, principal) = (req.cors.clone(), req.grant.clone(), req.principal.clone());
+        let (grant, principal) = (req.grant.clone(), req.principal.clone());
         let prepared = match req.endpoint {
             Endpoint::McpPost => Prepared::Mcp(self.prepare_mcp(req)?),
             _ => self.prepare_legacy(req)?,
         };
         self.audit_describe(request, prepared.message());
         let (id, tool) = (prepared.request_id(), prepared.message().tool.as_deref());
-        if self.insufficient_scope(request, (&grant, &cors), (id, tool)) {
+        if self.insufficient_scope(now, request, &grant, (id, tool)) {
             return Ok(());
         }
-        if self.rate_limited(now, request, (&principal, &cors), prepared.message()) {
+        if self.rate_limited(now, request, &principal, prepared.message()) {
             return Ok(());
         }
         let forbidden = self.forbidden(&principal, &grant, prepared.message());
@@ -305,7 +300,6 @@ impl Hub {
         }
         let post = Post {
             request,
-            cors,
             prepared,
             sender: Sender {
                 grant,
@@ -359,51 +353,9 @@ impl Hub {
         let Some(post) = self.posts.remove(request) else {
             return;
         };
-        self.audit.tick(now);
-        self.audit_abandoned(request);
+        self.audit_abandoned(now, request);
         let method = post.prepared.message().method.clone();
         self.drop_message(DropReason::ClientLeft, Some(&method));
-    }
-
-    /// Refuses `request` with `response` (`rejection`'s, with its id, challenge or
-    /// `Retry-After` added): counted once here, with CORS headers for an allowed origin.
-    pub(super) fn refuse_with(
-        &mut self,
-        request: RequestId,
-        rejection: &Rejection,
-        mut response: crate::http::Response,
-        cors: Option<&str>,
-    ) {
-        self.metrics.rejected(rejection);
-        if let Some(origin) = cors {
-            http::add_cors(&mut response, origin);
-        }
-        self.respond(request, response);
-    }
-
-    /// Refuses `request` at `now`: a 503 for want of a backend says in `Retry-After` when
-    /// a retry can expect one (SPEC section 12): the seconds until the restart is due,
-    /// rounded up, at least 1 (a retry then waits --restart-wait for the new process to
-    /// be ready, so the wait is not added again); 1 when none is scheduled.
-    pub(super) fn refuse_at(
-        &mut self,
-        now: Instant,
-        request: RequestId,
-        rejection: Rejection,
-        cors: Option<&str>,
-    ) {
-        let wait = self.backend.until_restart(now);
-        let (Rejection::BackendDown, Some(wait)) = (rejection, wait) else {
-            return self.refuse(request, rejection, cors);
-        };
-        let mut response = rejection.response();
-        let seconds = super::limits::retry_after(wait).to_string();
-        for (name, value) in &mut response.headers {
-            if *name == "retry-after" {
-                *value = std::borrow::Cow::Owned(seconds.clone());
-            }
-        }
-        self.refuse_with(request, &rejection, response, cors);
     }
 
     /// SPEC section 1's checks of a legacy POST, in order.
@@ -429,29 +381,28 @@ impl Hub {
     pub(super) fn dispatch_post(&mut self, now: Instant, post: Post) {
         let Post {
             request,
-            cors,
             prepared,
             sender,
             ..
         } = post;
         if !self.backend.fits(prepared.session()) {
-            return self.refuse(request, Rejection::BackendBusy, cors.as_deref());
+            return self.refuse(now, request, Rejection::BackendBusy);
         }
         let result = match prepared {
             Prepared::Legacy { session, msg } => {
-                self.legacy_post(now, (request, &cors), session, &msg, sender)
+                self.legacy_post(now, request, session, &msg, sender)
             }
-            Prepared::Mcp(mcp) => self.mcp_post(now, (request, &cors), mcp, sender),
+            Prepared::Mcp(mcp) => self.mcp_post(now, request, mcp, sender),
         };
         if let Err(rejection) = result {
-            self.refuse(request, rejection, cors.as_deref());
+            self.refuse(now, request, rejection);
         }
     }
 
     fn legacy_post(
         &mut self,
         now: Instant,
-        (request, cors): (RequestId, &Option<String>),
+        request: RequestId,
         session: SessionNumber,
         msg: &Checked,
         mut sender: Sender,
@@ -465,7 +416,11 @@ impl Hub {
             // 409 carries the id that is taken.
             Err(Rejection::IdInFlight) => {
                 let response = crate::streamable::id_in_flight(msg.raw_id());
-                self.refuse_with(request, &Rejection::IdInFlight, response, cors.as_deref());
+                self.respond(
+                    now,
+                    request,
+                    Answer::Refused(Rejection::IdInFlight, response),
+                );
                 return Ok(());
             }
             Err(rejection) => return Err(rejection),
@@ -476,11 +431,7 @@ impl Hub {
         if let Some(cancels) = &msg.cancels {
             self.legacy_cancelled(now, session, &cancels.key);
         }
-        let mut response = http::accepted();
-        if let Some(origin) = cors {
-            http::add_cors(&mut response, origin);
-        }
-        self.respond(request, response);
+        self.respond(now, request, Answer::Served(http::accepted()));
         Ok(())
     }
 
@@ -609,7 +560,7 @@ impl Hub {
         &mut self,
         number: SessionNumber,
         msg: &Checked,
-        audit: Option<Box<super::auditing::Started>>,
+        audit: Option<Box<super::exchanges::Started>>,
     ) {
         let max = self.settings.max_inflight;
         let (Some(session), Some(id)) = (self.sessions.get_mut(number), &msg.id) else {

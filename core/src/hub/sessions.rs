@@ -47,7 +47,7 @@ pub(crate) enum Kind {
 #[derive(Debug)]
 pub(crate) struct Tracked {
     pub(crate) raw_id: String,
-    pub(crate) audit: Option<Box<super::auditing::Started>>,
+    pub(crate) audit: Option<Box<super::exchanges::Started>>,
 }
 
 #[derive(Debug)]
