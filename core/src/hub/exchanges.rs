@@ -30,13 +30,6 @@ pub(crate) struct Started {
     pub(super) session: Option<SessionId>,
 }
 
-impl Started {
-    /// When its request arrived.
-    pub(crate) fn at(&self) -> Instant {
-        self.at
-    }
-}
-
 /// One HTTP exchange owed an answer.
 #[derive(Debug, Default)]
 pub(crate) struct Exchange {

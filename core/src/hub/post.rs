@@ -412,20 +412,6 @@ impl Hub {
             .get(session)
             .map(|s| s.id)
             .ok_or(Rejection::SessionNotFound)?;
-        match self.check_tracking(now, session, msg) {
-            // 409 carries the id that is taken.
-            Err(Rejection::IdInFlight) => {
-                let response = crate::streamable::id_in_flight(msg.raw_id());
-                self.respond(
-                    now,
-                    request,
-                    Answer::Refused(Rejection::IdInFlight, response),
-                );
-                return Ok(());
-            }
-            Err(rejection) => return Err(rejection),
-            Ok(()) => {}
-        }
         sender.started = self.audit_take(request);
         self.client_message(now, (session, sid), msg, sender);
         if let Some(cancels) = &msg.cancels {
@@ -448,7 +434,7 @@ impl Hub {
         self.metrics.client_messages += 1;
         self.audit_client_info(number, msg);
         // A legacy request is tracked before anything answers it (routing never needs it).
-        self.track_legacy(number, msg, sender.started);
+        self.track_legacy(now, number, msg, sender.started);
         if sender.forbidden {
             self.metrics.policy_denied += 1;
             let answer = msg.error(-32003, "forbidden by policy");
@@ -489,57 +475,6 @@ impl Hub {
         }
     }
 
-    /// With auditing on, a legacy request waits for its answer in its session's bounded
-    /// in-flight table, so, as on `/mcp`: an id already in flight gets 409 and a request
-    /// past `--max-inflight` 429; every request accepted is audited. A request unanswered
-    /// for `--request-timeout` is awaited no longer (`error`), so that requests the backend
-    /// never answers cannot hold the table (nothing is sent: legacy requests do not time
-    /// out, and a late answer still goes to the stream).
-    fn check_tracking(
-        &mut self,
-        now: Instant,
-        number: SessionNumber,
-        msg: &Checked,
-    ) -> Result<(), Rejection> {
-        let (Some(_), Some(id)) = (&self.settings.audit, &msg.id) else {
-            return Ok(());
-        };
-        if msg.kind != message::Kind::Request {
-            return Ok(());
-        }
-        let max = self.settings.max_inflight;
-        let blocked = |in_flight: &std::collections::BTreeMap<IdKey, Tracked>| {
-            if in_flight.contains_key(&id.key) {
-                Err(Rejection::IdInFlight)
-            } else if in_flight.len() >= max {
-                Err(Rejection::TooManyInFlight)
-            } else {
-                Ok(())
-            }
-        };
-        let Some(Kind::Legacy { in_flight, .. }) =
-            self.sessions.get_mut(number).map(|s| &mut s.kind)
-        else {
-            return Ok(());
-        };
-        let (Err(_), Some(timeout)) = (blocked(in_flight), self.settings.request_timeout) else {
-            return blocked(in_flight);
-        };
-        let expired: Vec<_> = (in_flight.iter())
-            .filter(|(_, t)| t.audit.as_ref().is_some_and(|a| a.at() + timeout <= now))
-            .map(|(key, _)| key.clone())
-            .collect();
-        let expired: Vec<_> = (expired.iter())
-            .filter_map(|key| in_flight.remove(key)?.audit)
-            .collect();
-        let result = blocked(in_flight);
-        for started in expired {
-            let at = started.at() + timeout;
-            self.audit_unanswered(at, number, started);
-        }
-        result
-    }
-
     /// The client of legacy session `number` cancelled request `key`: it is awaited no
     /// longer (the backend's late answer still goes to the stream), and its event says so.
     fn legacy_cancelled(&mut self, now: Instant, number: SessionNumber, key: &IdKey) {
@@ -554,22 +489,57 @@ impl Hub {
     }
 
     /// Remembers a legacy request until its answer, to answer it itself should the
-    /// backend restart first and to audit it (at most `--max-inflight` per session;
-    /// routing never needs it).
+    /// backend restart first and to observe its outcome; routing never needs it, and
+    /// nothing here refuses (SPEC sections 1 and 11), so auditing changes nothing a client
+    /// gets. At most `--max-inflight` per session: when the table is full or holds its id,
+    /// requests unanswered for `--request-timeout` are awaited no longer; an earlier
+    /// request with its id is replaced, and past the bound the request is not kept, each
+    /// awaited no longer (its `error` event).
     fn track_legacy(
         &mut self,
+        now: Instant,
         number: SessionNumber,
         msg: &Checked,
         audit: Option<Box<super::exchanges::Started>>,
     ) {
-        let max = self.settings.max_inflight;
-        let (Some(session), Some(id)) = (self.sessions.get_mut(number), &msg.id) else {
+        let (max, timeout) = (self.settings.max_inflight, self.settings.request_timeout);
+        let (Some(id), message::Kind::Request) = (&msg.id, msg.kind) else {
             return;
         };
-        if let Kind::Legacy { in_flight, .. } = &mut session.kind {
-            if in_flight.len() < max && msg.kind == message::Kind::Request {
-                let raw_id = msg.raw_id().to_owned();
-                in_flight.insert(id.key.clone(), Tracked { raw_id, audit });
+        let Some(Kind::Legacy { in_flight, .. }) =
+            self.sessions.get_mut(number).map(|s| &mut s.kind)
+        else {
+            return;
+        };
+        let mut unawaited = Vec::new();
+        let crowded = in_flight.len() >= max || in_flight.contains_key(&id.key);
+        if let (true, Some(timeout)) = (crowded, timeout) {
+            let expired: Vec<_> = (in_flight.iter())
+                .filter(|(_, t)| t.at + timeout <= now)
+                .map(|(key, _)| key.clone())
+                .collect();
+            for key in expired {
+                let tracked = in_flight.remove(&key).expect("listed above");
+                unawaited.push((tracked.at + timeout, tracked.audit));
+            }
+        }
+        if let Some(earlier) = in_flight.remove(&id.key) {
+            unawaited.push((now, earlier.audit));
+        }
+        if in_flight.len() < max {
+            let raw_id = msg.raw_id().to_owned();
+            let tracked = Tracked {
+                raw_id,
+                at: now,
+                audit,
+            };
+            in_flight.insert(id.key.clone(), tracked);
+        } else {
+            unawaited.push((now, audit));
+        }
+        for (at, started) in unawaited {
+            if let Some(started) = started {
+                self.audit_unanswered(at, number, started);
             }
         }
     }

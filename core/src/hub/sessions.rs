@@ -43,10 +43,12 @@ pub(crate) enum Kind {
     Mcp(McpSession),
 }
 
-/// A legacy request until its answer: its id as the client wrote it, its audit context.
+/// A legacy request until its answer: its id as the client wrote it, when it came, its
+/// observation context.
 #[derive(Debug)]
 pub(crate) struct Tracked {
     pub(crate) raw_id: String,
+    pub(crate) at: Instant,
     pub(crate) audit: Option<Box<super::exchanges::Started>>,
 }
 
