@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use super::auditing::Happened;
 use super::backend::LineFrom;
 use super::dispatch::Delivery;
 use super::exchanges::Answer;
@@ -165,21 +166,12 @@ impl Hub {
         post: McpPost,
         sender: super::post::Sender,
     ) -> Result<(), Rejection> {
-        let McpPost {
-            session,
-            sid,
-            principal,
-            source,
-            msg,
-            accepts,
-            priming,
-        } = post;
+        let (session, sid, msg) = (post.session, post.sid, &post.msg);
         let number = match session {
             Some(number) if self.sessions.mcp(number).is_some() => number,
             Some(_) => return Err(Rejection::SessionNotFound),
-            None => match self.open_mcp_session(now, sid, (principal, &source)) {
-                Err(Rejection::PrincipalSessions) => {
-                    let refused = Rejection::PrincipalSessions;
+            None => match self.open_mcp_session(now, sid, (post.principal, &post.source)) {
+                Err(refused @ Rejection::PrincipalSessions) => {
                     let response = refused.response_to(msg.raw_id());
                     self.respond(now, request, Answer::Refused(refused, response));
                     return Ok(());
@@ -188,7 +180,7 @@ impl Hub {
             },
         };
         if msg.kind == message::Kind::Notification {
-            self.mcp_notification(now, request, (number, sid), &msg, sender);
+            self.mcp_notification(now, request, (number, sid), msg, sender);
             return Ok(());
         }
         if session.is_some() && msg.method == "initialize" {
@@ -201,24 +193,22 @@ impl Hub {
         if m.in_flight.contains_key(&id.key) {
             // 409 with a JSON-RPC error under the id that is taken.
             let response = with_session(streamable::id_in_flight(msg.raw_id()), sid);
-            self.respond(
-                now,
-                request,
-                Answer::Refused(Rejection::IdInFlight, response),
-            );
+            let answer = Answer::Refused(Rejection::IdInFlight, response);
+            self.respond(now, request, answer);
             return Ok(());
         }
         if m.in_flight.len() >= self.settings.max_inflight {
             return Err(Rejection::TooManyInFlight);
         }
         self.touch(number, now);
-        let stream_answer = accepts.event_stream && (msg.token.is_some() || !accepts.json);
-        let stream = stream_answer.then_some(priming);
+        let stream_answer =
+            post.accepts.event_stream && (msg.token.is_some() || !post.accepts.json);
+        let stream = stream_answer.then_some(post.priming);
         let form = session.map(|_| stream).ok_or(Opens { stream });
-        self.await_answer(now, request, (number, sid), &msg, form);
+        self.await_answer(now, request, (number, sid), msg, form);
         // Now that the answer has somewhere to go: the line for the backend, or the
         // proxy's own answer (a cached initialize).
-        self.client_message(now, (number, sid), &msg, sender);
+        self.client_message(now, (number, sid), msg, sender);
         Ok(())
     }
 
@@ -233,7 +223,7 @@ impl Hub {
     ) {
         self.touch(number, now);
         // Accepted: a notification produces no event.
-        let _ = self.audit_take(request);
+        let _ = self.exchanges.take_started(request);
         let response = with_session(streamable::notification_accepted(), sid);
         self.respond(now, request, Answer::Served(response));
         self.client_message(now, (number, sid), msg, sender);
@@ -255,7 +245,7 @@ impl Hub {
     ) {
         let key = msg.id.as_ref().expect("a request").key.clone();
         // Taken before its stream answers the exchange: it goes with the request.
-        let audit = self.audit_take(request);
+        let audit = self.exchanges.take_started(request);
         let (stream, opens) = match form {
             Ok(stream) => (stream, None),
             Err(opens) => (None, Some(opens)),
@@ -300,12 +290,14 @@ impl Hub {
             ..McpSession::default()
         });
         let number = self.sessions.open(sid, principal, kind)?;
-        self.audit_session_origin(number, source);
+        if let Some(session) = self.sessions.get_mut(number) {
+            session.source = source.clone();
+        }
         Ok(number)
     }
 
     /// The `initialize` of session `number` got a result: the session is open.
-    fn opened(&mut self, number: SessionNumber) {
+    fn opened(&mut self, now: Instant, number: SessionNumber) {
         let Some(session) = self.sessions.get(number) else {
             return;
         };
@@ -314,7 +306,7 @@ impl Hub {
             m.opening = false;
         }
         self.metrics.sessions_opened += 1;
-        self.audit_session(number, true);
+        self.observe(now, Happened::Opened(number));
         self.log(Event::SessionOpened {
             session: sid,
             principal,
@@ -333,7 +325,7 @@ impl Hub {
         (message, outcome): (Vec<u8>, Option<Outcome>),
     ) {
         if outcome.unwrap_or_else(|| Outcome::of_answer(&message)) == Outcome::Success {
-            self.opened(number);
+            self.opened(now, number);
             if let (Some(priming), Some(sid)) = (opens.stream, self.sessions.get(number)) {
                 let (sid, raw_id) = (sid.id, entry.raw_id.clone());
                 let key = IdKey::of(&raw_id).expect("an admitted id");
@@ -347,7 +339,13 @@ impl Hub {
         self.backend.forget(number);
         self.sessions.close(number);
         if let Some(started) = entry.audit.take() {
-            self.audit_answered(now, number, started, &message, outcome);
+            let answered = Happened::Answered {
+                session: number,
+                started,
+                message: &message,
+                outcome,
+            };
+            self.observe(now, answered);
         }
         let response = match opens.stream {
             Some(_) => streamable::sse_answer(&message),
@@ -398,7 +396,7 @@ impl Hub {
             return Ok(());
         }
         // Its event is the session's own `session_close`: the 204 is no refusal.
-        let _ = self.audit_take(request);
+        let _ = self.exchanges.take_started(request);
         self.end_session(now, number, CloseReason::Deleted);
         let response = with_session(streamable::deleted(), sid);
         self.respond(now, request, Answer::Served(response));
@@ -446,7 +444,7 @@ impl Hub {
             return;
         };
         if let Some(started) = entry.audit.take() {
-            self.audit_unanswered(now, number, started);
+            self.observe(now, Happened::Unanswered(Some(number), started));
         }
         match entry.stream {
             Some(key) => self.drop_stream(number, key),
@@ -497,7 +495,7 @@ impl Hub {
             return;
         }
         if let Some(started) = self.take_in_flight(number, key).and_then(|e| e.audit) {
-            self.audit_unanswered(now, number, started);
+            self.observe(now, Happened::Unanswered(Some(number), started));
         }
     }
 
@@ -587,7 +585,13 @@ impl Hub {
             return self.answer_opening(now, number, (entry, opens), (message, outcome));
         }
         if let Some(started) = entry.audit.take() {
-            self.audit_answered(now, number, started, &message, outcome);
+            let answered = Happened::Answered {
+                session: number,
+                started,
+                message: &message,
+                outcome,
+            };
+            self.observe(now, answered);
         }
         match entry.stream {
             Some(key) => {

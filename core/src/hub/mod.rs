@@ -51,6 +51,7 @@ pub use auditing::{Refusal, TurnedAway};
 pub use keys::Fetched;
 pub use resume::MAX_FINISHED_KEPT;
 
+use auditing::Happened;
 use backend::{BackendProcess, LineFrom, Phase};
 use exchanges::{Answer, Exchange, Exchanges};
 use post::WaitingPosts;
@@ -183,7 +184,7 @@ impl Hub {
         let id = RequestId(self.mint());
         let exchange = Exchange {
             cors: request.cors.clone(),
-            started: self.audit_context(now, &request),
+            started: self.observe_arrival(now, &request),
         };
         self.exchanges.open(id, exchange);
         match self.backend.phase() {
@@ -239,7 +240,7 @@ impl Hub {
     /// issuer's key sets lack refetches those sets only (at most once per 30 s per URL).
     pub fn handle_refused(&mut self, now: Instant, turned_away: TurnedAway) {
         let (why, claimed_issuer) = (turned_away.why, turned_away.claimed_issuer);
-        self.audit_turned_away(why, turned_away.asked);
+        self.observe(now, Happened::TurnedAway(why, turned_away.asked));
         let Refusal::Gate(rejection) = why else {
             return;
         };
@@ -479,7 +480,7 @@ impl Hub {
             },
             None => {
                 if let Some(started) = exchange.started {
-                    self.audit_refused(now, started, &response);
+                    self.observe(now, Happened::Refused(started, &response));
                 }
                 Output::Respond { request, response }
             }

@@ -6,6 +6,7 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
+use super::auditing::Happened;
 use super::backend::LineFrom;
 use super::dispatch::Delivery;
 use super::exchanges::Answer;
@@ -162,9 +163,11 @@ impl Hub {
         let number = self.sessions.open(sid, req.principal.clone(), kind)?;
         self.metrics.sessions_opened += 1;
         // The stream is its answer: no refusal event is due.
-        let _ = self.audit_take(request);
-        self.audit_session_origin(number, &req.source);
-        self.audit_session(number, true);
+        let _ = self.exchanges.take_started(request);
+        if let Some(session) = self.sessions.get_mut(number) {
+            session.source = req.source.clone();
+        }
+        self.observe(now, Happened::Opened(number));
         let head = http::sse_head();
         self.start_stream(now, request, (stream, head), number, Role::Legacy);
         let url = format!(
@@ -284,7 +287,7 @@ impl Hub {
             Endpoint::McpPost => Prepared::Mcp(self.prepare_mcp(req)?),
             _ => self.prepare_legacy(req)?,
         };
-        self.audit_describe(request, prepared.message());
+        self.observe(now, Happened::Described(request, prepared.message()));
         let (id, tool) = (prepared.request_id(), prepared.message().tool.as_deref());
         if self.insufficient_scope(now, request, &grant, (id, tool)) {
             return Ok(());
@@ -353,7 +356,10 @@ impl Hub {
         let Some(post) = self.posts.remove(request) else {
             return;
         };
-        self.audit_abandoned(now, request);
+        let exchange = self.exchanges.close(request);
+        if let Some(started) = exchange.and_then(|e| e.started) {
+            self.observe(now, Happened::Unanswered(None, started));
+        }
         let method = post.prepared.message().method.clone();
         self.drop_message(DropReason::ClientLeft, Some(&method));
     }
@@ -412,7 +418,7 @@ impl Hub {
             .get(session)
             .map(|s| s.id)
             .ok_or(Rejection::SessionNotFound)?;
-        sender.started = self.audit_take(request);
+        sender.started = self.exchanges.take_started(request);
         self.client_message(now, (session, sid), msg, sender);
         if let Some(cancels) = &msg.cancels {
             self.legacy_cancelled(now, session, &cancels.key);
@@ -432,7 +438,7 @@ impl Hub {
         sender: Sender,
     ) {
         self.metrics.client_messages += 1;
-        self.audit_client_info(number, msg);
+        self.observe(now, Happened::Introduced(number, msg));
         // A legacy request is tracked before anything answers it (routing never needs it).
         self.track_legacy(now, number, msg, sender.started);
         if sender.forbidden {
@@ -484,7 +490,7 @@ impl Hub {
             return;
         };
         if let Some(started) = in_flight.remove(key).and_then(|t| t.audit) {
-            self.audit_unanswered(now, number, started);
+            self.observe(now, Happened::Unanswered(Some(number), started));
         }
     }
 
@@ -539,7 +545,7 @@ impl Hub {
         }
         for (at, started) in unawaited {
             if let Some(started) = started {
-                self.audit_unanswered(at, number, started);
+                self.observe(at, Happened::Unanswered(Some(number), started));
             }
         }
     }
