@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use crate::audit::{AuditType, Source, Transport};
 use crate::auth::Principal;
-use crate::http::{Rejection, Response};
+use crate::http::{Grant, Rejection, Response};
 use crate::output::{RequestId, StreamId};
 use crate::routed_id::SessionId;
 
@@ -28,6 +28,17 @@ pub(crate) struct Started {
     pub(super) transport: Transport,
     pub(super) principal: Principal,
     pub(super) session: Option<SessionId>,
+}
+
+/// What the gate and the policy said of a POST's sender.
+#[derive(Debug, Default)]
+pub(crate) struct Sender {
+    /// What its credential grants (the session keeps it, to filter its lists).
+    pub(super) grant: Grant,
+    /// The policy denies its message: the proxy answers -32003.
+    pub(super) forbidden: bool,
+    /// Its audit context, once it is accepted.
+    pub(super) started: Option<Box<Started>>,
 }
 
 /// One HTTP exchange owed an answer.

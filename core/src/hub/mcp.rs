@@ -8,7 +8,7 @@ use std::time::Instant;
 use super::auditing::Happened;
 use super::backend::LineFrom;
 use super::dispatch::Delivery;
-use super::exchanges::Answer;
+use super::exchanges::{Answer, Sender};
 use super::resume::{Carries, EventLog, StreamKey};
 use super::sessions::{Kind, SessionNumber};
 use super::{Body, Hub, Request};
@@ -164,7 +164,7 @@ impl Hub {
         now: Instant,
         request: RequestId,
         post: McpPost,
-        sender: super::post::Sender,
+        sender: Sender,
     ) -> Result<(), Rejection> {
         let (session, sid, msg) = (post.session, post.sid, &post.msg);
         let number = match session {
@@ -219,7 +219,7 @@ impl Hub {
         request: RequestId,
         (number, sid): (SessionNumber, SessionId),
         msg: &Checked,
-        sender: super::post::Sender,
+        sender: Sender,
     ) {
         self.touch(number, now);
         // Accepted: a notification produces no event.

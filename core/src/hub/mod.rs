@@ -5,6 +5,7 @@
 //! |---|---|
 //! | `backend` | the process: spawn, restart backoff, stdin budget, pings, `/health` waiters, the stop sequence |
 //! | `sessions` | the one table of live sessions (principal, kind, subscriptions, creation order) and the Streamable timers (request, idle, resume window) |
+//! | `exchanges` | the HTTP exchanges owed an answer: each one's CORS origin and observation context until `respond` |
 //! | `streams` | open SSE streams and their keep-alives |
 //! | `resume` | each Streamable session's event log: numbered events kept for resumption |
 //! | `post` | POSTs waiting for a restarted backend |
@@ -15,7 +16,8 @@
 //! The hub's own files say what each input does: `post` and `mcp` the two transports'
 //! requests, `resumption` their streams (numbered, kept, resumed), `dispatch` a backend
 //! line, `fetching` what a key set fetch brought, `lifecycle` the backend's and the proxy's
-//! life, `reload` a configuration read again.
+//! life, `reload` a configuration read again; `auditing` is the one reader of what happened
+//! (`observe`).
 //!
 //! Every input takes `now`; after each one the shell drains [`Hub::poll_output`] and
 //! performs every [`Output`] in order, then sleeps until its next input or

@@ -9,7 +9,7 @@ use std::time::Instant;
 use super::auditing::Happened;
 use super::backend::LineFrom;
 use super::dispatch::Delivery;
-use super::exchanges::Answer;
+use super::exchanges::{Answer, Sender};
 use super::mcp::McpPost;
 use super::sessions::{Kind, SessionNumber, Tracked};
 use super::streams::Role;
@@ -70,17 +70,6 @@ pub(super) struct Post {
     prepared: Prepared,
     sender: Sender,
     deadline: Instant,
-}
-
-/// What the gate and the policy said of a POST's sender.
-#[derive(Debug, Default)]
-pub(super) struct Sender {
-    /// What its credential grants (the session keeps it, to filter its lists).
-    pub(super) grant: Grant,
-    /// The policy denies its message: the proxy answers -32003.
-    pub(super) forbidden: bool,
-    /// Its audit context, once it is accepted.
-    pub(super) started: Option<Box<super::exchanges::Started>>,
 }
 
 /// POSTs waiting for a restarted backend to be ready, in arrival order, within a count
