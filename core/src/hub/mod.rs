@@ -182,10 +182,10 @@ impl Hub {
     /// [`Output::StartStream`] naming the returned id, now or later. Every request is
     /// answered: once the hub has emitted [`Output::Exit`] each one is refused (503) at
     /// once, so a shell feeds the requests it still had queued and answers them as usual.
-    pub fn handle_request(&mut self, now: Instant, request: Request) -> RequestId {
+    pub fn handle_request(&mut self, now: Instant, mut request: Request) -> RequestId {
         let id = RequestId(self.mint());
         let exchange = Exchange {
-            cors: request.cors.clone(),
+            cors: request.cors.take(),
             started: self.observe_arrival(now, &request),
         };
         self.exchanges.open(id, exchange);
