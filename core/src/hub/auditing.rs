@@ -128,37 +128,6 @@ impl Hub {
         self.exchanges.observed()
     }
 
-    /// A request arrived: its observation context, while auditing is on.
-    pub(super) fn observe_arrival(&self, now: Instant, req: &Request) -> Option<Box<Started>> {
-        self.settings.audit.as_ref()?;
-        // A `GET /mcp` or `DELETE /mcp` is audited only when refused (as `mcp_request` and
-        // `session_close`): an opened stream is no request, and a session that ends says
-        // so itself.
-        let (kind, transport) = match req.endpoint {
-            Endpoint::Stream => (AuditType::SessionOpen, Transport::Sse),
-            Endpoint::Messages => (AuditType::Request, Transport::Sse),
-            Endpoint::McpPost | Endpoint::McpGet => (AuditType::Request, Transport::Streamable),
-            Endpoint::McpDelete => (AuditType::SessionClose, Transport::Streamable),
-            _ => return None,
-        };
-        let session = match req.endpoint {
-            Endpoint::Messages => crate::routed_id::SessionId::parse(&req.session),
-            _ => (req.mcp.session.as_deref()).and_then(crate::routed_id::SessionId::parse),
-        };
-        Some(Box::new(Started {
-            at: now,
-            kind,
-            method: None,
-            name: None,
-            request_id: None,
-            request: None,
-            source: req.source.clone(),
-            transport,
-            principal: req.principal.clone(),
-            session,
-        }))
-    }
-
     /// The one place what happened is read (by the audit log, while auditing is on).
     pub(super) fn observe(&mut self, now: Instant, happened: Happened<'_>) {
         let Some(audit) = &self.settings.audit else {
@@ -199,6 +168,37 @@ impl Hub {
             }
         }
     }
+}
+
+/// A request arrived: its observation context, while auditing is on.
+pub(super) fn arrived(audit: Option<&Audit>, now: Instant, req: &Request) -> Option<Box<Started>> {
+    audit?;
+    // A `GET /mcp` or `DELETE /mcp` is audited only when refused (as `mcp_request` and
+    // `session_close`): an opened stream is no request, and a session that ends says
+    // so itself.
+    let (kind, transport) = match req.endpoint {
+        Endpoint::Stream => (AuditType::SessionOpen, Transport::Sse),
+        Endpoint::Messages => (AuditType::Request, Transport::Sse),
+        Endpoint::McpPost | Endpoint::McpGet => (AuditType::Request, Transport::Streamable),
+        Endpoint::McpDelete => (AuditType::SessionClose, Transport::Streamable),
+        _ => return None,
+    };
+    let session = match req.endpoint {
+        Endpoint::Messages => crate::routed_id::SessionId::parse(&req.session),
+        _ => (req.mcp.session.as_deref()).and_then(crate::routed_id::SessionId::parse),
+    };
+    Some(Box::new(Started {
+        at: now,
+        kind,
+        method: None,
+        name: None,
+        request_id: None,
+        request: None,
+        source: req.source.clone(),
+        transport,
+        principal: req.principal.clone(),
+        session,
+    }))
 }
 
 impl Auditor<'_> {

@@ -186,7 +186,7 @@ impl Hub {
         let id = RequestId(self.mint());
         let exchange = Exchange {
             cors: request.cors.take(),
-            started: self.observe_arrival(now, &request),
+            started: auditing::arrived(self.settings.audit.as_ref(), now, &request),
         };
         self.exchanges.open(id, exchange);
         match self.backend.phase() {
