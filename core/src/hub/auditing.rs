@@ -1,73 +1,64 @@
-//! SPEC section 11: the hub's audit records. A POST's context is noted when it arrives,
+//! The observer: what happens to requests and sessions comes here as [`Happened`] values,
+//! with the hub's `now`, through `Hub::observe`, and nowhere else; the audit log
+//! (SPEC section 11) is their reader. A request's context is noted when it arrives,
 //! completed once its message is read, and then either answered at once (a refusal: its
 //! event is written with the HTTP answer) or carried with the request in flight (legacy:
 //! the session's bounded in-flight table; Streamable: its `InFlight` entry) until its
 //! JSON-RPC answer. Routing never looks at any of it.
 
-use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::sessions::SessionNumber;
+use super::exchanges::{Exchanges, Started};
+use super::sessions::{Kind, SessionNumber, Sessions};
 use super::Hub;
 use crate::audit::Asked;
-use crate::audit::{cut, field, AuditRecord, AuditType, ClientInfo, Outcome, Source, Transport};
-use crate::auth::Principal;
+use crate::audit::{cut, field, AuditRecord, AuditType, ClientInfo, Outcome, Transport};
 use crate::framing::FramingError;
-use crate::http::{Endpoint, Rejection, Request};
+use crate::http::{Endpoint, Rejection, Request, Response};
 use crate::message::Checked;
 use crate::output::{Event, Output, RequestId};
+use crate::settings::Audit;
 
-/// What a request's event needs, kept with the request until its outcome is known.
+/// What happened to a request or a session, as the hub's decisions produce it.
 #[derive(Debug)]
-pub(crate) struct Started {
-    at: Instant,
-    kind: AuditType,
-    method: Option<String>,
-    name: Option<String>,
-    request_id: Option<String>,
-    request: Option<(String, bool)>,
-    source: Arc<Source>,
-    transport: Transport,
-    principal: Principal,
-    session: Option<crate::routed_id::SessionId>,
+pub(super) enum Happened<'a> {
+    /// The shell refused a request before the hub saw it.
+    TurnedAway(Refusal, Asked),
+    /// The message of a request whose exchange is open was read.
+    Described(RequestId, &'a Checked),
+    /// A request was refused with `response` (its exchange's answer).
+    Refused(Box<Started>, &'a Response),
+    /// A request's JSON-RPC answer `message` went out; `outcome` is the proxy's own
+    /// verdict, `None` for the backend's answer.
+    Answered {
+        session: SessionNumber,
+        started: Box<Started>,
+        message: &'a [u8],
+        outcome: Option<Outcome>,
+    },
+    /// A request is awaited no longer and gets no answer through the proxy: cancelled, its
+    /// stream gone for good, not kept, timed out, its client gone before it was forwarded,
+    /// its session ended.
+    Unanswered(Option<SessionNumber>, Box<Started>),
+    /// An `initialize` of session `number` (its client's name and version).
+    Introduced(SessionNumber, &'a Checked),
+    /// A session opened.
+    Opened(SessionNumber),
+    /// A session closed.
+    Closed(SessionNumber),
+    /// The backend exited and is restarted.
+    Restarted,
 }
 
-impl Started {
-    /// When its request arrived.
-    pub(super) fn at(&self) -> Instant {
-        self.at
-    }
-}
-
-/// The audit part: contexts of POSTs not answered yet.
-#[derive(Debug, Default)]
-pub(crate) struct Auditor {
-    pending: HashMap<RequestId, Box<Started>>,
-    /// The time of the latest input, for events written with an HTTP answer.
-    clock: Option<Instant>,
-}
-
-impl Auditor {
-    /// Notes the time of an input.
-    pub(super) fn tick(&mut self, now: Instant) {
-        self.clock = Some(now);
-    }
-
-    /// How many contexts wait for an HTTP answer.
-    pub(super) fn pending(&self) -> usize {
-        self.pending.len()
-    }
-
-    /// Whether a POST's context waits for its answer.
-    pub(super) fn has_pending(&self) -> bool {
-        !self.pending.is_empty()
-    }
-
-    /// `GET /mcp` `id` is answered with a stream: no refusal, no event.
-    pub(super) fn answered_with_stream(&mut self, id: RequestId) {
-        self.pending.remove(&id);
-    }
+/// The audit log's reader of what happened, over the parts it reads (and writes: a
+/// request's context in its exchange, a session's client).
+struct Auditor<'a> {
+    audit: &'a Audit,
+    sessions: &'a mut Sessions,
+    exchanges: &'a mut Exchanges,
+    outputs: &'a mut VecDeque<Output>,
 }
 
 /// Why the shell refused a request before the hub saw it ([`Hub::handle_refused`]).
@@ -134,52 +125,89 @@ impl Hub {
     /// Audit contexts of requests not answered yet (tests check they never outnumber them).
     #[doc(hidden)]
     pub fn audit_pending(&self) -> usize {
-        self.audit.pending()
+        self.exchanges.observed()
     }
 
-    /// A POST or `GET /sse` arrived: its context, while auditing is on.
-    pub(super) fn audit_arrived(&mut self, now: Instant, id: RequestId, req: &Request) {
-        let Some(_) = &self.settings.audit else {
-            return;
-        };
-        // A `GET /mcp` or `DELETE /mcp` is audited only when refused (as `mcp_request` and
-        // `session_close`): an opened stream is no request, and a session that ends says
-        // so itself.
-        let (kind, transport) = match req.endpoint {
-            Endpoint::Stream => (AuditType::SessionOpen, Transport::Sse),
-            Endpoint::Messages => (AuditType::Request, Transport::Sse),
-            Endpoint::McpPost | Endpoint::McpGet => (AuditType::Request, Transport::Streamable),
-            Endpoint::McpDelete => (AuditType::SessionClose, Transport::Streamable),
-            _ => return,
-        };
-        let started = Started {
-            at: now,
-            kind,
-            method: None,
-            name: None,
-            request_id: None,
-            request: None,
-            source: req.source.clone(),
-            transport,
-            principal: req.principal.clone(),
-            session: match req.endpoint {
-                Endpoint::Messages => crate::routed_id::SessionId::parse(&req.session),
-                _ => req
-                    .mcp
-                    .session
-                    .as_deref()
-                    .and_then(crate::routed_id::SessionId::parse),
-            },
-        };
-        self.audit.pending.insert(id, Box::new(started));
-    }
-
-    /// The POST's message was read: its type, method, target and id.
-    pub(super) fn audit_describe(&mut self, id: RequestId, msg: &Checked) {
+    /// The one place what happened is read (by the audit log, while auditing is on).
+    pub(super) fn observe(&mut self, now: Instant, happened: Happened<'_>) {
         let Some(audit) = &self.settings.audit else {
             return;
         };
-        let Some(started) = self.audit.pending.get_mut(&id) else {
+        let mut auditor = Auditor {
+            audit,
+            sessions: &mut self.sessions,
+            exchanges: &mut self.exchanges,
+            outputs: &mut self.outputs,
+        };
+        match happened {
+            Happened::TurnedAway(why, asked) => auditor.turned_away(why, asked),
+            Happened::Described(request, msg) => auditor.describe(request, msg),
+            Happened::Refused(started, response) => auditor.refused(now, *started, response),
+            Happened::Answered {
+                session,
+                started,
+                message,
+                outcome,
+            } => {
+                let outcome = outcome.unwrap_or_else(|| Outcome::of_answer(message));
+                let data = (audit.include_data).then(|| String::from_utf8_lossy(message));
+                let size = Some(message.len());
+                let record = auditor.record(now, *started, outcome, size, data.as_deref());
+                auditor.emit_in(Some(session), record);
+            }
+            Happened::Unanswered(session, started) => {
+                let record = auditor.record(now, *started, Outcome::Error, None, None);
+                auditor.emit_in(session, record);
+            }
+            Happened::Introduced(number, msg) => auditor.introduced(number, msg),
+            Happened::Opened(number) => auditor.session(number, AuditType::SessionOpen),
+            Happened::Closed(number) => auditor.session(number, AuditType::SessionClose),
+            Happened::Restarted => {
+                let record = auditor.plain(AuditType::BackendRestart, Outcome::Error);
+                auditor.emit(record);
+            }
+        }
+    }
+}
+
+/// A request arrived: its observation context, while auditing is on.
+pub(super) fn arrived(audit: Option<&Audit>, now: Instant, req: &Request) -> Option<Box<Started>> {
+    audit?;
+    // A `GET /mcp` or `DELETE /mcp` is audited only when refused (as `mcp_request` and
+    // `session_close`): an opened stream is no request, and a session that ends says
+    // so itself.
+    let (kind, transport) = match req.endpoint {
+        Endpoint::Stream => (AuditType::SessionOpen, Transport::Sse),
+        Endpoint::Messages => (AuditType::Request, Transport::Sse),
+        Endpoint::McpPost | Endpoint::McpGet => (AuditType::Request, Transport::Streamable),
+        Endpoint::McpDelete => (AuditType::SessionClose, Transport::Streamable),
+        _ => return None,
+    };
+    let session = match req.endpoint {
+        Endpoint::Messages => crate::routed_id::SessionId::parse(&req.session),
+        _ => (req.mcp.session.as_deref()).and_then(crate::routed_id::SessionId::parse),
+    };
+    Some(Box::new(Started {
+        at: now,
+        kind,
+        method: None,
+        name: None,
+        request_id: None,
+        request: None,
+        source: req.source.clone(),
+        transport,
+        principal: req.principal.clone(),
+        session,
+    }))
+}
+
+impl Auditor<'_> {
+    /// The request's message was read: its type, method, target and id. A notification
+    /// keeps its context too: accepted, it produces no event (its accept path drops the
+    /// context); refused, its refusal does.
+    fn describe(&mut self, request: RequestId, msg: &Checked) {
+        let audit = self.audit;
+        let Some(started) = self.exchanges.started_mut(request) else {
             return;
         };
         started.kind = AuditType::of_method(&msg.method);
@@ -190,31 +218,18 @@ impl Hub {
             let (text, truncated) = cut(msg.text(), audit.max_data);
             (text.to_owned(), truncated)
         });
-        // A notification keeps its context too: accepted, it produces no event (its accept
-        // path drops the context); refused, its refusal does.
     }
 
-    /// The POST was accepted: its context goes with the request in flight.
-    pub(super) fn audit_take(&mut self, id: RequestId) -> Option<Box<Started>> {
-        self.audit.pending.remove(&id)
-    }
-
-    /// `id` is answered over HTTP with `response` while its context is still pending: a
-    /// refusal, written now.
-    pub(super) fn audit_refused(&mut self, id: RequestId, response: &crate::http::Response) {
-        let Some(started) = self.audit.pending.remove(&id) else {
-            return;
-        };
-        let status = response.status;
-        // The JSON-RPC message it carries, if any, is the response as sent.
-        let message = response
-            .body
+    /// A refusal's event: the JSON-RPC message its response carries, if any, is the
+    /// response as sent.
+    fn refused(&mut self, now: Instant, started: Started, response: &Response) {
+        let message = (response.body)
             .starts_with(b"{\"jsonrpc\"")
             .then_some(&response.body[..]);
-        let outcome = Outcome::of_refusal(status);
-        let now = self.audit.clock.unwrap_or(started.at);
-        let text = message.map(|m| String::from_utf8_lossy(m).into_owned());
-        let mut record = self.record(now, *started, outcome, message.map(<[u8]>::len), text);
+        let outcome = Outcome::of_refusal(response.status);
+        let text = message.map(String::from_utf8_lossy);
+        let size = message.map(<[u8]>::len);
+        let mut record = self.record(now, started, outcome, size, text.as_deref());
         // The client of the session it named, only if that session is the caller's own (a
         // 404 for another's session says nothing of that session's client).
         let session = record.session.and_then(|sid| self.sessions.find(&sid));
@@ -225,109 +240,9 @@ impl Hub {
         self.emit(record);
     }
 
-    /// `id`'s client left before it was answered (nothing will be): an `error` event.
-    pub(super) fn audit_abandoned(&mut self, id: RequestId) {
-        let Some(started) = self.audit.pending.remove(&id) else {
-            return;
-        };
-        let now = self.audit.clock.unwrap_or(started.at);
-        let record = self.record(now, *started, Outcome::Error, None, None);
-        self.emit(record);
-    }
-
-    /// A request's JSON-RPC answer `message` went out: its event. `outcome` is the proxy's
-    /// own verdict; `None` for the backend's answer (a result succeeded, an error failed).
-    pub(super) fn audit_answered(
-        &mut self,
-        now: Instant,
-        number: SessionNumber,
-        started: Box<Started>,
-        message: &[u8],
-        outcome: Option<Outcome>,
-    ) {
-        let Some(audit) = &self.settings.audit else {
-            return;
-        };
-        let outcome = outcome.unwrap_or_else(|| Outcome::of_answer(message));
-        let response = (audit.include_data).then(|| String::from_utf8_lossy(message).into_owned());
-        let mut record = self.record(now, *started, outcome, Some(message.len()), response);
-        if let Some(session) = self.sessions.get(number) {
-            record.session = Some(session.id);
-            record.client = session.client.clone();
-        }
-        self.emit(record);
-    }
-
-    /// A session opened (`success`) or closed.
-    pub(super) fn audit_session(&mut self, number: SessionNumber, opened: bool) {
-        let Some(session) = self.sessions.get(number) else {
-            return;
-        };
-        let kind = match opened {
-            true => AuditType::SessionOpen,
-            false => AuditType::SessionClose,
-        };
-        let Some(mut record) = self.plain(kind, Outcome::Success, session.source.clone()) else {
-            return;
-        };
-        record.transport = Some(match session.kind {
-            super::sessions::Kind::Legacy { .. } => Transport::Sse,
-            super::sessions::Kind::Mcp(_) => Transport::Streamable,
-        });
-        record.session = Some(session.id);
-        record.user = Some(session.principal.clone());
-        record.client = session.client.clone();
-        self.emit(record);
-    }
-
-    /// Session `number` ends: each legacy request still unanswered gets its `error` event,
-    /// then the session its `session_close`.
-    pub(super) fn audit_closing(&mut self, now: Instant, number: SessionNumber) {
-        if self.settings.audit.is_none() {
-            return;
-        }
-        let unanswered = match self.sessions.get(number).map(|s| &s.kind) {
-            Some(super::sessions::Kind::Legacy { .. }) => self.in_flight.take_all(number),
-            _ => Vec::new(),
-        };
-        for started in unanswered.into_iter().filter_map(|(_, t)| t.audit) {
-            self.audit_unanswered(now, number, started);
-        }
-        self.audit_session(number, false);
-    }
-
-    /// A request of session `number` will not be answered through the proxy (cancelled,
-    /// its stream gone for good, its session ending): its `error` event, with no response.
-    pub(super) fn audit_unanswered(
-        &mut self,
-        now: Instant,
-        number: SessionNumber,
-        started: Box<Started>,
-    ) {
-        if self.settings.audit.is_none() {
-            return;
-        }
-        let mut record = self.record(now, *started, Outcome::Error, None, None);
-        if let Some(session) = self.sessions.get(number) {
-            record.session = Some(session.id);
-            record.client = session.client.clone();
-        }
-        self.emit(record);
-    }
-
-    /// Notes where session `number` came from and, from its `initialize`, its client.
-    pub(super) fn audit_session_origin(&mut self, number: SessionNumber, source: &Arc<Source>) {
-        if self.settings.audit.is_none() {
-            return;
-        }
-        if let Some(session) = self.sessions.get_mut(number) {
-            session.source = source.clone();
-        }
-    }
-
     /// Remembers `clientInfo` of an `initialize` for the session's events.
-    pub(super) fn audit_client_info(&mut self, number: SessionNumber, msg: &Checked) {
-        if self.settings.audit.is_none() || !msg.is_request("initialize") {
+    fn introduced(&mut self, number: SessionNumber, msg: &Checked) {
+        if !msg.is_request("initialize") {
             return;
         }
         #[derive(serde::Deserialize)]
@@ -351,70 +266,73 @@ impl Hub {
         }
     }
 
+    /// A session opened or closed (`success`).
+    fn session(&mut self, number: SessionNumber, kind: AuditType) {
+        let Some(session) = self.sessions.get(number) else {
+            return;
+        };
+        let mut record = self.plain(kind, Outcome::Success);
+        record.source = session.source.clone();
+        record.transport = Some(match session.kind {
+            Kind::Legacy { .. } => Transport::Sse,
+            Kind::Mcp(_) => Transport::Streamable,
+        });
+        record.session = Some(session.id);
+        record.user = Some(session.principal.clone());
+        record.client = session.client.clone();
+        self.emit(record);
+    }
+
     /// The shell refused a request before the hub saw it: one event, `auth_failure`
     /// (`denied`) for a refused credential, else the event [`Asked::kind`] names with the
     /// outcome of its status ([`Outcome::of_refusal`]); its endpoint and transport from
     /// what it asked.
-    pub(super) fn audit_turned_away(&mut self, why: Refusal, asked: Asked) {
+    fn turned_away(&mut self, why: Refusal, asked: Asked) {
         let (kind, status) = match why {
             Refusal::Gate(Rejection::Unauthorized(_)) => (AuditType::AuthFailure, 401),
             Refusal::Gate(rejection) => (asked.kind, rejection.status()),
             Refusal::Framing(error) => (asked.kind, error.status()),
         };
-        let outcome = Outcome::of_refusal(status);
-        if let Some(mut record) = self.plain(kind, outcome, asked.source) {
-            record.transport = asked.transport;
-            record.path = asked.path;
-            self.emit(record);
-        }
+        let mut record = self.plain(kind, Outcome::of_refusal(status));
+        record.source = asked.source;
+        record.transport = asked.transport;
+        record.path = asked.path;
+        self.emit(record);
     }
 
-    /// The backend exited and is restarted.
-    pub(super) fn audit_restart(&mut self) {
-        self.emit_plain(AuditType::BackendRestart, Outcome::Error, Arc::default());
-    }
-
-    fn emit_plain(&mut self, kind: AuditType, outcome: Outcome, source: Arc<Source>) {
-        if let Some(record) = self.plain(kind, outcome, source) {
-            self.emit(record);
-        }
-    }
-
-    /// An event with no request behind it (`None` while auditing is off).
-    fn plain(&self, kind: AuditType, outcome: Outcome, source: Arc<Source>) -> Option<AuditRecord> {
-        let audit = self.settings.audit.as_ref()?;
-        Some(AuditRecord {
+    /// An event with no request behind it.
+    fn plain(&self, kind: AuditType, outcome: Outcome) -> AuditRecord {
+        AuditRecord {
             kind,
             outcome,
             transport: None,
             path: None,
             duration_ms: 0,
             response_size: None,
-            source,
+            source: Arc::default(),
             session: None,
             request_id: None,
             user: None,
             client: None,
             target_name: None,
             method: None,
-            base_path: audit.base_path.clone(),
+            base_path: self.audit.base_path.clone(),
             data: None,
-            max_data: audit.max_data,
-        })
+            max_data: self.audit.max_data,
+        }
     }
 
+    /// A request's event at `now`.
     fn record(
         &self,
         now: Instant,
         started: Started,
         outcome: Outcome,
         response_size: Option<usize>,
-        response: Option<String>,
+        response: Option<&str>,
     ) -> AuditRecord {
-        let audit = self.settings.audit.as_ref().expect("audited");
         let data = started.request.map(|(request, cut_request)| {
-            let response = response.unwrap_or_default();
-            let (response, cut_response) = cut(&response, audit.max_data);
+            let (response, cut_response) = cut(response.unwrap_or_default(), self.audit.max_data);
             (request, response.to_owned(), cut_request || cut_response)
         });
         AuditRecord {
@@ -431,10 +349,19 @@ impl Hub {
             client: None,
             target_name: started.name,
             method: started.method,
-            base_path: audit.base_path.clone(),
+            base_path: self.audit.base_path.clone(),
             data,
-            max_data: audit.max_data,
+            max_data: self.audit.max_data,
         }
+    }
+
+    /// Emits a request's `record`, naming its session (`number`) and that session's client.
+    fn emit_in(&mut self, number: Option<SessionNumber>, mut record: AuditRecord) {
+        if let Some(session) = number.and_then(|n| self.sessions.get(n)) {
+            record.session = Some(session.id);
+            record.client = session.client.clone();
+        }
+        self.emit(record);
     }
 
     fn emit(&mut self, record: AuditRecord) {

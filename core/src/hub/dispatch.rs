@@ -5,6 +5,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::auditing::Happened;
 use super::backend::LineFrom;
 use super::resume::StreamKey;
 use super::sessions::{Kind, SessionNumber};
@@ -187,7 +188,13 @@ impl Hub {
         }
         self.send(now, stream, Frame::Owned(sse::message_event(&message)));
         if let Some((started, outcome)) = answered {
-            self.audit_answered(now, number, started, &message, outcome);
+            let answered = Happened::Answered {
+                session: number,
+                started,
+                message: &message,
+                outcome,
+            };
+            self.observe(now, answered);
         }
     }
 }

@@ -6,11 +6,10 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use super::auditing::Started;
 use super::deadlines::Deadlines;
+use super::exchanges::Started;
 use super::resume::StreamKey;
 use super::sessions::SessionNumber;
-use crate::http::Rejection;
 use crate::message::IdKey;
 use crate::output::RequestId;
 
@@ -21,7 +20,7 @@ pub(crate) enum Caller {
     Session(SessionNumber),
 }
 
-/// Audit contexts of legacy requests awaited no longer, each with when it expired.
+/// Observation contexts of legacy requests awaited no longer, each with when it expired.
 pub(crate) type Expired = Vec<(Instant, Box<Started>)>;
 
 /// A request awaiting its answer.
@@ -29,6 +28,8 @@ pub(crate) type Expired = Vec<(Instant, Box<Started>)>;
 pub(crate) struct Entry {
     /// The id as the client wrote it.
     pub(crate) raw_id: String,
+    /// When it came.
+    pub(crate) at: Instant,
     /// The HTTP exchange waiting for the answer; `None` for a legacy request, whose answer
     /// goes to its session's stream.
     pub(crate) exchange: Option<RequestId>,
@@ -36,8 +37,6 @@ pub(crate) struct Entry {
     pub(crate) stream: Option<StreamKey>,
     /// Its progress token, if it carries one.
     pub(crate) token: Option<IdKey>,
-    /// The browser origin to answer with CORS headers.
-    pub(crate) cors: Option<String>,
     /// Its audit context.
     pub(crate) audit: Option<Box<Started>>,
     /// An `initialize` that opens its session: the session opens only if it gets a
@@ -47,13 +46,13 @@ pub(crate) struct Entry {
 
 impl Entry {
     /// A legacy request: answered on its session's stream.
-    pub(crate) fn legacy(raw_id: String, audit: Option<Box<Started>>) -> Self {
+    pub(crate) fn legacy(raw_id: String, at: Instant, audit: Option<Box<Started>>) -> Self {
         Entry {
             raw_id,
+            at,
             exchange: None,
             stream: None,
             token: None,
-            cors: None,
             audit,
             opens: None,
         }
@@ -120,12 +119,45 @@ impl InFlight {
         self.requests.entry(caller).or_default().insert(key, entry);
     }
 
-    /// Keeps legacy request `key` of session `number` until its answer, while the session
-    /// has fewer than `max` (routing never needs it).
-    pub(crate) fn track(&mut self, number: SessionNumber, key: IdKey, entry: Entry, max: usize) {
+    /// Keeps legacy request `key` of session `number` until its answer, to answer it
+    /// should the backend restart first and to observe its outcome. Routing never needs
+    /// it and nothing here refuses (SPEC sections 1 and 11), so what a client gets never
+    /// depends on it. At most `max` per session: when the session's are that many or one
+    /// holds its id, those unanswered for `timeout` are awaited no longer; an earlier
+    /// request with its id is replaced; past `max` it is not kept. The observation
+    /// contexts of those awaited no longer come back, each with when that happened.
+    pub(crate) fn track(
+        &mut self,
+        now: Instant,
+        (number, key): (SessionNumber, IdKey),
+        entry: Entry,
+        (max, timeout): (usize, Option<Duration>),
+    ) -> Expired {
+        let mut unawaited = Vec::new();
+        let crowded = self.count(number) >= max || self.get(number, &key).is_some();
+        if let (true, Some(timeout)) = (crowded, timeout) {
+            let expired: Vec<IdKey> = (self.requests.get(&Caller::Session(number)))
+                .into_iter()
+                .flatten()
+                .filter(|(_, e)| e.at + timeout <= now)
+                .map(|(key, _)| key.clone())
+                .collect();
+            for key in expired {
+                let entry = self.take(number, &key).expect("listed above");
+                unawaited.push((entry.at + timeout, entry.audit));
+            }
+        }
+        if let Some(earlier) = self.take(number, &key) {
+            unawaited.push((now, earlier.audit));
+        }
         if self.count(number) < max {
             self.insert(number, key, entry, None);
+        } else {
+            unawaited.push((now, entry.audit));
         }
+        (unawaited.into_iter())
+            .filter_map(|(at, audit)| Some((at, audit?)))
+            .collect()
     }
 
     /// Removes request `key` of session `number`, its timeout and its claim on its
@@ -204,42 +236,6 @@ impl InFlight {
             self.timers.set((caller, key), now + timeout);
         }
         Some(stream)
-    }
-
-    /// Whether a legacy request `key` of session `number` may be tracked, as on `/mcp`:
-    /// not while its id is in flight (409), nor past `max` (429). Legacy requests unanswered
-    /// for `timeout` are awaited no longer: their audit contexts come back, each with when
-    /// it expired.
-    pub(crate) fn check_tracking(
-        &mut self,
-        now: Instant,
-        (number, key): (SessionNumber, &IdKey),
-        max: usize,
-        timeout: Option<Duration>,
-    ) -> (Result<(), Rejection>, Expired) {
-        let blocked = |this: &Self| {
-            if this.get(number, key).is_some() {
-                Err(Rejection::IdInFlight)
-            } else if this.count(number) >= max {
-                Err(Rejection::TooManyInFlight)
-            } else {
-                Ok(())
-            }
-        };
-        let (Err(_), Some(timeout)) = (blocked(self), timeout) else {
-            return (blocked(self), Vec::new());
-        };
-        let expired: Vec<IdKey> = (self.requests.get(&Caller::Session(number)))
-            .into_iter()
-            .flatten()
-            .filter(|(_, e)| e.audit.as_ref().is_some_and(|a| a.at() + timeout <= now))
-            .map(|(key, _)| key.clone())
-            .collect();
-        let expired = (expired.iter())
-            .filter_map(|key| self.take(number, key)?.audit)
-            .map(|started| (started.at() + timeout, started))
-            .collect();
-        (blocked(self), expired)
     }
 
     /// The next request timeout.

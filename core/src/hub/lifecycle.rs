@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::auditing::Happened;
 use super::backend::{LineFrom, Phase, StopStep};
 use super::mcp::Ending;
 use super::sessions::{Kind, SessionNumber};
@@ -76,7 +77,7 @@ impl Hub {
             AfterExit::Restart { after } => {
                 // Sessions stay; what the old process was asked is answered here.
                 self.router.backend_exited(true);
-                self.audit_restart();
+                self.observe(now, Happened::Restarted);
                 self.fail_in_flight(now);
                 for request in self.backend.all_health() {
                     self.respond_health(now, request, false);
@@ -109,8 +110,13 @@ impl Hub {
                 self.metrics.delivered += 1;
                 self.send(now, stream, Frame::Owned(sse::message_event(&message)));
                 if let Some(started) = tracked.audit {
-                    let outcome = Some(crate::audit::Outcome::Error);
-                    self.audit_answered(now, number, started, &message, outcome);
+                    let answered = Happened::Answered {
+                        session: number,
+                        started,
+                        message: &message,
+                        outcome: Some(crate::audit::Outcome::Error),
+                    };
+                    self.observe(now, answered);
                 }
             }
         }
@@ -208,7 +214,7 @@ impl Hub {
     /// Every POST waiting for the backend is refused, every `/health` request answered.
     fn settle_waiting(&mut self, now: Instant, rejection: Rejection) {
         for post in self.posts.take_all() {
-            self.refuse_at(now, post.request, rejection, post.cors.as_deref());
+            self.refuse(now, post.request, rejection);
         }
         for request in self.backend.all_health() {
             self.respond_health(now, request, false);
@@ -260,7 +266,7 @@ impl Hub {
                 // It never opened: its initialize was answered with an error just now.
                 continue;
             }
-            self.audit_closing(now, number);
+            self.closing(now, number);
             self.metrics.sessions_closed += 1;
             self.log(Event::SessionClosed {
                 session: id,
@@ -272,6 +278,19 @@ impl Hub {
         self.streams.clear();
     }
 
+    /// Session `number` ends: each legacy request still unanswered is awaited no longer,
+    /// then the session is closed, as observed.
+    fn closing(&mut self, now: Instant, number: SessionNumber) {
+        let unanswered = match self.sessions.get(number).map(|s| &s.kind) {
+            Some(Kind::Legacy { .. }) => self.in_flight.take_all(number),
+            _ => Vec::new(),
+        };
+        for started in unanswered.into_iter().filter_map(|(_, entry)| entry.audit) {
+            self.observe(now, Happened::Unanswered(Some(number), started));
+        }
+        self.observe(now, Happened::Closed(number));
+    }
+
     /// Ends one session (its stream ended, DELETE, idle): its streams end, its requests in
     /// flight are answered (and cancelled at the backend), and the uris only it watched are
     /// unsubscribed.
@@ -280,7 +299,7 @@ impl Hub {
             return;
         }
         self.close_kind(now, number, Ending::Deleted);
-        self.audit_closing(now, number);
+        self.closing(now, number);
         self.in_flight.forget(number);
         let Some((session, released)) = self.sessions.close(number) else {
             return;

@@ -4,8 +4,10 @@
 
 use std::time::Instant;
 
+use super::auditing::Happened;
 use super::backend::LineFrom;
 use super::dispatch::Delivery;
+use super::exchanges::{Answer, Sender};
 use super::in_flight::{Entry, Opens};
 use super::resume::Carries;
 use super::sessions::{Kind, McpSession, SessionNumber};
@@ -13,7 +15,7 @@ use super::{Body, Hub, Request};
 use crate::admission::{self, Arrival, Capacity};
 use crate::audit::Outcome;
 use crate::auth::Principal;
-use crate::http::{self, Rejection, Response};
+use crate::http::{Rejection, Response};
 use crate::message;
 use crate::message::Checked;
 use crate::message::IdKey;
@@ -109,34 +111,26 @@ impl Hub {
     pub(super) fn mcp_post(
         &mut self,
         now: Instant,
-        (request, cors): (RequestId, &Option<String>),
+        request: RequestId,
         post: McpPost,
-        sender: super::post::Sender,
+        sender: Sender,
     ) -> Result<(), Rejection> {
-        let McpPost {
-            session,
-            sid,
-            principal,
-            source,
-            msg,
-            accepts,
-            priming,
-        } = post;
+        let (session, sid, msg) = (post.session, post.sid, &post.msg);
         let number = match session {
             Some(number) if self.sessions.mcp(number).is_some() => number,
             Some(_) => return Err(Rejection::SessionNotFound),
             None => {
-                let opening = super::post::opening(now, self, &principal);
+                let opening = super::post::opening(now, self, &post.principal);
                 if let Err(refused) = admission::room(&Capacity::opening(opening)) {
                     let refusal = refused.refusal(Some(msg.raw_id()), None);
-                    self.refuse_with(request, refusal, cors.as_deref());
+                    self.respond(now, request, refusal.into());
                     return Ok(());
                 }
-                self.open_mcp_session(now, sid, (principal, &source))?
+                self.open_mcp_session(now, sid, (post.principal, &post.source))?
             }
         };
         if msg.kind == message::Kind::Notification {
-            self.mcp_notification(now, (request, cors), (number, sid), &msg, sender);
+            self.mcp_notification(now, request, (number, sid), msg, sender);
             return Ok(());
         }
         if session.is_some() && msg.method == "initialize" {
@@ -151,17 +145,18 @@ impl Hub {
         };
         if let Err(refused) = admission::room(&Capacity::in_flight(in_flight)) {
             let refusal = refused.refusal(Some(msg.raw_id()), Some(&sid));
-            self.refuse_with(request, refusal, cors.as_deref());
+            self.respond(now, request, refusal.into());
             return Ok(());
         }
         self.touch(number, now);
-        let stream_answer = accepts.event_stream && (msg.token.is_some() || !accepts.json);
-        let stream = stream_answer.then_some(priming);
+        let stream_answer =
+            post.accepts.event_stream && (msg.token.is_some() || !post.accepts.json);
+        let stream = stream_answer.then_some(post.priming);
         let form = session.map(|_| stream).ok_or(Opens { stream });
-        self.await_answer(now, request, cors, (number, sid), &msg, form);
+        self.await_answer(now, request, (number, sid), msg, form);
         // Now that the answer has somewhere to go: the line for the backend, or the
         // proxy's own answer (a cached initialize).
-        self.client_message(now, (number, sid), &msg, sender);
+        self.client_message(now, (number, sid), msg, sender);
         Ok(())
     }
 
@@ -169,16 +164,16 @@ impl Hub {
     fn mcp_notification(
         &mut self,
         now: Instant,
-        (request, cors): (RequestId, &Option<String>),
+        request: RequestId,
         (number, sid): (SessionNumber, SessionId),
         msg: &Checked,
-        sender: super::post::Sender,
+        sender: Sender,
     ) {
         self.touch(number, now);
         // Accepted: a notification produces no event.
-        let _ = self.audit_take(request);
-        let response = decorate(streamable::notification_accepted(), sid, cors);
-        self.respond(request, response);
+        let _ = self.exchanges.take_started(request);
+        let response = with_session(streamable::notification_accepted(), sid);
+        self.respond(now, request, Answer::Served(response));
         self.client_message(now, (number, sid), msg, sender);
         if let Some(cancels) = &msg.cancels {
             self.cancelled_by_client(now, number, &cancels.key);
@@ -192,27 +187,28 @@ impl Hub {
         &mut self,
         now: Instant,
         request: RequestId,
-        cors: &Option<String>,
         (number, sid): (SessionNumber, SessionId),
         msg: &Checked,
         form: Result<Option<bool>, Opens>,
     ) {
         let key = msg.id.as_ref().expect("a request").key.clone();
+        // Taken before its stream answers the exchange: it goes with the request.
+        let audit = self.exchanges.take_started(request);
         let (stream, opens) = match form {
             Ok(stream) => (stream, None),
             Err(opens) => (None, Some(opens)),
         };
         let stream = stream.map(|priming| {
             let carries = Carries::Request(key.clone(), msg.raw_id().to_owned());
-            self.open_mcp_stream(now, request, (number, sid), cors, carries, priming)
+            self.open_mcp_stream(now, request, (number, sid), carries, priming)
         });
         let entry = Entry {
             raw_id: msg.raw_id().to_owned(),
+            at: now,
             exchange: Some(request),
             stream,
             token: msg.token.as_ref().map(|t| t.key.clone()),
-            cors: cors.clone(),
-            audit: self.audit_take(request),
+            audit,
             opens,
         };
         let deadline = self.settings.request_timeout.map(|timeout| now + timeout);
@@ -231,12 +227,14 @@ impl Hub {
             ..McpSession::default()
         });
         let number = self.sessions.open(sid, principal, kind)?;
-        self.audit_session_origin(number, source);
+        if let Some(session) = self.sessions.get_mut(number) {
+            session.source = source.clone();
+        }
         Ok(number)
     }
 
     /// The `initialize` of session `number` got a result: the session is open.
-    fn opened(&mut self, number: SessionNumber) {
+    fn opened(&mut self, now: Instant, number: SessionNumber) {
         let Some(session) = self.sessions.get(number) else {
             return;
         };
@@ -245,7 +243,7 @@ impl Hub {
             m.opening = false;
         }
         self.metrics.sessions_opened += 1;
-        self.audit_session(number, true);
+        self.observe(now, Happened::Opened(number));
         self.log(Event::SessionOpened {
             session: sid,
             principal,
@@ -264,14 +262,13 @@ impl Hub {
         (message, outcome): (Vec<u8>, Option<Outcome>),
     ) {
         if outcome.unwrap_or_else(|| Outcome::of_answer(&message)) == Outcome::Success {
-            self.opened(number);
+            self.opened(now, number);
             if let (Some(priming), Some(sid)) = (opens.stream, self.sessions.get(number)) {
                 let (sid, raw_id) = (sid.id, entry.raw_id.clone());
                 let key = IdKey::of(&raw_id).expect("an admitted id");
                 let carries = Carries::Request(key, raw_id);
-                let (request, cors) = (entry.exchange(), &entry.cors);
-                let stream =
-                    self.open_mcp_stream(now, request, (number, sid), cors, carries, priming);
+                let request = entry.exchange();
+                let stream = self.open_mcp_stream(now, request, (number, sid), carries, priming);
                 entry.stream = Some(stream);
             }
             return self.answer(now, number, entry, (message, outcome));
@@ -279,16 +276,19 @@ impl Hub {
         self.backend.forget(number);
         self.sessions.close(number);
         if let Some(started) = entry.audit.take() {
-            self.audit_answered(now, number, started, &message, outcome);
+            let answered = Happened::Answered {
+                session: number,
+                started,
+                message: &message,
+                outcome,
+            };
+            self.observe(now, answered);
         }
-        let mut response = match opens.stream {
+        let response = match opens.stream {
             Some(_) => streamable::sse_answer(&message),
             None => streamable::json_answer(message),
         };
-        if let Some(origin) = &entry.cors {
-            http::add_cors(&mut response, origin);
-        }
-        self.respond(entry.exchange(), response);
+        self.respond(now, entry.exchange(), Answer::Served(response));
     }
 
     /// `GET /mcp`: the session's standalone stream; a new one replaces the old.
@@ -303,21 +303,13 @@ impl Hub {
         }
         let (number, sid) = self.named_mcp_session(req)?;
         let arrival = Arrival::without_message(&req.principal, &req.grant);
-        if self
-            .admit(now, request, arrival, (None, req.cors.as_deref()))
-            .is_none()
-        {
+        if self.admit(now, request, arrival, None).is_none() {
             return Ok(());
         }
         if let Some(last) = &req.mcp.last_event_id {
-            let resumed = self.resume(now, request, req, (number, sid), last);
-            if resumed.is_ok() {
-                self.audit.answered_with_stream(request);
-            }
-            return resumed;
+            return self.resume(now, request, (number, sid), last);
         }
-        self.audit.answered_with_stream(request);
-        let key = self.open_mcp_stream(now, request, (number, sid), &req.cors, Carries::Get, false);
+        let key = self.open_mcp_stream(now, request, (number, sid), Carries::Get, false);
         let old = self
             .sessions
             .mcp_mut(number)
@@ -339,16 +331,14 @@ impl Hub {
     ) -> Result<(), Rejection> {
         let (number, sid) = self.named_mcp_session(req)?;
         let arrival = Arrival::without_message(&req.principal, &req.grant);
-        if self
-            .admit(now, request, arrival, (None, req.cors.as_deref()))
-            .is_none()
-        {
+        if self.admit(now, request, arrival, None).is_none() {
             return Ok(());
         }
         // Its event is the session's own `session_close`: the 204 is no refusal.
-        let _ = self.audit_take(request);
+        let _ = self.exchanges.take_started(request);
         self.end_session(now, number, CloseReason::Deleted);
-        self.respond(request, decorate(streamable::deleted(), sid, &req.cors));
+        let response = with_session(streamable::deleted(), sid);
+        self.respond(now, request, Answer::Served(response));
         Ok(())
     }
 
@@ -397,7 +387,7 @@ impl Hub {
             return;
         };
         if let Some(started) = entry.audit.take() {
-            self.audit_unanswered(now, number, started);
+            self.observe(now, Happened::Unanswered(Some(number), started));
         }
         let Some(request) = entry.exchange else {
             return;
@@ -407,8 +397,8 @@ impl Hub {
             None => {
                 let sid = self.sessions.get(number).expect("in flight").id;
                 let message = streamable::error_message(&entry.raw_id, -32800, "Request cancelled");
-                let response = decorate(streamable::json_answer(message), sid, &entry.cors);
-                self.respond(request, response);
+                let response = with_session(streamable::json_answer(message), sid);
+                self.respond(now, request, Answer::Served(response));
             }
         }
         self.touch(number, now);
@@ -492,7 +482,13 @@ impl Hub {
             return self.answer_opening(now, number, (entry, opens), (message, outcome));
         }
         if let Some(started) = entry.audit.take() {
-            self.audit_answered(now, number, started, &message, outcome);
+            let answered = Happened::Answered {
+                session: number,
+                started,
+                message: &message,
+                outcome,
+            };
+            self.observe(now, answered);
         }
         match entry.stream {
             Some(key) => {
@@ -501,8 +497,8 @@ impl Hub {
             }
             None => {
                 let sid = self.sessions.get(number).expect("answered while live").id;
-                let response = decorate(streamable::json_answer(message), sid, &entry.cors);
-                self.respond(entry.exchange(), response);
+                let response = with_session(streamable::json_answer(message), sid);
+                self.respond(now, entry.exchange(), Answer::Served(response));
             }
         }
     }
@@ -587,14 +583,11 @@ impl Hub {
     }
 }
 
-/// Adds the session header (and CORS headers) to an answer of `sid`.
-pub(super) fn decorate(mut response: Response, sid: SessionId, cors: &Option<String>) -> Response {
+/// An answer of session `sid`, naming it.
+pub(super) fn with_session(mut response: Response, sid: SessionId) -> Response {
     response.headers.push((
         "mcp-session-id",
         std::borrow::Cow::Owned(sid.as_str().to_owned()),
     ));
-    if let Some(origin) = cors {
-        http::add_cors(&mut response, origin);
-    }
     response
 }

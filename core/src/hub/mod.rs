@@ -6,6 +6,7 @@
 //! | `backend` | the process: spawn, restart backoff, stdin budget, pings, `/health` waiters, the stop sequence |
 //! | `sessions` | the one table of live sessions (principal, kind, subscriptions, creation order) and the Streamable timers (idle, resume window) |
 //! | `in_flight` | every request in flight of either transport, its progress token and its timeout |
+//! | `exchanges` | the HTTP exchanges owed an answer: each one's CORS origin and observation context until `respond` |
 //! | `streams` | open SSE streams and their keep-alives |
 //! | `resume` | each Streamable session's event log: numbered events kept for resumption |
 //! | `post` | POSTs waiting for a restarted backend |
@@ -16,7 +17,8 @@
 //! The hub's own files say what each input does: `post` and `mcp` the two transports'
 //! requests, `resumption` their streams (numbered, kept, resumed), `dispatch` a backend
 //! line, `fetching` what a key set fetch brought, `lifecycle` the backend's and the proxy's
-//! life, `reload` a configuration read again.
+//! life, `reload` a configuration read again; `auditing` is the one reader of what happened
+//! (`observe`).
 //!
 //! Every input takes `now`; after each one the shell drains [`Hub::poll_output`] and
 //! performs every [`Output`] in order, then sleeps until its next input or
@@ -30,6 +32,7 @@ mod authz;
 mod backend;
 mod deadlines;
 mod dispatch;
+mod exchanges;
 mod fetching;
 mod in_flight;
 mod keys;
@@ -51,7 +54,9 @@ pub use auditing::{Refusal, TurnedAway};
 pub use keys::Fetched;
 pub use resume::MAX_FINISHED_KEPT;
 
+use auditing::Happened;
 use backend::{BackendProcess, LineFrom, Phase};
+use exchanges::{Answer, Exchange, Exchanges};
 use in_flight::InFlight;
 use post::WaitingPosts;
 use sessions::{SessionTimer, Sessions};
@@ -101,7 +106,7 @@ pub struct Hub {
     metrics: Metrics,
     keys: keys::KeySets,
     buckets: crate::limits::Buckets,
-    audit: auditing::Auditor,
+    exchanges: Exchanges,
     decisions: authz::Decisions,
     outputs: VecDeque<Output>,
     next_id: u64,
@@ -120,7 +125,7 @@ impl Hub {
             metrics: Metrics::default(),
             keys: keys::KeySets::new(&settings.key_sources, now),
             buckets: crate::limits::Buckets::default(),
-            audit: auditing::Auditor::default(),
+            exchanges: Exchanges::default(),
             decisions: authz::Decisions::default(),
             settings,
             outputs: VecDeque::new(),
@@ -157,7 +162,6 @@ impl Hub {
 
     /// Runs every timer due at `now`, part by part.
     pub fn handle_timeout(&mut self, now: Instant) {
-        self.audit.tick(now);
         if self.backend.phase() == Phase::Exited {
             return;
         }
@@ -172,8 +176,7 @@ impl Hub {
             }
         }
         while let Some(post) = self.posts.take_due(now) {
-            let (request, cors) = (post.request, post.cors.as_deref());
-            self.refuse_at(now, request, Rejection::BackendDown, cors);
+            self.refuse(now, post.request, Rejection::BackendDown);
         }
         for request in self.backend.health_due(now) {
             self.respond_health(now, request, false);
@@ -186,25 +189,29 @@ impl Hub {
     /// [`Output::StartStream`] naming the returned id, now or later. Every request is
     /// answered: once the hub has emitted [`Output::Exit`] each one is refused (503) at
     /// once, so a shell feeds the requests it still had queued and answers them as usual.
-    pub fn handle_request(&mut self, now: Instant, request: Request) -> RequestId {
+    pub fn handle_request(&mut self, now: Instant, mut request: Request) -> RequestId {
         let id = RequestId(self.mint());
-        self.audit.tick(now);
-        self.audit_arrived(now, id, &request);
+        let exchange = Exchange {
+            cors: request.cors.take(),
+            started: auditing::arrived(self.settings.audit.as_ref(), now, &request),
+        };
+        self.exchanges.open(id, exchange);
         match self.backend.phase() {
             Phase::Running => {}
             Phase::Exited | Phase::Stopping { .. } => {
-                self.refuse(id, Rejection::BackendDown, None);
+                self.refuse(now, id, Rejection::BackendDown);
                 return id;
             }
         }
-        let cors = request.cors.clone();
         let result = match request.endpoint {
             Endpoint::Stream => self.open_legacy(now, id, request),
             Endpoint::Messages | Endpoint::McpPost => self.post(now, id, request),
             Endpoint::McpGet => self.mcp_get(now, id, &request),
             Endpoint::McpDelete => self.mcp_delete(now, id, &request),
             Endpoint::Preflight => {
-                self.respond(id, http::preflight(cors.as_deref()));
+                // The preflight's answer names its origin itself.
+                let cors = self.exchanges.take_cors(id);
+                self.respond(now, id, Answer::Served(http::preflight(cors.as_deref())));
                 Ok(())
             }
             Endpoint::Health => {
@@ -212,17 +219,18 @@ impl Hub {
                 Ok(())
             }
             Endpoint::ResourceMetadata => {
-                self.resource_metadata(id);
+                self.resource_metadata(now, id);
                 Ok(())
             }
             Endpoint::Metrics => {
                 let text = self.metrics_text().into_bytes();
-                self.respond(id, Response::text(200, "text/plain; version=0.0.4", text));
+                let response = Response::text(200, "text/plain; version=0.0.4", text);
+                self.respond(now, id, Answer::Served(response));
                 Ok(())
             }
         };
         if let Err(rejection) = result {
-            self.refuse_at(now, id, rejection, cors.as_deref());
+            self.refuse(now, id, rejection);
         }
         id
     }
@@ -230,9 +238,9 @@ impl Hub {
     /// The shell could not start what would serve a new connection (a thread), so its
     /// request was never read: the answer for it comes as [`Output::Respond`] (503 with
     /// `Retry-After`, the connection closed), counted like every refusal.
-    pub fn handle_unserved(&mut self, _now: Instant) -> RequestId {
+    pub fn handle_unserved(&mut self, now: Instant) -> RequestId {
         let id = RequestId(self.mint());
-        self.refuse(id, Rejection::Overloaded, None);
+        self.refuse(now, id, Rejection::Overloaded);
         id
     }
 
@@ -241,7 +249,7 @@ impl Hub {
     /// issuer's key sets lack refetches those sets only (at most once per 30 s per URL).
     pub fn handle_refused(&mut self, now: Instant, turned_away: TurnedAway) {
         let (why, claimed_issuer) = (turned_away.why, turned_away.claimed_issuer);
-        self.audit_turned_away(why, turned_away.asked);
+        self.observe(now, Happened::TurnedAway(why, turned_away.asked));
         let Refusal::Gate(rejection) = why else {
             return;
         };
@@ -280,7 +288,6 @@ impl Hub {
         if self.backend.current() != Some(backend) {
             return;
         }
-        self.audit.tick(now);
         for line in lines {
             self.metrics.backend_lines += 1;
             match line {
@@ -359,17 +366,16 @@ impl Hub {
     // What every part's decisions come down to
 
     /// The protected resource metadata (RFC 9728), readable from any origin.
-    fn resource_metadata(&mut self, request: RequestId) {
-        let response = match &self.settings.oauth {
-            Some(oauth) => {
-                let mut response = Response::json(200, oauth.document().into_bytes());
-                let any = std::borrow::Cow::Borrowed("*");
-                response.headers.push(("access-control-allow-origin", any));
-                response
-            }
-            None => Rejection::NotFound.response(),
+    fn resource_metadata(&mut self, now: Instant, request: RequestId) {
+        let Some(oauth) = &self.settings.oauth else {
+            // Not a refusal: no such resource is served.
+            let response = Rejection::NotFound.response();
+            return self.respond(now, request, Answer::Served(response));
         };
-        self.respond(request, response);
+        let mut response = Response::json(200, oauth.document().into_bytes());
+        let any = std::borrow::Cow::Borrowed("*");
+        response.headers.push(("access-control-allow-origin", any));
+        self.respond(now, request, Answer::Served(response));
     }
 
     fn health(&mut self, now: Instant, request: RequestId) {
@@ -395,7 +401,7 @@ impl Hub {
                 && !self.keys.available(),
         };
         let (status, body) = report.response();
-        self.respond(request, Response::json(status, body));
+        self.respond(now, request, Answer::Served(Response::json(status, body)));
     }
 
     /// Answers `request` with the head of `stream`, which then carries `role`'s frames for
@@ -408,12 +414,7 @@ impl Hub {
         session: sessions::SessionNumber,
         role: Role,
     ) {
-        self.outputs.push_back(Output::StartStream {
-            request,
-            stream,
-            head,
-            budget: self.settings.session_buffer,
-        });
+        self.respond(now, request, Answer::Stream(stream, head));
         self.streams.open(now, stream, session, role);
     }
 
@@ -439,17 +440,50 @@ impl Hub {
         }
     }
 
-    /// Refuses `request` with the answer `rejection` calls for.
-    fn refuse(&mut self, request: RequestId, rejection: Rejection, cors: Option<&str>) {
-        self.refuse_with(request, rejection.into(), cors);
+    /// Refuses `request` with the answer `rejection` calls for (a 503 for want of a
+    /// backend with the time until its restart, as admission gives it).
+    fn refuse(&mut self, now: Instant, request: RequestId, rejection: Rejection) {
+        let refusal = match rejection {
+            Rejection::BackendDown => {
+                let restart_in = self.backend.until_restart(now);
+                crate::admission::Refused::BackendDown { restart_in }.refusal(None, None)
+            }
+            rejection => rejection.into(),
+        };
+        self.respond(now, request, refusal.into());
     }
 
-    fn respond(&mut self, request: RequestId, response: Response) {
-        if self.audit.has_pending() {
-            self.audit_refused(request, &response);
+    /// The one way an answer leaves the hub: the exchange's record is closed, its CORS
+    /// headers added, a refusal counted and, while the request's observation context is
+    /// still with the exchange (it was not accepted), observed.
+    fn respond(&mut self, now: Instant, request: RequestId, answer: Answer) {
+        let exchange = self.exchanges.close(request).unwrap_or_default();
+        let (mut response, stream) = match answer {
+            Answer::Served(response) => (response, None),
+            Answer::Refused(rejection, response) => {
+                self.metrics.rejected(&rejection);
+                (response, None)
+            }
+            Answer::Stream(stream, head) => (head, Some(stream)),
+        };
+        if let Some(origin) = &exchange.cors {
+            http::add_cors(&mut response, origin);
         }
-        self.outputs
-            .push_back(Output::Respond { request, response });
+        let output = match stream {
+            Some(stream) => Output::StartStream {
+                request,
+                stream,
+                head: response,
+                budget: self.settings.session_buffer,
+            },
+            None => {
+                if let Some(started) = exchange.started {
+                    self.observe(now, Happened::Refused(started, &response));
+                }
+                Output::Respond { request, response }
+            }
+        };
+        self.outputs.push_back(output);
     }
 
     /// Queues `frame` on `stream` if it is still open.

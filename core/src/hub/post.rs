@@ -6,16 +6,18 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
+use super::auditing::Happened;
 use super::backend::LineFrom;
 use super::dispatch::Delivery;
+use super::exchanges::{Answer, Sender};
 use super::in_flight::Entry;
 use super::mcp::McpPost;
 use super::sessions::{Kind, SessionNumber};
 use super::streams::Role;
 use super::{Hub, Request};
-use crate::admission::{self, Arrival, Capacity, Opening, Refusal, Refused, Verdict};
+use crate::admission::{self, Arrival, Capacity, Opening, Refused, Verdict};
 use crate::audit::Outcome;
-use crate::http::{self, Endpoint, Grant, Rejection};
+use crate::http::{self, Endpoint, Rejection};
 use crate::message;
 use crate::message::Checked;
 use crate::metrics::DropReason;
@@ -66,21 +68,9 @@ impl Prepared {
 #[derive(Debug)]
 pub(super) struct Post {
     pub(super) request: RequestId,
-    pub(super) cors: Option<String>,
     prepared: Prepared,
     sender: Sender,
     deadline: Instant,
-}
-
-/// What the gate and the policy said of a POST's sender.
-#[derive(Debug, Default)]
-pub(super) struct Sender {
-    /// What its credential grants (the session keeps it, to filter its lists).
-    pub(super) grant: Grant,
-    /// The policy denies its message: the proxy answers -32003.
-    pub(super) forbidden: bool,
-    /// Its audit context, once it is accepted.
-    pub(super) started: Option<Box<super::auditing::Started>>,
 }
 
 /// POSTs waiting for a restarted backend to be ready, in arrival order, within a count
@@ -151,15 +141,12 @@ impl Hub {
         req: Request,
     ) -> Result<(), Rejection> {
         let arrival = Arrival::without_message(&req.principal, &req.grant);
-        if self
-            .admit(now, request, arrival, (None, req.cors.as_deref()))
-            .is_none()
-        {
+        if self.admit(now, request, arrival, None).is_none() {
             return Ok(());
         }
         let opening = opening(now, self, &req.principal);
         if let Err(refused) = admission::room(&Capacity::opening(opening)) {
-            self.refuse_with(request, refused.refusal(None, None), req.cors.as_deref());
+            self.respond(now, request, refused.refusal(None, None).into());
             return Ok(());
         }
         let sid = SessionId::mint(self.settings.instance.as_ref(), req.entropy);
@@ -168,13 +155,12 @@ impl Hub {
         let number = self.sessions.open(sid, req.principal.clone(), kind)?;
         self.metrics.sessions_opened += 1;
         // The stream is its answer: no refusal event is due.
-        let _ = self.audit_take(request);
-        self.audit_session_origin(number, &req.source);
-        self.audit_session(number, true);
-        let mut head = http::sse_head();
-        if let Some(origin) = &req.cors {
-            http::add_cors(&mut head, origin);
+        let _ = self.exchanges.take_started(request);
+        if let Some(session) = self.sessions.get_mut(number) {
+            session.source = req.source.clone();
         }
+        self.observe(now, Happened::Opened(number));
+        let head = http::sse_head();
         self.start_stream(now, request, (stream, head), number, Role::Legacy);
         let url = format!(
             "{}/messages?session_id={sid}",
@@ -195,7 +181,7 @@ impl Hub {
         now: Instant,
         request: RequestId,
         arrival: Arrival<'_>,
-        (id, cors): (Option<&str>, Option<&str>),
+        id: Option<&str>,
     ) -> Option<bool> {
         let (settings, decisions) = (&self.settings, &mut self.decisions);
         let denies = |msg: &Checked| {
@@ -208,7 +194,7 @@ impl Hub {
                 if refused == Refused::Denied {
                     self.metrics.policy_denied += 1;
                 }
-                self.refuse_with(request, refused.refusal(id, None), cors);
+                self.respond(now, request, refused.refusal(id, None).into());
                 None
             }
         }
@@ -222,24 +208,22 @@ impl Hub {
         request: RequestId,
         req: Request,
     ) -> Result<(), Rejection> {
-        let (cors, grant, principal) = (req.cors.clone(), req.grant.clone(), req.principal.clone());
+        let (grant, principal) = (req.grant.clone(), req.principal.clone());
         let prepared = match req.endpoint {
             Endpoint::McpPost => Prepared::Mcp(self.prepare_mcp(req)?),
             _ => self.prepare_legacy(req)?,
         };
-        self.audit_describe(request, prepared.message());
+        self.observe(now, Happened::Described(request, prepared.message()));
         let arrival = Arrival {
             principal: &principal,
             grant: &grant,
             msg: Some(prepared.message()),
         };
-        let answer = (prepared.request_id(), cors.as_deref());
-        let Some(forbidden) = self.admit(now, request, arrival, answer) else {
+        let Some(forbidden) = self.admit(now, request, arrival, prepared.request_id()) else {
             return Ok(());
         };
         let post = Post {
             request,
-            cors,
             prepared,
             sender: Sender {
                 grant,
@@ -293,43 +277,12 @@ impl Hub {
         let Some(post) = self.posts.remove(request) else {
             return;
         };
-        self.audit.tick(now);
-        self.audit_abandoned(request);
+        let exchange = self.exchanges.close(request);
+        if let Some(started) = exchange.and_then(|e| e.started) {
+            self.observe(now, Happened::Unanswered(None, started));
+        }
         let method = post.prepared.message().method.clone();
         self.drop_message(DropReason::ClientLeft, Some(&method));
-    }
-
-    /// Refuses `request` as `refusal` says: counted once here, with CORS headers for an
-    /// allowed origin.
-    pub(super) fn refuse_with(&mut self, request: RequestId, refusal: Refusal, cors: Option<&str>) {
-        let Refusal {
-            rejection,
-            mut response,
-        } = refusal;
-        self.metrics.rejected(&rejection);
-        if let Some(origin) = cors {
-            http::add_cors(&mut response, origin);
-        }
-        self.respond(request, response);
-    }
-
-    /// Refuses `request` at `now`: a 503 for want of a backend says in `Retry-After` when
-    /// a retry can expect one (SPEC section 12; 1 when no restart is scheduled).
-    pub(super) fn refuse_at(
-        &mut self,
-        now: Instant,
-        request: RequestId,
-        rejection: Rejection,
-        cors: Option<&str>,
-    ) {
-        let refusal = match rejection {
-            Rejection::BackendDown => {
-                let restart_in = self.backend.until_restart(now);
-                Refused::BackendDown { restart_in }.refusal(None, None)
-            }
-            rejection => rejection.into(),
-        };
-        self.refuse_with(request, refusal, cors);
     }
 
     /// SPEC section 1's checks of a legacy POST, in order.
@@ -355,30 +308,29 @@ impl Hub {
     pub(super) fn dispatch_post(&mut self, now: Instant, post: Post) {
         let Post {
             request,
-            cors,
             prepared,
             sender,
             ..
         } = post;
         let within_share = self.backend.fits(prepared.session());
         if let Err(refused) = admission::room(&Capacity::share(within_share)) {
-            return self.refuse_with(request, refused.refusal(None, None), cors.as_deref());
+            return self.respond(now, request, refused.refusal(None, None).into());
         }
         let result = match prepared {
             Prepared::Legacy { session, msg } => {
-                self.legacy_post(now, (request, &cors), session, &msg, sender)
+                self.legacy_post(now, request, session, &msg, sender)
             }
-            Prepared::Mcp(mcp) => self.mcp_post(now, (request, &cors), mcp, sender),
+            Prepared::Mcp(mcp) => self.mcp_post(now, request, mcp, sender),
         };
         if let Err(rejection) = result {
-            self.refuse(request, rejection, cors.as_deref());
+            self.refuse(now, request, rejection);
         }
     }
 
     fn legacy_post(
         &mut self,
         now: Instant,
-        (request, cors): (RequestId, &Option<String>),
+        request: RequestId,
         session: SessionNumber,
         msg: &Checked,
         mut sender: Sender,
@@ -388,41 +340,12 @@ impl Hub {
             .get(session)
             .map(|s| s.id)
             .ok_or(Rejection::SessionNotFound)?;
-        // With auditing on, a legacy request waits for its answer in the bounded in-flight
-        // table, so, as on `/mcp`: an id already in flight gets 409 and a request past
-        // `--max-inflight` 429; every request accepted is audited. One unanswered for
-        // `--request-timeout` is awaited no longer (`error`), so that requests the backend
-        // never answers cannot hold the table (nothing is sent: legacy requests do not time
-        // out, and a late answer still goes to the stream).
-        let audited = self.settings.audit.is_some() && msg.kind == message::Kind::Request;
-        if let Some(id) = msg.id.as_ref().filter(|_| audited) {
-            let (max, timeout) = (self.settings.max_inflight, self.settings.request_timeout);
-            let (tracking, expired) =
-                (self.in_flight).check_tracking(now, (session, &id.key), max, timeout);
-            for (at, started) in expired {
-                self.audit_unanswered(at, session, started);
-            }
-            match tracking {
-                // 409 carries the id that is taken.
-                Err(Rejection::IdInFlight) => {
-                    let refusal = Refused::IdInFlight.refusal(Some(msg.raw_id()), None);
-                    self.refuse_with(request, refusal, cors.as_deref());
-                    return Ok(());
-                }
-                Err(rejection) => return Err(rejection),
-                Ok(()) => {}
-            }
-        }
-        sender.started = self.audit_take(request);
+        sender.started = self.exchanges.take_started(request);
         self.client_message(now, (session, sid), msg, sender);
         if let Some(cancels) = &msg.cancels {
             self.cancelled_by_client(now, session, &cancels.key);
         }
-        let mut response = http::accepted();
-        if let Some(origin) = cors {
-            http::add_cors(&mut response, origin);
-        }
-        self.respond(request, response);
+        self.respond(now, request, Answer::Served(http::accepted()));
         Ok(())
     }
 
@@ -437,14 +360,18 @@ impl Hub {
         sender: Sender,
     ) {
         self.metrics.client_messages += 1;
-        self.audit_client_info(number, msg);
+        self.observe(now, Happened::Introduced(number, msg));
         // A legacy request is tracked before anything answers it (routing never needs it),
-        // to answer it should the backend restart first and to audit it.
+        // to answer it should the backend restart first and to observe its outcome.
         let legacy =
             matches!(self.sessions.get(number), Some(s) if matches!(s.kind, Kind::Legacy { .. }));
         if let (true, Some(id), message::Kind::Request) = (legacy, &msg.id, msg.kind) {
-            let entry = Entry::legacy(msg.raw_id().to_owned(), sender.started);
-            (self.in_flight).track(number, id.key.clone(), entry, self.settings.max_inflight);
+            let entry = Entry::legacy(msg.raw_id().to_owned(), now, sender.started);
+            let limits = (self.settings.max_inflight, self.settings.request_timeout);
+            let unawaited = (self.in_flight).track(now, (number, id.key.clone()), entry, limits);
+            for (at, started) in unawaited {
+                self.observe(at, Happened::Unanswered(Some(number), started));
+            }
         }
         if sender.forbidden {
             self.metrics.policy_denied += 1;

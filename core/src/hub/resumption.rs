@@ -5,10 +5,11 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::auditing::Happened;
 use super::resume::{event_id, parse_event_id, Budget, Carries, Replayed, StreamKey, Unreplayable};
 use super::sessions::SessionNumber;
 use super::streams::Role;
-use super::{Hub, Request};
+use super::Hub;
 use crate::http::{self, Rejection};
 use crate::output::{Frame, RequestId, StreamId};
 use crate::routed_id::SessionId;
@@ -22,12 +23,11 @@ impl Hub {
         now: Instant,
         request: RequestId,
         (number, sid): (SessionNumber, SessionId),
-        cors: &Option<String>,
         carries: Carries,
         priming: bool,
     ) -> StreamKey {
         let stream = StreamId(self.mint());
-        let head = super::mcp::decorate(http::sse_head(), sid, cors);
+        let head = super::mcp::with_session(http::sse_head(), sid);
         let m = self.sessions.mcp_mut(number).expect("a live session");
         let key = m.log.open(carries, stream);
         self.start_stream(now, request, (stream, head), number, Role::Mcp(key));
@@ -172,7 +172,7 @@ impl Hub {
             (Some(window), _) => self.sessions.resume_timers.set((number, key), now + window),
             (None, Carries::Request(id, _)) => {
                 if let Some(started) = self.in_flight.abandon((number, key), &id) {
-                    self.audit_unanswered(now, number, started);
+                    self.observe(now, Happened::Unanswered(Some(number), started));
                 }
                 self.forget_stream(number, key, false);
             }
@@ -192,7 +192,7 @@ impl Hub {
         }
         if let Carries::Request(id, _) = log.carries.clone() {
             if let Some(started) = self.in_flight.abandon((number, key), &id) {
-                self.audit_unanswered(now, number, started);
+                self.observe(now, Happened::Unanswered(Some(number), started));
             }
         }
         self.forget_stream(number, key, true);
@@ -205,7 +205,6 @@ impl Hub {
         &mut self,
         now: Instant,
         request: RequestId,
-        req: &Request,
         (number, sid): (SessionNumber, SessionId),
         last_event_id: &str,
     ) -> Result<(), Rejection> {
@@ -214,15 +213,15 @@ impl Hub {
         match m.log.replay(key, position) {
             Err(Unreplayable::Unknown) => Err(Rejection::UnknownEventId),
             Err(Unreplayable::Answered) => {
-                self.closing_stream(now, request, (number, sid), &req.cors, None);
+                self.closing_stream(now, request, (number, sid), None);
                 Ok(())
             }
             Err(Unreplayable::Lost(raw_id)) => {
-                self.lost(now, request, (number, sid), &req.cors, key, raw_id);
+                self.lost(now, request, (number, sid), key, raw_id);
                 Ok(())
             }
             Ok(events) => {
-                self.replay(now, request, (number, sid), &req.cors, key, events);
+                self.replay(now, request, (number, sid), key, events);
                 Ok(())
             }
         }
@@ -233,12 +232,11 @@ impl Hub {
         now: Instant,
         request: RequestId,
         (number, sid): (SessionNumber, SessionId),
-        cors: &Option<String>,
         key: StreamKey,
         events: Vec<Replayed>,
     ) {
         let stream = StreamId(self.mint());
-        let head = super::mcp::decorate(http::sse_head(), sid, cors);
+        let head = super::mcp::with_session(http::sse_head(), sid);
         self.start_stream(now, request, (stream, head), number, Role::Mcp(key));
         self.sessions.resume_timers.remove(&(number, key));
         let m = self.sessions.mcp_mut(number).expect("a live session");
@@ -272,7 +270,6 @@ impl Hub {
         now: Instant,
         request: RequestId,
         (number, sid): (SessionNumber, SessionId),
-        cors: &Option<String>,
         key: StreamKey,
         raw_id: Option<String>,
     ) {
@@ -281,7 +278,7 @@ impl Hub {
             let (carries, attached) = (log.carries.clone(), log.attached);
             if let Carries::Request(id, _) = carries {
                 if let Some(started) = self.in_flight.abandon((number, key), &id) {
-                    self.audit_unanswered(now, number, started);
+                    self.observe(now, Happened::Unanswered(Some(number), started));
                 }
             }
             // Remembered as expired, with where its answer was if it was written.
@@ -293,7 +290,7 @@ impl Hub {
         let raw_id = raw_id.unwrap_or_else(|| "null".to_owned());
         let message =
             streamable::error_message(&raw_id, -32001, "response lost: resume window exceeded");
-        self.closing_stream(now, request, (number, sid), cors, Some(message));
+        self.closing_stream(now, request, (number, sid), Some(message));
         self.touch(number, now);
     }
 
@@ -304,11 +301,10 @@ impl Hub {
         now: Instant,
         request: RequestId,
         (number, sid): (SessionNumber, SessionId),
-        cors: &Option<String>,
         message: Option<Vec<u8>>,
     ) {
         let stream = StreamId(self.mint());
-        let head = super::mcp::decorate(http::sse_head(), sid, cors);
+        let head = super::mcp::with_session(http::sse_head(), sid);
         self.start_stream(now, request, (stream, head), number, Role::Mcp(0));
         if let Some(message) = message {
             self.send(now, stream, Frame::Owned(sse::message_event(&message)));
