@@ -65,7 +65,6 @@
 // declarations alphabetical); inside `hub` the behaviour files still import each other.
 pub mod audit; // SPEC 11's audit records, client addresses behind proxies
 pub mod auth; // the auth modes
-pub mod budget; // a stream queue's byte budget, a host's session budget
 pub mod config; // the one CLI definition
 #[cfg(feature = "cli")]
 mod config_file; // --config FILE merged under the command line

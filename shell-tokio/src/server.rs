@@ -33,8 +33,9 @@ use hyper_util::server::graceful::GracefulShutdown;
 use switchboard_core::framing::{self, FramingError, Limits, Pipeline};
 use switchboard_core::http::{self, Admitted, RequestHead};
 use switchboard_core::hub::{self, Payload, TurnedAway};
-use switchboard_core::load::{Front, Shared};
+use switchboard_core::load::Front;
 use switchboard_core::Rejection;
+use switchboard_shell::Shared;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
@@ -179,7 +180,7 @@ impl Server {
             return full(Rejection::BackendDown.response());
         };
         let (reply, answer) = oneshot::channel();
-        let ticket = crate::pending::ticket();
+        let ticket = switchboard_shell::pending::ticket();
         let input = Input::Request {
             request,
             reply,
