@@ -8,13 +8,13 @@ use std::fmt;
 use crate::message::RawId;
 
 /// Longest `--instance` name.
-pub const INSTANCE_MAX: usize = 32;
+pub(crate) const INSTANCE_MAX: usize = 32;
 
 /// Length of the canonical UUID text of a session id.
 const UUID_LEN: usize = 36;
 
 /// Longest session id text: an instance name, a `.` and the UUID.
-pub const SESSION_ID_MAX: usize = INSTANCE_MAX + 1 + UUID_LEN;
+pub(crate) const SESSION_ID_MAX: usize = INSTANCE_MAX + 1 + UUID_LEN;
 
 /// The name of one Switchboard instance (`--instance`): 1 to 32 of `a-z`, `0-9`, `-`.
 /// Every session id the instance mints starts with it and a `.` (SPEC section 8).

@@ -6,7 +6,7 @@ use std::time::Duration;
 #[cfg(feature = "cli")]
 use clap::ValueEnum;
 
-pub use crate::oauth::tool_matches;
+pub(crate) use crate::oauth::tool_matches;
 pub use crate::principal::KeySet;
 use crate::routed_id::Instance;
 

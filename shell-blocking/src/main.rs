@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::thread;
 
 use switchboard_core::config::{Config, LogFormat};
-use switchboard_core::load::Loaded;
 use switchboard_core::CommandLine;
+use switchboard_core::Loaded;
 use switchboard_shell::audit::{self, AuditLog};
 use switchboard_shell::budget::{session_budget, HostLimits, SessionCost};
 use switchboard_shell::Shared;
@@ -31,7 +31,7 @@ fn main() {
         let stdin = std::io::stdin().lock();
         let stdout = std::io::stdout().lock();
         std::process::exit(i32::from(
-            switchboard_core::demo::serve(stdin, stdout).is_err(),
+            switchboard_core::serve_demo(stdin, stdout).is_err(),
         ));
     }
     init_logging(&config);

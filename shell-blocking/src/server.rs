@@ -33,7 +33,7 @@ use switchboard_core::framing::{
 };
 use switchboard_core::http::{self, RequestHead};
 use switchboard_core::hub::{Payload, TurnedAway};
-use switchboard_core::load::Front;
+use switchboard_core::Front;
 use switchboard_core::{Rejection, StreamId};
 use switchboard_shell::Shared;
 use tracing::{debug, warn};

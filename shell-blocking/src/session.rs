@@ -9,8 +9,8 @@ use std::net::{Shutdown, TcpStream};
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use switchboard_core::coalesce;
 use switchboard_core::http::Response;
-use switchboard_core::output::coalesce;
 use switchboard_core::{Frame, StreamEnd, StreamId};
 use switchboard_shell::budget::QueueBudget;
 

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{select, Receiver, Sender};
 use switchboard_core::config::Config;
 use switchboard_core::hub::Settings;
-use switchboard_core::load::Front;
-use switchboard_core::supervise::Signal;
+use switchboard_core::Front;
+use switchboard_core::Signal;
 use switchboard_core::{BackendId, FetchId, StreamId};
 use switchboard_shell::{Owner, Perform, Process, Shared, StreamQueue};
 

@@ -27,7 +27,7 @@ fn main() {
         let stdin = std::io::stdin().lock();
         let stdout = std::io::stdout().lock();
         std::process::exit(i32::from(
-            switchboard_core::demo::serve(stdin, stdout).is_err(),
+            switchboard_core::serve_demo(stdin, stdout).is_err(),
         ));
     }
     init_logging(&config);

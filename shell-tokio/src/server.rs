@@ -33,7 +33,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use switchboard_core::framing::{self, FramingError, Limits, Pipeline};
 use switchboard_core::http::{self, Admitted, RequestHead};
 use switchboard_core::hub::{self, Payload, TurnedAway};
-use switchboard_core::load::Front;
+use switchboard_core::Front;
 use switchboard_core::Rejection;
 use switchboard_shell::Shared;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -229,7 +229,7 @@ impl Server {
         &self,
         peer: SocketAddr,
         refused: FramingError,
-        asked: switchboard_core::audit::Asked,
+        asked: switchboard_core::Asked,
     ) -> Response<ResponseBody> {
         debug!(%peer, reason = refused.as_str(), "refused");
         let _ = (self.inputs)

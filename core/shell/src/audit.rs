@@ -13,8 +13,8 @@ use std::sync::mpsc::{Sender, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use switchboard_core::audit::{rfc3339_millis, AuditRecord};
 use switchboard_core::SessionId;
+use switchboard_core::{rfc3339_millis, AuditRecord};
 
 /// Events that may wait for the writer.
 const QUEUE: usize = 65_536;

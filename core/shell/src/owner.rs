@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 
 use switchboard_core::http::Response;
 use switchboard_core::hub::{self, Fetched, Hub, Settings};
-use switchboard_core::jwt::KeyStore;
-use switchboard_core::load::{Front, Loaded};
-use switchboard_core::output::Level;
-use switchboard_core::supervise::{Exit, Signal};
-use switchboard_core::{BackendId, FetchId, Frame, Output, StreamEnd, StreamId};
+use switchboard_core::KeyStore;
+use switchboard_core::Level;
+use switchboard_core::{BackendId, Event, FetchId, Frame, Output, StreamEnd, StreamId};
+use switchboard_core::{Exit, Signal};
+use switchboard_core::{Front, Loaded};
 use tracing::{debug, info, warn};
 
 use crate::audit::AuditLog;
@@ -342,10 +342,8 @@ impl<P: Perform> Owner<P> {
                 }
             }
             Output::UseKeys { sets } => {
-                if let Some(store) = &self.key_store {
-                    if let Err(e) = store.use_fetched(&sets) {
-                        warn!("cannot use the fetched key sets: {e}");
-                    }
+                if let Some(Err(e)) = self.key_store.as_ref().map(|s| s.use_fetched(&sets)) {
+                    warn!("cannot use the fetched key sets: {e}");
                 }
             }
             Output::StopAccepting => self.perform.stop_accepting(),
@@ -355,14 +353,7 @@ impl<P: Perform> Owner<P> {
                     self.hub.handle_audit_dropped(lost);
                 }
             }
-            Output::Log(event) => {
-                let session = event.session().map(tracing::field::display);
-                match event.level() {
-                    Level::Warn => warn!(session, "{event}"),
-                    Level::Info => info!(session, "{event}"),
-                    Level::Debug => debug!(session, "{event}"),
-                }
-            }
+            Output::Log(event) => log(&event),
             output @ (Output::SpawnBackend { .. }
             | Output::ToBackend { .. }
             | Output::CloseBackendStdin { .. }
@@ -409,5 +400,15 @@ impl<P: Perform> Owner<P> {
 
     fn process(&mut self, backend: BackendId) -> Option<&mut P::Process> {
         self.backend.as_mut().filter(|b| b.id() == backend)
+    }
+}
+
+/// An [`Output::Log`] as a `tracing` event, with its session as a field.
+fn log(event: &Event) {
+    let session = event.session().map(tracing::field::display);
+    match event.level() {
+        Level::Warn => warn!(session, "{event}"),
+        Level::Info => info!(session, "{event}"),
+        Level::Debug => debug!(session, "{event}"),
     }
 }
