@@ -193,7 +193,7 @@ pub struct Asked {
     pub kind: AuditType,
     /// The transport whose endpoint it named; `None` for any other path.
     pub transport: Option<Transport>,
-    /// The path asked for (no query: it may carry a token), cut to [`MAX_FIELD`] bytes,
+    /// The path asked for (no query: it may carry a token), cut to `MAX_FIELD` bytes,
     /// when it names neither transport's endpoint: the event's `target.endpoint` then,
     /// with `transport` null. `None` otherwise.
     pub path: Option<String>,

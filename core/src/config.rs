@@ -711,7 +711,7 @@ impl Config {
     }
 
     /// Where key sets are fetched from: each `--oauth-issuer`'s metadata (for its own
-    /// tokens), `--jwt-jwks-url` (for those of [`Config::configured_issuer`]).
+    /// tokens), `--jwt-jwks-url` (for those of `Config::configured_issuer`).
     pub fn key_sources(&self) -> Vec<crate::settings::KeySource> {
         use crate::settings::KeySource;
         let issuers = self.oauth_issuers.iter().cloned().map(KeySource::Issuer);

@@ -149,7 +149,7 @@ impl Policy {
 
     /// Whether `caller` may do `ask`. Anything that fails to build or evaluate denies, and
     /// so do arguments the policy could not see as the backend will: more than
-    /// [`MAX_ARGUMENTS`], or a number that is neither a Cedar `Long` nor a `decimal` of four
+    /// `MAX_ARGUMENTS`, or a number that is neither a Cedar `Long` nor a `decimal` of four
     /// places (`1e15`, `1001.00001`, `18446744073709551615`), which would otherwise be left
     /// out of the request (it is `arg_<name>_present`).
     pub fn allows(&self, caller: Caller<'_>, ask: Ask<'_>) -> bool {

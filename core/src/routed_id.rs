@@ -70,7 +70,7 @@ impl fmt::Display for Instance {
 /// A session id: 128 random bits in canonical lowercase UUID v4 text, prefixed by `NAME.`
 /// when its instance has a name (`--instance`). Never contains `|`, `"` or `\`.
 ///
-/// Held inline (at most [`SESSION_ID_MAX`] bytes, zero-padded) so that it stays `Copy` and
+/// Held inline (at most `SESSION_ID_MAX` bytes, zero-padded) so that it stays `Copy` and
 /// costs no allocation; equality, order and hash are those of the text.
 #[derive(Clone, Copy)]
 pub struct SessionId {
