@@ -193,7 +193,7 @@ pub struct Asked {
     pub kind: AuditType,
     /// The transport whose endpoint it named; `None` for any other path.
     pub transport: Option<Transport>,
-    /// The path asked for (no query: it may carry a token), cut to [`MAX_FIELD`] bytes,
+    /// The path asked for (no query: it may carry a token), cut to `MAX_FIELD` bytes,
     /// when it names neither transport's endpoint: the event's `target.endpoint` then,
     /// with `transport` null. `None` otherwise.
     pub path: Option<String>,
@@ -458,15 +458,15 @@ fn escape_into(out: &mut String, text: &str) {
 /// Free-text fields a client chooses (user agent, client name and version, method, target
 /// name) are kept to at most this many bytes, so that a hostile client cannot make every
 /// event of its session huge.
-pub const MAX_FIELD: usize = 1024;
+pub(crate) const MAX_FIELD: usize = 1024;
 
 /// `text` cut to [`MAX_FIELD`] bytes on a UTF-8 boundary.
-pub fn field(text: &str) -> String {
+pub(crate) fn field(text: &str) -> String {
     cut(text, MAX_FIELD).0.to_owned()
 }
 
 /// `text` cut on a UTF-8 boundary to at most `max` bytes, and whether it was cut.
-pub fn cut(text: &str, max: usize) -> (&str, bool) {
+pub(crate) fn cut(text: &str, max: usize) -> (&str, bool) {
     if text.len() <= max {
         return (text, false);
     }
@@ -503,7 +503,11 @@ pub fn rfc3339_millis(unix_ms: u64) -> String {
 /// The client's address: the rightmost `X-Forwarded-For` address that is not itself a
 /// trusted proxy, when the peer is one; otherwise the peer's. Several field lines are one
 /// list (RFC 9110 section 5.3), so a proxy that adds its own line is read past too.
-pub fn client_ip(peer: Option<IpAddr>, forwarded_for: &[&str], trusted: &[Cidr]) -> Option<IpAddr> {
+pub(crate) fn client_ip(
+    peer: Option<IpAddr>,
+    forwarded_for: &[&str],
+    trusted: &[Cidr],
+) -> Option<IpAddr> {
     let is_trusted = |ip: &IpAddr| trusted.iter().any(|c| c.contains(ip));
     let peer_ip = peer?;
     if !is_trusted(&peer_ip) {

@@ -7,7 +7,7 @@ use subtle::ConstantTimeEq;
 
 use crate::principal::Credential;
 
-pub use crate::principal::{AuthFailure, Principal};
+pub(crate) use crate::principal::{AuthFailure, Principal};
 
 /// A line of a token file that could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,7 +94,7 @@ impl TokenTable {
 }
 
 /// The token of an `Authorization: Bearer <token>` header value.
-pub fn bearer_token(header: &[u8]) -> Option<&[u8]> {
+pub(crate) fn bearer_token(header: &[u8]) -> Option<&[u8]> {
     let scheme = header.get(..7)?;
     if !scheme.eq_ignore_ascii_case(b"bearer ") {
         return None;

@@ -422,7 +422,8 @@ impl std::error::Error for ConfigError {}
 pub const LISTEN_BACKLOG: u32 = 1024;
 
 /// The default listen address.
-pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8000);
+pub(crate) const DEFAULT_LISTEN: SocketAddr =
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8000);
 
 const MS: Duration = Duration::from_millis(1);
 const HOUR: Duration = Duration::from_secs(3600);
@@ -679,7 +680,7 @@ impl Config {
 
     /// [`Config::settings`] with the files they name read by `read` and checked in full:
     /// the `--authz-config` policy.
-    pub fn settings_with(
+    pub(crate) fn settings_with(
         &self,
         mut read: impl FnMut(&std::path::Path) -> std::io::Result<String>,
     ) -> Result<crate::settings::Settings, String> {
@@ -710,7 +711,7 @@ impl Config {
     }
 
     /// Where key sets are fetched from: each `--oauth-issuer`'s metadata (for its own
-    /// tokens), `--jwt-jwks-url` (for those of [`Config::configured_issuer`]).
+    /// tokens), `--jwt-jwks-url` (for those of `Config::configured_issuer`).
     pub fn key_sources(&self) -> Vec<crate::settings::KeySource> {
         use crate::settings::KeySource;
         let issuers = self.oauth_issuers.iter().cloned().map(KeySource::Issuer);
@@ -725,7 +726,7 @@ impl Config {
     /// `--jwt-jwks-url` verify: `--jwt-issuer`, else the one `--oauth-issuer`, else (no
     /// issuer named) any. Beside several `--oauth-issuer`s [`Config::validate`] asks for
     /// `--jwt-issuer`, so those keys never sign for an issuer that has keys of its own.
-    pub fn configured_issuer(&self) -> Option<String> {
+    pub(crate) fn configured_issuer(&self) -> Option<String> {
         match (&self.jwt_issuer, self.oauth_issuers.as_slice()) {
             (Some(issuer), _) => Some(issuer.clone()),
             (None, [only]) => Some(only.clone()),
@@ -825,7 +826,7 @@ impl Config {
     }
 
     /// The OAuth resource server these flags describe, when `--oauth-issuer` is given.
-    pub fn resource_server(&self) -> Option<crate::oauth::ResourceServer> {
+    pub(crate) fn resource_server(&self) -> Option<crate::oauth::ResourceServer> {
         if self.oauth_issuers.is_empty() {
             return None;
         }

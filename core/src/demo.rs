@@ -5,7 +5,7 @@
 use serde_json::{json, Value};
 
 /// The protocol version the demo server speaks.
-pub const PROTOCOL_VERSION: &str = "2024-11-05";
+pub(crate) const PROTOCOL_VERSION: &str = "2024-11-05";
 
 /// Serves `input` line by line until it ends, writing answers to `output`. Generic over
 /// the streams so the core stays free of real I/O; the shells pass stdin and stdout.
@@ -25,7 +25,7 @@ pub fn serve(input: impl std::io::BufRead, mut output: impl std::io::Write) -> s
 }
 
 /// Answers one line read on stdin with the lines to write on stdout (each without `\n`).
-pub fn handle_line(line: &[u8]) -> Vec<String> {
+pub(crate) fn handle_line(line: &[u8]) -> Vec<String> {
     let Ok(request) = serde_json::from_slice::<Value>(line) else {
         return vec![error(Value::Null, -32700, "Parse error")];
     };

@@ -17,13 +17,13 @@ use std::time::Duration;
 use crate::http::Response;
 
 /// Longest request target (414 past it).
-pub const MAX_TARGET: usize = 16 * 1024;
+pub(crate) const MAX_TARGET: usize = 16 * 1024;
 /// Largest request head, request line and headers together (431 past it).
-pub const MAX_HEAD: usize = 64 * 1024;
+pub(crate) const MAX_HEAD: usize = 64 * 1024;
 /// Most header lines in a head (431 past it).
-pub const MAX_HEADERS: usize = 100;
+pub(crate) const MAX_HEADERS: usize = 100;
 /// Longest chunk-size line of a chunked body, extensions included (400 past it).
-pub const MAX_CHUNK_LINE: usize = 4 * 1024;
+pub(crate) const MAX_CHUNK_LINE: usize = 4 * 1024;
 
 /// The bounds both shells hold every connection to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,7 +150,7 @@ impl FramingError {
 }
 
 /// The header that tells a shell to close the connection after this answer.
-pub const CLOSE: (&str, Cow<'static, str>) = ("connection", Cow::Borrowed("close"));
+pub(crate) const CLOSE: (&str, Cow<'static, str>) = ("connection", Cow::Borrowed("close"));
 
 /// Whether `response` asks for the connection to be closed after it.
 pub fn closes(response: &Response) -> bool {

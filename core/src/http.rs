@@ -34,7 +34,7 @@ pub enum Endpoint {
 
 impl Endpoint {
     /// Routes `method` and `path` (without query, `--base-path` already removed).
-    pub fn route(method: &str, path: &str) -> Result<Endpoint, Rejection> {
+    pub(crate) fn route(method: &str, path: &str) -> Result<Endpoint, Rejection> {
         let endpoint = match (path, method) {
             ("/sse", "GET") => Endpoint::Stream,
             ("/messages" | "/messages/", "POST") => Endpoint::Messages,
@@ -441,7 +441,7 @@ fn has_access_token(query: &str) -> bool {
 }
 
 /// Adds the CORS headers of an answer to an allowed browser `origin`.
-pub fn add_cors(response: &mut Response, origin: &str) {
+pub(crate) fn add_cors(response: &mut Response, origin: &str) {
     response.headers.extend([
         ("access-control-allow-origin", Cow::Owned(origin.to_owned())),
         ("vary", Cow::Borrowed("Origin")),
@@ -485,7 +485,7 @@ const CONFLICTING_SESSION_IDS: &str = "conflicting session_id and sessionId";
 /// The session a POST names: `session_id`, or `sessionId` (the TypeScript SDK's name).
 /// Both present and different, or a value needing percent-decoding, names no session (404).
 /// Empty when neither is present (400).
-pub fn session_param(query: Option<&str>) -> &str {
+pub(crate) fn session_param(query: Option<&str>) -> &str {
     let mut found: Option<&str> = None;
     for pair in query.unwrap_or_default().split('&') {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -514,7 +514,7 @@ pub struct OriginPolicy {
 impl OriginPolicy {
     /// Whether a browser `origin` may call: a loopback origin (any port) or one of
     /// `--allow-origin`.
-    pub fn allows_origin(&self, origin: &str) -> bool {
+    pub(crate) fn allows_origin(&self, origin: &str) -> bool {
         self.allow_origins.iter().any(|o| o == origin)
             || origin
                 .strip_prefix("http://")
@@ -742,7 +742,7 @@ pub fn accepted() -> Response {
 
 /// The head of every SSE stream: `200 text/event-stream`, not cached, not buffered by
 /// proxies in front (`X-Accel-Buffering: no` for nginx).
-pub fn sse_head() -> Response {
+pub(crate) fn sse_head() -> Response {
     Response {
         status: 200,
         headers: vec![
@@ -916,7 +916,7 @@ impl Rejection {
 impl Rejection {
     /// [`Rejection::response`] with its JSON-RPC error under the request's id (`raw_id`,
     /// as the client wrote it).
-    pub fn response_to(&self, raw_id: &str) -> Response {
+    pub(crate) fn response_to(&self, raw_id: &str) -> Response {
         let mut response = self.response();
         let (code, message) = self.code_and_message();
         response.body = Cow::Owned(error_message(raw_id, code, message));
@@ -934,7 +934,7 @@ pub(crate) fn error_message(raw_id: &str, code: i32, text: &str) -> Vec<u8> {
 }
 
 /// The body of `202 Accepted`.
-pub const ACCEPTED_BODY: &[u8] = b"Accepted";
+pub(crate) const ACCEPTED_BODY: &[u8] = b"Accepted";
 
 #[cfg(test)]
 mod tests {

@@ -110,7 +110,7 @@ impl KeyStore {
 }
 
 /// How many usable keys a JWKS document holds, or why it is refused.
-pub fn check_jwks(text: &str) -> Result<usize, String> {
+pub(crate) fn check_jwks(text: &str) -> Result<usize, String> {
     let set: JwkSet =
         serde_json::from_str(text).map_err(|e| format!("not a JWKS document: {e}"))?;
     let keys = set
@@ -140,7 +140,7 @@ type ClaimSet = serde_json::Map<String, serde_json::Value>;
 
 /// The claims Switchboard reads. `aud` may be a string or an array.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
-pub struct Claims {
+pub(crate) struct Claims {
     /// Issuer.
     pub iss: Option<String>,
     /// Subject.
@@ -161,7 +161,7 @@ pub struct Claims {
 
 impl Claims {
     /// The scopes the token grants, from `scope` and `scp`.
-    pub fn scopes(&self) -> Vec<String> {
+    pub(crate) fn scopes(&self) -> Vec<String> {
         let spaced = self.scope.iter().flat_map(|s| s.split_ascii_whitespace());
         let mut out: Vec<String> = spaced.map(str::to_owned).collect();
         for s in self.scp.iter().flat_map(|s| s.split_ascii_whitespace()) {
@@ -389,7 +389,7 @@ impl JwtVerifier {
 
 /// The `iss` a JWT claims, read without verifying anything (to choose the keys that may
 /// verify it); `None` when it has none or is not a JWT.
-pub fn claimed_issuer(token: &[u8]) -> Option<String> {
+pub(crate) fn claimed_issuer(token: &[u8]) -> Option<String> {
     #[derive(Deserialize)]
     struct Issuer {
         iss: Option<String>,
@@ -412,7 +412,7 @@ impl ClaimsPolicy {
 }
 
 /// The pure decision: verified claims and the time in, principal or refusal out.
-pub fn check_claims(
+pub(crate) fn check_claims(
     claims: &Claims,
     policy: &ClaimsPolicy,
     now: u64,

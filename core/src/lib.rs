@@ -8,12 +8,16 @@
 //! ## Loop contract
 //!
 //! A shell owns one [`Hub`] on one thread or task. Every input (`handle_request`,
-//! `handle_stream_closed`, `handle_backend_lines`, `handle_backend_exited`, ...) takes the
-//! shell's `now`, and must be followed by a complete drain of [`Hub::poll_output`],
-//! performing each [`Output`] in order, before the next input. Between inputs the shell
-//! sleeps until its next I/O event or [`Hub::poll_timeout`], and calls
-//! [`Hub::handle_timeout`] once that instant has passed. The hub names the shell's things by
-//! the ids it hands out ([`RequestId`], [`StreamId`], [`BackendId`]):
+//! `handle_stream_closed`, `handle_backend_lines`, `handle_backend_exited`, ...) but
+//! `handle_audit_dropped` takes the shell's `now`, and must be followed by a complete drain
+//! of [`Hub::poll_output`], performing each [`Output`] in order, before the next input. An
+//! input that arises while an output is performed (a spawn's result, a full stream queue, a
+//! fetch that could not start, lost audit events) is fed at once; its outputs join the
+//! drain. After [`Output::Exit`], requests still queued are fed as usual (each is refused).
+//! Between inputs the shell sleeps until its next I/O event or [`Hub::poll_timeout`], and
+//! calls [`Hub::handle_timeout`] once that instant has passed. The hub names the shell's
+//! things by the ids it hands out ([`RequestId`], [`StreamId`], [`BackendId`]). Both shells
+//! keep this loop in one place, `Owner` in `switchboard-shell` (`core/shell`):
 //!
 //! ```
 //! use std::time::{Duration, Instant};
@@ -63,41 +67,55 @@
 
 // The top-level modules' `use crate::` lines form an acyclic graph (rustfmt keeps the
 // declarations alphabetical); inside `hub` the behaviour files still import each other.
-pub(crate) mod admission; // whether a request goes ahead, and the refusal each verdict owes
-pub mod audit; // SPEC 11's audit records, client addresses behind proxies
-pub mod auth; // the auth modes
-pub mod budget; // a stream queue's byte budget, a host's session budget
+// Public: the modules whose names are the protocol's (the CLI, HTTP framing, the HTTP
+// surface, the hub, routed ids, SSE frames); the rest is reached through the re-exports
+// below, exactly what the shells, the test kit, the fuzz targets and the benches use.
+mod admission; // whether a request goes ahead, and the refusal each verdict owes
+mod audit; // SPEC 11's audit records, client addresses behind proxies
+mod auth; // the auth modes
 pub mod config; // the one CLI definition
 #[cfg(feature = "cli")]
 mod config_file; // --config FILE merged under the command line
-pub mod demo; // the built-in demo backend
+mod demo; // the built-in demo backend
 pub mod framing; // HTTP/1.1 framing rules both shells apply
 pub mod http; // endpoints, the gate, rejections and answers, the hub's request input
 pub mod hub; // the owner loop as a state machine
 #[cfg(feature = "jwt")]
-pub mod jwt; // JWT verification
-pub(crate) mod limits; // rate limits' token buckets
-pub mod lines; // newline framing of the backend's stdout
-pub mod load; // flags and files read and checked whole, at start and on reload
-pub(crate) mod message; // one-pass admission of a JSON-RPC object
-pub(crate) mod metrics; // counters, drop reasons, Prometheus text
-pub mod oauth; // the OAuth resource server: metadata, challenges, the resource
-pub mod output; // what a shell must do, ids it is told
-pub mod policy; // Cedar policies in ToolHive's format: the entities a request becomes
-pub mod principal; // who a caller is, why a credential was refused
+mod jwt; // JWT verification
+mod limits; // rate limits' token buckets
+mod lines; // newline framing of the backend's stdout
+mod load; // flags and files read and checked whole, at start and on reload
+mod message; // one-pass admission of a JSON-RPC object
+mod metrics; // counters, drop reasons, Prometheus text
+mod oauth; // the OAuth resource server: metadata, challenges, the resource
+mod output; // what a shell must do, ids it is told
+mod policy; // Cedar policies in ToolHive's format: the entities a request becomes
+mod principal; // who a caller is, why a credential was refused
 pub mod routed_id; // <sid>|n:<digits> / <sid>|s:<string>, session ids
-pub(crate) mod router; // the message-level rules, returning decisions
-pub mod settings; // what the hub decides with
+mod router; // the message-level rules, returning decisions
+mod settings; // what the hub decides with
 pub mod sse; // SSE frames
-pub(crate) mod streamable; // /mcp helpers: Accept, ids as keys, proxy bodies
-pub mod supervise; // restart policy, exits, /health
+mod streamable; // /mcp helpers: Accept, ids as keys, proxy bodies
+mod supervise; // restart policy, exits, /health
 
-pub use auth::{Auth, Principal};
+pub use audit::{rfc3339_millis, Asked, AuditRecord};
+pub use auth::{Auth, Principals, TokenTable};
 #[cfg(feature = "cli")]
 pub use config_file::CommandLine;
+pub use demo::serve as serve_demo;
 pub use http::Rejection;
 pub use hub::Hub;
+#[cfg(feature = "jwt")]
+pub use jwt::KeyStore;
+pub use lines::LineFramer;
+pub use load::{Front, Loaded};
 pub use message::Invalid;
 pub use metrics::{DropReason, LogLevel};
+pub use oauth::{check_fetchable, ResourceServer};
+pub use output::{coalesce, Level, STDIN_REPORT_EVERY};
 pub use output::{BackendId, Event, FetchId, Frame, Output, RequestId, StreamEnd, StreamId};
+pub use policy::Policy;
+pub use principal::{AuthFailure, Principal};
 pub use routed_id::SessionId;
+pub use settings::{Audit, KeySet, KeySource};
+pub use supervise::{Exit, Signal};

@@ -7,7 +7,7 @@
 //! [`Settings`] or [`Front`] is therefore loaded at start and reloaded with no more code.
 
 use std::path::Path;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use crate::config::Config;
 use crate::framing::Limits;
@@ -97,34 +97,6 @@ impl Loaded {
             settings: self.settings.clone(),
             principals: self.front.gate.auth.principals(),
             ignored: self.ignored.clone(),
-        }
-    }
-}
-
-/// A value request handlers read and a reload replaces whole: one `Arc` behind a lock held
-/// only to clone or swap it, so a request sees the old value or the new, never a mix.
-#[derive(Debug)]
-pub struct Shared<T>(RwLock<Arc<T>>);
-
-impl<T> Shared<T> {
-    /// Shares `value`.
-    pub fn new(value: Arc<T>) -> Self {
-        Shared(RwLock::new(value))
-    }
-
-    /// The value now.
-    pub fn get(&self) -> Arc<T> {
-        match self.0.read() {
-            Ok(guard) => guard.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        }
-    }
-
-    /// Replaces it for every later [`Shared::get`].
-    pub fn set(&self, value: Arc<T>) {
-        match self.0.write() {
-            Ok(mut guard) => *guard = value,
-            Err(poisoned) => *poisoned.into_inner() = value,
         }
     }
 }

@@ -7,7 +7,7 @@ use std::fmt::Write;
 use crate::principal::AuthFailure;
 
 /// Where clients find this resource's metadata: RFC 9728's well-known path.
-pub const METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
+pub(crate) const METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
 
 /// What the resource server says about itself, from the command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -177,7 +177,7 @@ fn host_of(authority: &str) -> Option<&str> {
 }
 
 /// Whether a `Host` header is a syntactically valid `host[:port]`.
-pub fn valid_host(host: &str) -> bool {
+pub(crate) fn valid_host(host: &str) -> bool {
     host_of(host).is_some()
 }
 
@@ -221,7 +221,7 @@ fn origin_of(url: &str) -> &str {
 
 /// Whether a tool pattern of `--tool-scope` or `--tool-rate-limit` names `tool`: the
 /// name, or a prefix ending in `*`.
-pub fn tool_matches(pattern: &str, tool: &str) -> bool {
+pub(crate) fn tool_matches(pattern: &str, tool: &str) -> bool {
     match pattern.strip_suffix('*') {
         Some(prefix) => tool.starts_with(prefix),
         None => tool == pattern,

@@ -97,10 +97,10 @@ impl AsRef<[u8]> for Frame {
 }
 
 /// Frames already waiting in a stream's queue are joined into one write up to this size.
-pub const COALESCE_LIMIT: usize = 64 * 1024;
+pub(crate) const COALESCE_LIMIT: usize = 64 * 1024;
 
 /// Joins `first` with the frames already waiting (pulled from `next` until it gives
-/// `None`) into one write of about [`COALESCE_LIMIT`] bytes; a lone frame is not copied.
+/// `None`) into one write of about `COALESCE_LIMIT` bytes; a lone frame is not copied.
 pub fn coalesce(first: Frame, mut next: impl FnMut() -> Option<Frame>) -> Frame {
     let Some(second) = next() else {
         return first;

@@ -22,7 +22,7 @@ const MAX_DEPTH: usize = 10;
 /// A request with more arguments than this is denied when a policy reads arguments: its
 /// evaluation runs on the hub's thread, and no tool takes so many. So is a request with a
 /// number argument Cedar cannot hold (see [`Policy::allows`]).
-pub const MAX_ARGUMENTS: usize = 256;
+pub(crate) const MAX_ARGUMENTS: usize = 256;
 
 /// A loaded policy file: its policies and the entities it declares.
 pub struct Policy {
@@ -149,7 +149,7 @@ impl Policy {
 
     /// Whether `caller` may do `ask`. Anything that fails to build or evaluate denies, and
     /// so do arguments the policy could not see as the backend will: more than
-    /// [`MAX_ARGUMENTS`], or a number that is neither a Cedar `Long` nor a `decimal` of four
+    /// `MAX_ARGUMENTS`, or a number that is neither a Cedar `Long` nor a `decimal` of four
     /// places (`1e15`, `1001.00001`, `18446744073709551615`), which would otherwise be left
     /// out of the request (it is `arg_<name>_present`).
     pub fn allows(&self, caller: Caller<'_>, ask: Ask<'_>) -> bool {
@@ -250,7 +250,7 @@ fn request_parts(ask: Ask<'_>) -> (&str, Target) {
 }
 
 /// ToolHive's Cedar id of a resource uri: each of `: / \ ? & = # .` and space becomes `_`.
-pub fn resource_id(uri: &str) -> String {
+pub(crate) fn resource_id(uri: &str) -> String {
     uri.chars()
         .map(|c| match c {
             ':' | '/' | '\\' | '?' | '&' | '=' | '#' | '.' | ' ' => '_',

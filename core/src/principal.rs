@@ -59,7 +59,7 @@ impl fmt::Display for Principal {
 }
 
 /// A JWT's claims, every one as the token wrote it (for policies: `claim_<name>`).
-pub type ClaimSet = Arc<serde_json::Map<String, serde_json::Value>>;
+pub(crate) type ClaimSet = Arc<serde_json::Map<String, serde_json::Value>>;
 
 /// What a credential grants besides who: its scopes (a JWT's `scope` or `scp`) and claims
 /// (none for static tokens and no auth).

@@ -8,13 +8,13 @@ use std::fmt;
 use crate::message::RawId;
 
 /// Longest `--instance` name.
-pub const INSTANCE_MAX: usize = 32;
+pub(crate) const INSTANCE_MAX: usize = 32;
 
 /// Length of the canonical UUID text of a session id.
 const UUID_LEN: usize = 36;
 
 /// Longest session id text: an instance name, a `.` and the UUID.
-pub const SESSION_ID_MAX: usize = INSTANCE_MAX + 1 + UUID_LEN;
+pub(crate) const SESSION_ID_MAX: usize = INSTANCE_MAX + 1 + UUID_LEN;
 
 /// The name of one Switchboard instance (`--instance`): 1 to 32 of `a-z`, `0-9`, `-`.
 /// Every session id the instance mints starts with it and a `.` (SPEC section 8).
@@ -70,7 +70,7 @@ impl fmt::Display for Instance {
 /// A session id: 128 random bits in canonical lowercase UUID v4 text, prefixed by `NAME.`
 /// when its instance has a name (`--instance`). Never contains `|`, `"` or `\`.
 ///
-/// Held inline (at most [`SESSION_ID_MAX`] bytes, zero-padded) so that it stays `Copy` and
+/// Held inline (at most `SESSION_ID_MAX` bytes, zero-padded) so that it stays `Copy` and
 /// costs no allocation; equality, order and hash are those of the text.
 #[derive(Clone, Copy)]
 pub struct SessionId {

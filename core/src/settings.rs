@@ -6,7 +6,7 @@ use std::time::Duration;
 #[cfg(feature = "cli")]
 use clap::ValueEnum;
 
-pub use crate::oauth::tool_matches;
+pub(crate) use crate::oauth::tool_matches;
 pub use crate::principal::KeySet;
 use crate::routed_id::Instance;
 
@@ -181,10 +181,8 @@ pub enum KeySource {
     Jwks {
         /// Where it is.
         url: String,
-        /// The issuer whose tokens it verifies ([`Config::configured_issuer`]); `None`: any
+        /// The issuer whose tokens it verifies (`Config::configured_issuer`); `None`: any
         /// issuer the claims policy accepts (no issuer is named anywhere).
-        ///
-        /// [`Config::configured_issuer`]: crate::config::Config::configured_issuer
         issuer: Option<String>,
     },
 }

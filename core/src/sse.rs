@@ -4,13 +4,13 @@
 pub const KEEPALIVE: &[u8] = b": keep-alive\n\n";
 
 /// The first event of every stream: where to POST.
-pub fn endpoint_event(url: &str) -> Vec<u8> {
+pub(crate) fn endpoint_event(url: &str) -> Vec<u8> {
     frame(b"endpoint", url.as_bytes())
 }
 
 /// One JSON-RPC message as a `message` event. `json` must hold no raw newline, which the
 /// router guarantees for everything it delivers.
-pub fn message_event(json: &[u8]) -> Vec<u8> {
+pub(crate) fn message_event(json: &[u8]) -> Vec<u8> {
     frame(b"message", json)
 }
 

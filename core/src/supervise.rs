@@ -42,7 +42,7 @@ pub enum Signal {
 
 /// What to do after the backend exited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AfterExit {
+pub(crate) enum AfterExit {
     /// Start it again after this delay.
     Restart {
         /// The backoff.
@@ -58,7 +58,7 @@ pub enum AfterExit {
 /// The restart policy with its exponential backoff (0.5 s doubling to 30 s, reset after a
 /// minute of healthy running).
 #[derive(Debug, Clone)]
-pub struct Supervisor {
+pub(crate) struct Supervisor {
     policy: Restart,
     next_backoff: Duration,
     restarts: u64,
@@ -66,7 +66,7 @@ pub struct Supervisor {
 
 impl Supervisor {
     /// A supervisor for `policy`, with no restart yet.
-    pub fn new(policy: Restart) -> Self {
+    pub(crate) fn new(policy: Restart) -> Self {
         Supervisor {
             policy,
             next_backoff: FIRST_BACKOFF,
@@ -75,12 +75,12 @@ impl Supervisor {
     }
 
     /// Follows `policy` from the next exit on (a reload); the backoff stays as it is.
-    pub fn set_policy(&mut self, policy: Restart) {
+    pub(crate) fn set_policy(&mut self, policy: Restart) {
         self.policy = policy;
     }
 
     /// Decides after an exit of a backend that ran for `ran_for`.
-    pub fn exited(&mut self, exit: Exit, ran_for: Duration) -> AfterExit {
+    pub(crate) fn exited(&mut self, exit: Exit, ran_for: Duration) -> AfterExit {
         let restart = match self.policy {
             Restart::Always => true,
             Restart::Never => false,
@@ -101,14 +101,14 @@ impl Supervisor {
     }
 
     /// Restarts decided so far.
-    pub fn restarts(&self) -> u64 {
+    pub(crate) fn restarts(&self) -> u64 {
         self.restarts
     }
 }
 
 /// What `/health` reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Health {
+pub(crate) struct Health {
     /// The backend process runs.
     pub running: bool,
     /// Its process id.
@@ -129,7 +129,7 @@ pub struct Health {
 
 impl Health {
     /// Status code and JSON body: 200 only when the backend runs and answered the ping.
-    pub fn response(&self) -> (u16, Vec<u8>) {
+    pub(crate) fn response(&self) -> (u16, Vec<u8>) {
         let healthy = self.running && self.answered && !self.keys_unavailable;
         let status = if healthy {
             "ok"

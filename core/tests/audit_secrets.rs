@@ -11,10 +11,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use switchboard_core::auth::{Auth, TokenTable};
 use switchboard_core::http::{Gate, OriginPolicy, Payload, RequestHead};
-use switchboard_core::settings::{Audit, Settings};
-use switchboard_core::{Hub, Output};
+use switchboard_core::hub::Settings;
+use switchboard_core::{Audit, Auth, Hub, Output, TokenTable};
 
 const ROUNDS: usize = 40;
 

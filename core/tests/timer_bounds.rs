@@ -4,9 +4,9 @@
 //! flight, keeps a handful of entries; so does a progress notification moving a request's
 //! clock; a DELETE leaves none of its own behind.
 
-use switchboard_core::auth::Principal;
 use switchboard_core::http::{Admitted, Endpoint, McpHeaders};
 use switchboard_core::hub::{Payload, MAX_FINISHED_KEPT};
+use switchboard_core::Principal;
 use switchboard_core::RequestId;
 use switchboard_testkit::driver::{Answer, Driver};
 use switchboard_testkit::scenario::scenario_settings;

@@ -8,10 +8,10 @@ use std::thread;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use switchboard_core::lines::LineFramer;
-use switchboard_core::output::STDIN_REPORT_EVERY;
-use switchboard_core::supervise::{Exit, Signal};
 use switchboard_core::BackendId;
+use switchboard_core::LineFramer;
+use switchboard_core::STDIN_REPORT_EVERY;
+use switchboard_core::{Exit, Signal};
 use tracing::{debug, info, warn};
 
 use crate::supervisor::Input;

@@ -1,15 +1,8 @@
 //! `switchboard-blocking`: the same proxy as `switchboard` on std threads, `httparse` and
 //! crossbeam-channel, for hosts where an async runtime is unwelcome.
 
-// The audit log writer and the key-set fetcher use no runtime: one source serves both shells.
-#[path = "../../shell-tokio/src/audit.rs"]
-mod audit;
 mod backend;
-#[path = "../../shell-tokio/src/fetch.rs"]
-mod fetch;
 mod memory;
-#[path = "../../shell-tokio/src/pending.rs"]
-mod pending;
 mod server;
 mod session;
 mod supervisor;
@@ -19,14 +12,15 @@ use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
 use std::thread;
 
-use switchboard_core::budget::{session_budget, HostLimits, SessionCost};
 use switchboard_core::config::{Config, LogFormat};
-use switchboard_core::load::{Loaded, Shared};
 use switchboard_core::CommandLine;
+use switchboard_core::Loaded;
+use switchboard_shell::audit::{self, AuditLog};
+use switchboard_shell::budget::{session_budget, HostLimits, SessionCost};
+use switchboard_shell::Shared;
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
 
-use crate::audit::AuditLog;
 use crate::server::Server;
 use crate::supervisor::Supervisor;
 
@@ -37,7 +31,7 @@ fn main() {
         let stdin = std::io::stdin().lock();
         let stdout = std::io::stdout().lock();
         std::process::exit(i32::from(
-            switchboard_core::demo::serve(stdin, stdout).is_err(),
+            switchboard_core::serve_demo(stdin, stdout).is_err(),
         ));
     }
     init_logging(&config);
@@ -132,8 +126,8 @@ fn run(
         }),
     );
 
-    supervisor.use_key_store(key_store);
-    supervisor.use_audit_log(audit);
+    supervisor.owner().use_key_store(key_store);
+    supervisor.owner().use_audit_log(audit);
     let reloads = inputs.clone();
     thread::Builder::new()
         .name("signals".into())
@@ -281,7 +275,7 @@ const SESSION_COST: SessionCost = SessionCost {
     reserved_files: 64,
 };
 
-/// The host limits the session budget is computed from (in the core).
+/// The host limits the session budget is computed from.
 fn host_limits() -> HostLimits {
     let read =
         |path: &str| -> Option<u64> { std::fs::read_to_string(path).ok()?.trim().parse().ok() };

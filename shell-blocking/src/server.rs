@@ -33,8 +33,9 @@ use switchboard_core::framing::{
 };
 use switchboard_core::http::{self, RequestHead};
 use switchboard_core::hub::{Payload, TurnedAway};
-use switchboard_core::load::{Front, Shared};
+use switchboard_core::Front;
 use switchboard_core::{Rejection, StreamId};
+use switchboard_shell::Shared;
 use tracing::{debug, warn};
 
 use crate::session;
@@ -308,7 +309,7 @@ impl<'s> Connection<'s> {
             None => (Payload::TooLarge, false),
         };
         let (reply, answer) = crossbeam_channel::bounded(1);
-        let ticket = crate::pending::ticket();
+        let ticket = switchboard_shell::pending::ticket();
         let input = Input::Request {
             request: Box::new(admitted.into_request(payload, entropy)),
             reply,

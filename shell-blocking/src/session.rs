@@ -9,10 +9,10 @@ use std::net::{Shutdown, TcpStream};
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use switchboard_core::budget::QueueBudget;
+use switchboard_core::coalesce;
 use switchboard_core::http::Response;
-use switchboard_core::output::coalesce;
 use switchboard_core::{Frame, StreamEnd, StreamId};
+use switchboard_shell::budget::QueueBudget;
 
 /// How often an idle stream looks whether its client is still there.
 pub const DEPARTURE_CHECK: Duration = Duration::from_millis(250);

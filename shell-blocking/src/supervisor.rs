@@ -1,27 +1,22 @@
-//! The one owner: a single thread holds the core's `Hub`, feeds it one input at a time
-//! with the current time, and performs every output with one exhaustive `execute`. It
-//! keeps the shell's own things (the requests waiting for an answer, stream queues, the
-//! backend process) in maps keyed by the ids the hub hands out. No send ever waits, and no
-//! lock is taken but the listening servers' list, once, to stop accepting.
+//! The one owner: a single thread holds the shared [`Owner`] (the core's `Hub` and what the
+//! loop keeps beside it), waits for the next input, timer or shutdown, and drains. This
+//! shell's part is the waiting and what only threads can do: reply channels, stream queues,
+//! the backend's threads. No send ever waits, and no lock is taken but the listening
+//! servers' list, once, to stop accepting.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver, Sender};
 use switchboard_core::config::Config;
-use switchboard_core::hub::{self, Fetched, Hub, Settings};
-use switchboard_core::jwt::KeyStore;
-use switchboard_core::load::{Front, Loaded, Shared};
-use switchboard_core::output::Level;
-use switchboard_core::supervise::Exit;
-use switchboard_core::{BackendId, FetchId, Output, StreamEnd, StreamId};
-use tracing::{debug, info, warn};
+use switchboard_core::hub::Settings;
+use switchboard_core::Front;
+use switchboard_core::Signal;
+use switchboard_core::{BackendId, FetchId, StreamId};
+use switchboard_shell::{Owner, Perform, Process, Shared, StreamQueue};
 
-use crate::audit::AuditLog;
 use crate::backend::{self, Backend};
-use crate::pending::Pending;
 use crate::session::{self, Queue, StreamBody};
 
 /// How long the loop sleeps when the hub has no timer set.
@@ -35,77 +30,19 @@ pub enum Reply {
     Stream(switchboard_core::http::Response, StreamBody),
 }
 
-/// Everything the loop reacts to, from handlers and the backend's threads.
-pub enum Input {
-    /// An admitted request, and where its connection waits for the answer.
-    Request {
-        request: Box<hub::Request>,
-        reply: Sender<Reply>,
-        /// The connection's [`pending::ticket`](crate::pending::ticket), named again if
-        /// its client leaves.
-        ticket: u64,
-    },
-    /// The client of the request handed over with this ticket left before its answer.
-    ClientLeft { ticket: u64 },
-    /// What an [`Output::Fetch`] brought.
-    Fetched {
-        fetch: FetchId,
-        result: Result<Fetched, String>,
-    },
-    /// A request the gate or the framing rules refused (already answered): counted and
-    /// audited.
-    Refused(hub::TurnedAway),
-    /// A connection no thread could be started for: the hub says what it is answered.
-    Unserved { reply: Sender<Reply> },
-    /// Lines the backend wrote (`None`: one over `--max-line`).
-    BackendLines {
-        backend: BackendId,
-        batch: Vec<Option<Vec<u8>>>,
-    },
-    /// Lines written to the backend's stdin.
-    BackendWrote { backend: BackendId, lines: usize },
-    /// The backend exited.
-    BackendExited { backend: BackendId, exit: Exit },
-    /// SIGHUP: the configuration read again and checked, or why it was refused.
-    Reload(Box<Result<Loaded, String>>),
-}
+/// Everything the loop reacts to, from handlers and the backend's threads; a connection
+/// waits on a channel of one, so a send never waits.
+pub type Input = switchboard_shell::Input<Sender<Reply>>;
 
-/// The loop and what it owns.
+/// The loop and what it waits on.
 pub struct Supervisor {
-    config: Arc<Config>,
-    command: Vec<String>,
-    hub: Hub,
-    /// Requests the hub has yet to answer: where each connection waits (a channel of one,
-    /// so a send never waits).
-    replies: Pending<Sender<Reply>>,
-    streams: HashMap<StreamId, Queue>,
-    backend: Option<Backend>,
-    inputs_tx: Sender<Input>,
+    owner: Owner<Threads>,
     inputs: Receiver<Input>,
     closed: Receiver<StreamId>,
     shutdown: Receiver<()>,
-    stop_accepting: Option<Box<dyn FnOnce() + Send>>,
-    /// The gate's key store, given the key sets the hub fetched.
-    key_store: Option<Arc<KeyStore>>,
-    /// The audit log's queue, with `--audit-log`.
-    audit: Option<AuditLog>,
-    /// What request handlers read, and a reloaded one waiting for the hub's outputs (the
-    /// fetched key sets) to be performed before it takes requests.
-    front: Arc<Shared<Front>>,
-    next_front: Option<Arc<Front>>,
 }
 
 impl Supervisor {
-    /// Gives fetched key sets to the gate's `store` (JWT auth).
-    pub fn use_key_store(&mut self, store: Option<Arc<KeyStore>>) {
-        self.key_store = store;
-    }
-
-    /// Writes the hub's audit events to `log` (`--audit-log`).
-    pub fn use_audit_log(&mut self, log: Option<AuditLog>) {
-        self.audit = log;
-    }
-
     /// The loop, and what the other threads need to reach it: its inputs, the channel on
     /// which streams report their end, and the shutdown request. `config` is what the
     /// proxy started with (the backend's command, environment and line limit); `front`
@@ -120,24 +57,23 @@ impl Supervisor {
         let (inputs_tx, inputs) = crossbeam_channel::bounded(1024);
         let (closed_tx, closed) = crossbeam_channel::unbounded();
         let (shutdown_tx, shutdown) = crossbeam_channel::bounded(1);
-        let supervisor = Supervisor {
-            hub: Hub::new(settings, Instant::now()),
+        let threads = Threads {
             config,
-            command,
-            replies: Pending::default(),
-            streams: HashMap::new(),
-            backend: None,
-            inputs_tx: inputs_tx.clone(),
-            key_store: None,
-            audit: None,
-            front,
-            next_front: None,
+            inputs: inputs_tx.clone(),
+            stop_accepting: Some(stop_accepting),
+        };
+        let supervisor = Supervisor {
+            owner: Owner::new(settings, front, command, threads),
             inputs,
             closed,
             shutdown,
-            stop_accepting: Some(stop_accepting),
         };
         (supervisor, inputs_tx, closed_tx, shutdown_tx)
+    }
+
+    /// The shared part of the loop, to be given the key store and the audit log.
+    pub fn owner(&mut self) -> &mut Owner<Threads> {
+        &mut self.owner
     }
 
     /// Runs until the hub says exit; returns the status and how long answers under way
@@ -145,237 +81,126 @@ impl Supervisor {
     pub fn run(mut self) -> (i32, Duration) {
         let mut now = Instant::now();
         loop {
-            if let Some(exit) = self.drain(now) {
+            if let Some(exit) = self.owner.drain(now, self.inputs.try_iter()) {
                 return exit;
             }
             // No deadline: wake once a day to look again (nothing is due then either).
             let timeout = self
-                .hub
+                .owner
                 .poll_timeout()
                 .map_or(IDLE_WAKE, |at| at.saturating_duration_since(now));
             select! {
                 recv(self.shutdown) -> _ => {
                     now = Instant::now();
-                    self.hub.handle_shutdown(now);
+                    self.owner.handle_shutdown(now);
                 }
                 recv(self.closed) -> stream => {
                     now = Instant::now();
                     if let Ok(stream) = stream {
-                        crate::memory::churned();
-                        self.streams.remove(&stream);
-                        self.hub.handle_stream_closed(now, stream, StreamEnd::ClientGone);
+                        self.owner.handle_stream_closed(now, stream);
                     }
                 }
                 recv(self.inputs) -> input => {
                     now = Instant::now();
                     if let Ok(input) = input {
-                        self.input(now, input);
+                        self.owner.handle_input(now, input);
                     }
                 }
                 default(timeout) => {
                     now = Instant::now();
-                    self.hub.handle_timeout(now);
+                    self.owner.handle_timeout(now);
                 }
             }
         }
     }
+}
 
-    fn input(&mut self, now: Instant, input: Input) {
-        match input {
-            Input::Request {
-                request,
-                reply,
-                ticket,
-            } => {
-                let id = self.hub.handle_request(now, *request);
-                self.replies.insert(id, Some(ticket), reply);
-            }
-            Input::ClientLeft { ticket } => {
-                if let Some(request) = self.replies.left(ticket) {
-                    // What it held (its body, if it waited) is freed: trim.
-                    crate::memory::churned();
-                    self.hub.handle_client_left(now, request);
-                }
-            }
-            Input::Refused(turned_away) => self.hub.handle_refused(now, turned_away),
-            Input::Fetched { fetch, result } => self.hub.handle_fetched(now, fetch, result),
-            Input::Unserved { reply } => {
-                let id = self.hub.handle_unserved(now);
-                self.replies.insert(id, None, reply);
-            }
-            Input::BackendLines { backend, batch } => {
-                self.hub.handle_backend_lines(now, backend, batch)
-            }
-            Input::BackendWrote { backend, lines } => {
-                self.hub.handle_backend_wrote(now, backend, lines)
-            }
-            Input::BackendExited { backend, exit } => {
-                if self.backend.as_ref().is_some_and(|b| b.id == backend) {
-                    self.backend = None;
-                }
-                self.hub.handle_backend_exited(now, backend, exit)
-            }
-            Input::Reload(loaded) => match *loaded {
-                Ok(loaded) => self.reload(now, loaded),
-                Err(why) => self.hub.handle_reload_failed(now, why),
-            },
+/// What the owner asks of this shell's threads.
+pub struct Threads {
+    config: Arc<Config>,
+    inputs: Sender<Input>,
+    stop_accepting: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl Perform for Threads {
+    type Reply = Sender<Reply>;
+    type Queue = Queue;
+    type Process = Backend;
+
+    fn respond(&mut self, reply: Self::Reply, response: switchboard_core::http::Response) {
+        let _ = reply.send(Reply::Full(response));
+    }
+
+    fn open_stream(
+        &mut self,
+        stream: StreamId,
+        head: switchboard_core::http::Response,
+        budget: usize,
+        reply: Option<Self::Reply>,
+    ) -> Option<Queue> {
+        let (queue, body) = session::channel(stream, budget);
+        match reply {
+            // The connection is gone: so is the stream.
+            Some(reply) => reply.send(Reply::Stream(head, body)).ok().map(|()| queue),
+            None => Some(queue),
         }
     }
 
-    /// A reloaded configuration: the hub takes its settings; the shell's request handlers
-    /// take its gate and limits once the hub's outputs are performed (`drain`).
-    fn reload(&mut self, now: Instant, loaded: Loaded) {
-        self.key_store = loaded.front.gate.key_store();
-        self.hub.handle_reload(now, loaded.reload());
-        self.next_front = Some(loaded.front);
+    fn spawn_backend(&mut self, command: &[String], id: BackendId) -> std::io::Result<Backend> {
+        let (env, max_line) = (&self.config.env, self.config.max_line);
+        backend::spawn(command, env, max_line, id, self.inputs.clone())
     }
 
-    /// Performs every output; `Some` once the hub says exit. `now` is the time of the
-    /// input that produced them (what follows from them happened then too).
-    fn drain(&mut self, now: Instant) -> Option<(i32, Duration)> {
-        let mut exit = None;
-        while let Some(output) = self.hub.poll_output() {
-            exit = exit.or(self.execute(now, output));
-        }
-        if let Some(front) = self.next_front.take() {
-            self.front.set(front);
-        }
-        if exit.is_some() {
-            self.answer_queued(now);
-        }
-        exit
+    fn fetch(&mut self, fetch: FetchId, url: String) -> Result<(), String> {
+        let inputs = self.inputs.clone();
+        // Off the loop: a slow identity provider never stalls routing.
+        thread::Builder::new()
+            .name("fetch".into())
+            .spawn(move || {
+                let result = switchboard_shell::fetch::fetch(&url);
+                let _ = inputs.send(Input::Fetched { fetch, result });
+            })
+            .map(drop)
+            .map_err(|e| format!("cannot start a fetch thread: {e}"))
     }
 
-    /// The proxy is exiting: requests still queued for the loop are answered by the hub
-    /// like any other (it refuses them).
-    fn answer_queued(&mut self, now: Instant) {
-        while let Ok(input) = self.inputs.try_recv() {
-            if let Input::Request { .. } = input {
-                self.input(now, input);
-                while let Some(output) = self.hub.poll_output() {
-                    self.execute(now, output);
-                }
-            }
+    fn stop_accepting(&mut self) {
+        if let Some(stop) = self.stop_accepting.take() {
+            stop();
         }
     }
 
-    /// Performs one output: I/O only, every decision is the hub's.
-    fn execute(&mut self, now: Instant, output: Output) -> Option<(i32, Duration)> {
-        match output {
-            Output::Respond { request, response } => {
-                crate::memory::churned();
-                if let Some(reply) = self.replies.take(request) {
-                    let _ = reply.send(Reply::Full(response));
-                }
-            }
-            Output::StartStream {
-                request,
-                stream,
-                head,
-                budget,
-            } => {
-                let (queue, body) = session::channel(stream, budget);
-                self.streams.insert(stream, queue);
-                if let Some(reply) = self.replies.take(request) {
-                    // The connection is gone: so is the stream.
-                    if reply.send(Reply::Stream(head, body)).is_err() {
-                        self.streams.remove(&stream);
-                        self.hub
-                            .handle_stream_closed(now, stream, StreamEnd::ClientGone);
-                    }
-                }
-            }
-            Output::ToStream { stream, frame } => {
-                if let Some(queue) = self.streams.get(&stream) {
-                    if let Err(end) = queue.push(frame) {
-                        self.streams.remove(&stream);
-                        self.hub.handle_stream_closed(now, stream, end);
-                    }
-                }
-            }
-            Output::EndStream { stream } => {
-                crate::memory::churned();
-                self.streams.remove(&stream);
-            }
-            Output::SpawnBackend { backend } => {
-                let spawned = backend::spawn(
-                    &self.command,
-                    &self.config.env,
-                    self.config.max_line,
-                    backend,
-                    self.inputs_tx.clone(),
-                );
-                match spawned {
-                    Ok(process) => {
-                        let pid = process.pid;
-                        self.backend = Some(process);
-                        self.hub.handle_backend_spawned(now, backend, pid);
-                    }
-                    Err(e) => self.hub.handle_spawn_failed(
-                        now,
-                        backend,
-                        format!("{}: {e}", self.command.join(" ")),
-                    ),
-                }
-            }
-            Output::ToBackend { backend, line } => {
-                if let Some(stdin) = self.process(backend).and_then(|b| b.stdin.as_ref()) {
-                    let _ = stdin.send(line);
-                }
-            }
-            Output::CloseBackendStdin { backend } => {
-                if let Some(process) = self.process(backend) {
-                    process.stdin = None;
-                }
-            }
-            Output::SignalBackend { backend, signal } => {
-                if let Some(process) = self.process(backend) {
-                    let _ = process.signals.send(signal);
-                }
-            }
-            Output::Fetch { fetch, url } => {
-                let inputs = self.inputs_tx.clone();
-                // Off the loop: a slow identity provider never stalls routing.
-                let started = thread::Builder::new().name("fetch".into()).spawn(move || {
-                    let result = crate::fetch::fetch(&url);
-                    let _ = inputs.send(Input::Fetched { fetch, result });
-                });
-                if let Err(e) = started {
-                    let result = Err(format!("cannot start a fetch thread: {e}"));
-                    self.hub.handle_fetched(now, fetch, result);
-                }
-            }
-            Output::UseKeys { sets } => {
-                if let Some(store) = &self.key_store {
-                    if let Err(e) = store.use_fetched(&sets) {
-                        warn!("cannot use the fetched key sets: {e}");
-                    }
-                }
-            }
-            Output::StopAccepting => {
-                if let Some(stop) = self.stop_accepting.take() {
-                    stop();
-                }
-            }
-            Output::Exit { status, drain } => return Some((status, drain)),
-            Output::Audit(record) => {
-                if let Some(lost) = self.audit.as_ref().map(|log| log.push(record)) {
-                    self.hub.handle_audit_dropped(lost);
-                }
-            }
-            Output::Log(event) => {
-                let session = event.session().map(tracing::field::display);
-                match event.level() {
-                    Level::Warn => warn!(session, "{event}"),
-                    Level::Info => info!(session, "{event}"),
-                    Level::Debug => debug!(session, "{event}"),
-                }
-            }
-        }
-        None
+    fn churned(&mut self) {
+        crate::memory::churned();
+    }
+}
+
+impl StreamQueue for Queue {
+    fn push(&self, frame: switchboard_core::Frame) -> Result<(), switchboard_core::StreamEnd> {
+        Queue::push(self, frame)
+    }
+}
+
+impl Process for Backend {
+    fn id(&self) -> BackendId {
+        self.id
     }
 
-    fn process(&mut self, backend: BackendId) -> Option<&mut Backend> {
-        self.backend.as_mut().filter(|b| b.id == backend)
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    fn write(&self, line: Vec<u8>) {
+        if let Some(stdin) = &self.stdin {
+            let _ = stdin.send(line);
+        }
+    }
+
+    fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
+    fn signal(&self, signal: Signal) {
+        let _ = self.signals.send(signal);
     }
 }

@@ -3,10 +3,10 @@
 
 use std::process::Stdio;
 
-use switchboard_core::lines::LineFramer;
-use switchboard_core::output::STDIN_REPORT_EVERY;
-use switchboard_core::supervise::{Exit, Signal};
 use switchboard_core::BackendId;
+use switchboard_core::LineFramer;
+use switchboard_core::STDIN_REPORT_EVERY;
+use switchboard_core::{Exit, Signal};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;

@@ -1,10 +1,7 @@
 //! `switchboard`: one shared stdio MCP server behind HTTP for many isolated clients, on
 //! tokio + hyper.
 
-mod audit;
 mod backend;
-mod fetch;
-mod pending;
 mod server;
 mod session;
 mod supervisor;
@@ -13,14 +10,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 use switchboard_core::config::{Config, LogFormat};
-use switchboard_core::load::Shared;
 use switchboard_core::CommandLine;
+use switchboard_shell::audit::{self, AuditLog};
+use switchboard_shell::Shared;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::mpsc;
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
 
-use crate::audit::AuditLog;
 use crate::server::Server;
 use crate::supervisor::{Input, Supervisor};
 
@@ -30,7 +27,7 @@ fn main() {
         let stdin = std::io::stdin().lock();
         let stdout = std::io::stdout().lock();
         std::process::exit(i32::from(
-            switchboard_core::demo::serve(stdin, stdout).is_err(),
+            switchboard_core::serve_demo(stdin, stdout).is_err(),
         ));
     }
     init_logging(&config);
@@ -100,8 +97,8 @@ fn run(config: Config, line: CommandLine) -> Result<i32, Box<dyn std::error::Err
             command,
             stop_tx,
         );
-        supervisor.use_key_store(key_store);
-        supervisor.use_audit_log(audit);
+        supervisor.owner().use_key_store(key_store);
+        supervisor.owner().use_audit_log(audit);
         tokio::spawn(reload_on_hangup(
             hangup,
             (line, config.clone()),

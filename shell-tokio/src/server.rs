@@ -33,8 +33,9 @@ use hyper_util::server::graceful::GracefulShutdown;
 use switchboard_core::framing::{self, FramingError, Limits, Pipeline};
 use switchboard_core::http::{self, Admitted, RequestHead};
 use switchboard_core::hub::{self, Payload, TurnedAway};
-use switchboard_core::load::{Front, Shared};
+use switchboard_core::Front;
 use switchboard_core::Rejection;
+use switchboard_shell::Shared;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
@@ -179,7 +180,7 @@ impl Server {
             return full(Rejection::BackendDown.response());
         };
         let (reply, answer) = oneshot::channel();
-        let ticket = crate::pending::ticket();
+        let ticket = switchboard_shell::pending::ticket();
         let input = Input::Request {
             request,
             reply,
@@ -228,7 +229,7 @@ impl Server {
         &self,
         peer: SocketAddr,
         refused: FramingError,
-        asked: switchboard_core::audit::Asked,
+        asked: switchboard_core::Asked,
     ) -> Response<ResponseBody> {
         debug!(%peer, reason = refused.as_str(), "refused");
         let _ = (self.inputs)

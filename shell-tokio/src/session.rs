@@ -6,9 +6,9 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::Body;
-use switchboard_core::budget::QueueBudget;
-use switchboard_core::output::coalesce;
+use switchboard_core::coalesce;
 use switchboard_core::{Frame, StreamEnd, StreamId};
+use switchboard_shell::budget::QueueBudget;
 use tokio::sync::mpsc;
 
 /// The owner loop's end of a stream: sends never wait.

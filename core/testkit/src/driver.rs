@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 use serde_json::value::RawValue;
 use switchboard_core::http::{Admitted, Endpoint};
 use switchboard_core::hub::{Fetched, Payload, Request, Settings};
-use switchboard_core::supervise::{Exit, Signal};
 use switchboard_core::FetchId;
 use switchboard_core::{BackendId, Hub, Output, Principal, RequestId, StreamEnd, StreamId};
+use switchboard_core::{Exit, Signal};
 
 /// Timer firings one [`Driver::advance`] may run before it calls the hub livelocked.
 const MAX_TIMER_STEPS: usize = 100_000;
@@ -104,7 +104,7 @@ pub struct Driver {
     /// Fetches asked for and not answered yet.
     fetches: Vec<(FetchId, String)>,
     /// The fetched key sets the hub said to use last.
-    key_sets: Vec<switchboard_core::settings::KeySet>,
+    key_sets: Vec<switchboard_core::KeySet>,
     records: Vec<Record>,
     accepting: bool,
     exit_status: Option<i32>,
@@ -256,7 +256,7 @@ impl Driver {
     }
 
     /// The fetched key sets in use.
-    pub fn key_sets(&self) -> &[switchboard_core::settings::KeySet] {
+    pub fn key_sets(&self) -> &[switchboard_core::KeySet] {
         &self.key_sets
     }
 
@@ -278,7 +278,7 @@ impl Driver {
         rejection: switchboard_core::Rejection,
         claimed_issuer: Option<&str>,
     ) {
-        let asked = switchboard_core::audit::Asked::new(Default::default(), "POST", "/mcp", "");
+        let asked = switchboard_core::Asked::new(Default::default(), "POST", "/mcp", "");
         let turned_away = switchboard_core::hub::TurnedAway {
             why: switchboard_core::hub::Refusal::Gate(rejection),
             asked,
@@ -428,7 +428,7 @@ impl Driver {
         match output {
             Output::Fetch { fetch, url } => {
                 assert!(
-                    switchboard_core::oauth::check_fetchable(&url).is_ok(),
+                    switchboard_core::check_fetchable(&url).is_ok(),
                     "a fetch of {url}, which is neither https nor loopback"
                 );
                 self.fetches.push((fetch, url));

@@ -41,7 +41,7 @@ use serde_json::value::RawValue;
 use switchboard_core::http::{Admitted, Endpoint, McpHeaders, Response};
 use switchboard_core::hub::{Payload, Settings, TableSizes};
 use switchboard_core::routed_id::SessionId;
-use switchboard_core::supervise::Exit;
+use switchboard_core::Exit;
 use switchboard_core::{Event, Frame, Output, Principal, RequestId, StreamId};
 
 use crate::driver::{Answer, Driver, Record, Seen};
@@ -847,7 +847,7 @@ impl Model {
             // A hang-up ends the request's wait (resumption has its scenarios).
             resume_window: None,
             // Every event is built (and checked to be JSON by the driver) on every step.
-            audit: Some(switchboard_core::settings::Audit {
+            audit: Some(switchboard_core::Audit {
                 include_data: false,
                 max_data: 256,
                 base_path: std::sync::Arc::from(""),

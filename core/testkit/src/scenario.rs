@@ -62,7 +62,7 @@ use std::time::Duration;
 use switchboard_core::http::{Admitted, Endpoint, McpHeaders};
 use switchboard_core::hub::{Payload, Settings};
 use switchboard_core::routed_id::Instance;
-use switchboard_core::supervise::Exit;
+use switchboard_core::Exit;
 use switchboard_core::{Event, LogLevel, Output, Principal, RequestId, SessionId, StreamId};
 
 use crate::driver::{Driver, Record, Seen};
@@ -741,12 +741,10 @@ fn apply_setting(settings: &mut Settings, flag: &str, value: &str) -> Option<()>
         "restart-buffer" => settings.restart_buffer = size(value).ok()?,
         "oauth-issuer" => settings
             .key_sources
-            .push(switchboard_core::settings::KeySource::Issuer(
-                value.to_owned(),
-            )),
+            .push(switchboard_core::KeySource::Issuer(value.to_owned())),
         "jwks-url" => settings
             .key_sources
-            .push(switchboard_core::settings::KeySource::Jwks {
+            .push(switchboard_core::KeySource::Jwks {
                 url: value.to_owned(),
                 issuer: None,
             }),
@@ -784,14 +782,14 @@ fn apply_setting(settings: &mut Settings, flag: &str, value: &str) -> Option<()>
                 "on" => None,
                 data => Some(size(data.strip_prefix("data=")?).ok()?),
             };
-            settings.audit = Some(switchboard_core::settings::Audit {
+            settings.audit = Some(switchboard_core::Audit {
                 include_data: max_data.is_some(),
                 max_data: max_data.unwrap_or(4096),
                 base_path: std::sync::Arc::from(""),
             });
         }
         "authz" => {
-            let policy = switchboard_core::policy::Policy::parse(value).ok()?;
+            let policy = switchboard_core::Policy::parse(value).ok()?;
             settings.policy = Some(std::sync::Arc::new(policy));
         }
         _ => return None,
@@ -902,7 +900,7 @@ impl Runner {
         };
         self.driver.reload(switchboard_core::hub::Reload {
             settings: self.settings.clone(),
-            principals: switchboard_core::auth::Principals::Listed(names),
+            principals: switchboard_core::Principals::Listed(names),
             ignored: Vec::new(),
         });
     }
@@ -1163,7 +1161,7 @@ impl Runner {
                 None
             }
             Command::UnknownKid(issuer) => {
-                let failure = switchboard_core::principal::AuthFailure::UnknownKey;
+                let failure = switchboard_core::AuthFailure::UnknownKey;
                 d.refused(
                     switchboard_core::Rejection::Unauthorized(failure),
                     Some(issuer),
@@ -1332,7 +1330,7 @@ impl Runner {
 
 /// `-> audit mcp_tool_call success method=tools/call name=get_time id=1 session=<A>
 /// user=alice 5ms 57B`: the fields of an audit event a scenario decides.
-fn render_audit(r: &switchboard_core::audit::AuditRecord) -> String {
+fn render_audit(r: &switchboard_core::AuditRecord) -> String {
     let mut text = format!("-> audit {} {}", r.kind.as_str(), r.outcome.as_str());
     let fields = [
         ("method", r.method.clone()),
@@ -1430,9 +1428,9 @@ fn render_event(bytes: &[u8]) -> String {
 const DEFAULT_ISSUER: &str = "http://127.0.0.1:9000";
 
 /// The scenario's resource server, made on first use: scopes need one.
-fn oauth(settings: &mut Settings) -> &mut switchboard_core::oauth::ResourceServer {
+fn oauth(settings: &mut Settings) -> &mut switchboard_core::ResourceServer {
     let oauth = settings.oauth.get_or_insert_with(|| {
-        std::sync::Arc::new(switchboard_core::oauth::ResourceServer {
+        std::sync::Arc::new(switchboard_core::ResourceServer {
             resource: "http://127.0.0.1:8000/".into(),
             issuers: vec![DEFAULT_ISSUER.into()],
             scopes: Vec::new(),

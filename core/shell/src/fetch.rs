@@ -1,7 +1,6 @@
-//! Outside reads the hub asks for ([`Output::Fetch`](switchboard_core::Output::Fetch); both
-//! shells compile this one file): an authorization server's metadata or a key set, with one
-//! blocking HTTP client (ureq, rustls with the webpki roots). The hub decides what to
-//! fetch, when, and what it means.
+//! Outside reads the hub asks for ([`Output::Fetch`](switchboard_core::Output::Fetch)): an
+//! authorization server's metadata or a key set, with one blocking HTTP client (ureq,
+//! rustls with the webpki roots). The hub decides what to fetch, when, and what it means.
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
-//! Requests the hub has yet to answer, as the loop keeps them (both shells compile this
-//! one file): where each one's answer goes, and the ticket its handler holds, so that a
-//! handler whose client left can say so without knowing the hub's [`RequestId`].
+//! Requests the hub has yet to answer, as the loop keeps them: where each one's answer
+//! goes, and the ticket its handler holds, so that a handler whose client left can say so
+//! without knowing the hub's [`RequestId`].
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

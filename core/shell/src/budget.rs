@@ -1,12 +1,12 @@
 //! The byte budget of one stream's queue in a shell, given by
-//! [`Output::StartStream`](crate::Output::StartStream): the loop charges each frame before
-//! queueing it, the stream's writer refunds it once the frame is handed to the socket. A
-//! frame that does not fit is the slow-consumer rule, never a wait.
+//! [`Output::StartStream`](switchboard_core::Output::StartStream): the loop charges each
+//! frame before queueing it, the stream's writer refunds it once the frame is handed to the
+//! socket. A frame that does not fit is the slow-consumer rule, never a wait.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::output::{Frame, StreamEnd};
+use switchboard_core::{Frame, StreamEnd};
 
 /// Bytes queued and not yet written, shared by the loop and one stream's writer.
 #[derive(Debug, Clone)]

@@ -1,10 +1,10 @@
-//! The audit log writer (SPEC section 11; both shells compile this one file): a thread of
-//! its own behind a queue bounded in count and in bytes (`--audit-buffer`), so a slow disk
-//! never stalls the loop nor grows memory. The loop hands it each `Output::Audit` without
-//! waking it (the writer looks every few milliseconds and writes what came as one batch);
-//! what does not fit, and what the writer could not write, is reported to the hub, which
-//! counts it and logs the first drop. At exit the writer gets a bounded time to write out
-//! what waits ([`Finish::within`]): a sink that stalls never keeps the proxy from exiting.
+//! The audit log writer (SPEC section 11): a thread of its own behind a queue bounded in
+//! count and in bytes (`--audit-buffer`), so a slow disk never stalls the loop nor grows
+//! memory. The loop hands it each `Output::Audit` without waking it (the writer looks every
+//! few milliseconds and writes what came as one batch); what does not fit, and what the
+//! writer could not write, is reported to the hub, which counts it and logs the first drop.
+//! At exit the writer gets a bounded time to write out what waits ([`Finish::within`]): a
+//! sink that stalls never keeps the proxy from exiting.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -13,8 +13,8 @@ use std::sync::mpsc::{Sender, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use switchboard_core::audit::{rfc3339_millis, AuditRecord};
 use switchboard_core::SessionId;
+use switchboard_core::{rfc3339_millis, AuditRecord};
 
 /// Events that may wait for the writer.
 const QUEUE: usize = 65_536;
