@@ -51,6 +51,12 @@ pub struct Server {
     pub inputs: mpsc::Sender<Input>,
 }
 
+// Built at compile time: `HeaderName::from_static` at run time looks each one up again.
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
+const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
+
 /// How long to wait after a failed accept, and how many failures in a row make one log line.
 const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 const ACCEPT_FAILURES_LOGGED_EVERY: u32 = 20;
@@ -128,7 +134,7 @@ impl Server {
                 .and_then(|v: &HeaderValue| v.to_str().ok())
         };
         let forwarded_for: Vec<&str> = (req.headers)
-            .get_all(HeaderName::from_static("x-forwarded-for"))
+            .get_all(X_FORWARDED_FOR)
             .iter()
             .map(|v| v.to_str().unwrap_or_default())
             .collect();
@@ -144,11 +150,9 @@ impl Server {
             host: text(header::HOST),
             content_type: text(header::CONTENT_TYPE),
             accept: text(header::ACCEPT),
-            mcp_session_id: text(HeaderName::from_static("mcp-session-id")),
-            mcp_protocol_version: text(HeaderName::from_static("mcp-protocol-version")),
-            last_event_id: (req.headers)
-                .get(HeaderName::from_static("last-event-id"))
-                .map(HeaderValue::as_bytes),
+            mcp_session_id: text(MCP_SESSION_ID),
+            mcp_protocol_version: text(MCP_PROTOCOL_VERSION),
+            last_event_id: (req.headers).get(LAST_EVENT_ID).map(HeaderValue::as_bytes),
             peer: Some(peer.ip()),
             user_agent: text(header::USER_AGENT),
             forwarded_for: &forwarded_for,
