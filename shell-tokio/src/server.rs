@@ -57,6 +57,10 @@ const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
 const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
 const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
 
+/// hyper's own header count limit. Named explicitly, even at this value, a limit makes
+/// hyper allocate and fill two arrays of that many headers for every request it parses.
+const HYPER_MAX_HEADERS: usize = 100;
+
 /// How long to wait after a failed accept, and how many failures in a row make one log line.
 const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 const ACCEPT_FAILURES_LOGGED_EVERY: u32 = 20;
@@ -102,13 +106,16 @@ impl Server {
                 async move { Ok::<_, Infallible>(server.handle(req, peer, &reads).await) }
             });
             let framing = self.front.get().framing;
-            let conn = hyper::server::conn::http1::Builder::new()
+            let mut http1 = hyper::server::conn::http1::Builder::new();
+            http1
                 .timer(TokioTimer::new())
                 .header_read_timeout(framing.header_timeout)
                 .max_header_size(framing.max_head)
-                .max_buf_size(framing.max_head)
-                .max_headers(framing.max_headers)
-                .serve_connection(TokioIo::new(stream), service);
+                .max_buf_size(framing.max_head);
+            if framing.max_headers != HYPER_MAX_HEADERS {
+                http1.max_headers(framing.max_headers);
+            }
+            let conn = http1.serve_connection(TokioIo::new(stream), service);
             let conn = graceful.watch(conn);
             tokio::spawn(async move {
                 if let Err(e) = conn.await {
