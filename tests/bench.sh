@@ -27,6 +27,12 @@
 # the report also replaces what lies between the lines `<!-- bench:begin -->` and
 # `<!-- bench:end -->` of tests/BENCHMARKS.md (nothing else there is touched).
 #
+# Against an older build, in the same interleaved rounds: BENCH_BEFORE=DIR, where DIR holds
+# that build's release `switchboard` and `switchboard-blocking` (e.g. a worktree at an old
+# commit built with its own CARGO_TARGET_DIR); they run as the targets `switchboard@before`
+# and `switchboard-blocking@before` in front of this tree's echo backend, and the report
+# shows their ×floor beside today's.
+#
 # Environment: BENCH_ROUNDS (9), BENCH_IDLE (10000), BENCH_BUDGET (seconds after the
 # build, default 540: runs that would start later are skipped and reported missing),
 # BENCH_TRANSPORTS ("sse mcp": which paths the HTTP targets are driven over),
@@ -42,11 +48,17 @@ rounds="${BENCH_ROUNDS:-9}"
 doc="${BENCH_DOC-tests/BENCHMARKS.md}"
 idle_sessions="${BENCH_IDLE:-10000}"
 budget="${BENCH_BUDGET:-540}"
+before="${BENCH_BEFORE:-}"
 run_timeout=60 # seconds, per loadgen run (its own --timeout; `timeout` backs it up)
 
 target_dir="${CARGO_TARGET_DIR:-$root/target}"
 [[ "$target_dir" = /* ]] || target_dir="$root/$target_dir"
 bin="$target_dir/release"
+if [[ -n "$before" ]]; then
+    for b in switchboard switchboard-blocking; do
+        [[ -x "$before/$b" ]] || { echo "bench: BENCH_BEFORE: no $before/$b" >&2; exit 1; }
+    done
+fi
 
 echo "bench: building (release)"
 cargo build --release -p switchboard -p switchboard-blocking -p switchboard-tests --bins
@@ -85,19 +97,27 @@ start floor "$bin/floor"
 url[floor]=$SERVER_URL pid[floor]=$SERVER_PID
 start floor-5ms "$bin/floor" --delay-ms 5 --reorder
 url5[floor]=$SERVER_URL pid5[floor]=$SERVER_PID
-for t in switchboard switchboard-blocking; do
-    start "$t" "$bin/$t" --listen 127.0.0.1:0 --grace 1s -- "$echo_backend"
+# What each proxy target runs: this tree's binaries, and with BENCH_BEFORE the older ones.
+declare -A binary=([switchboard]="$bin/switchboard" [switchboard-blocking]="$bin/switchboard-blocking")
+proxies=(switchboard switchboard-blocking)
+if [[ -n "$before" ]]; then
+    binary[switchboard@before]="$before/switchboard"
+    binary[switchboard-blocking@before]="$before/switchboard-blocking"
+    proxies+=(switchboard@before switchboard-blocking@before)
+fi
+for t in "${proxies[@]}"; do
+    start "$t" "${binary[$t]}" --listen 127.0.0.1:0 --grace 1s -- "$echo_backend"
     url[$t]=$SERVER_URL pid[$t]=$SERVER_PID
-    start "$t-5ms" "$bin/$t" --listen 127.0.0.1:0 --grace 1s -- "${slow_backend[@]}"
+    start "$t-5ms" "${binary[$t]}" --listen 127.0.0.1:0 --grace 1s -- "${slow_backend[@]}"
     url5[$t]=$SERVER_URL pid5[$t]=$SERVER_PID
 done
 sleep 0.5
-for t in floor switchboard switchboard-blocking; do
+for t in floor "${proxies[@]}"; do
     record_rss "$t" idle "$(rss_kb "${pid[$t]}" VmRSS)"
 done
 
 rows=("1 2000 1" "10 500 4" "50 100 4" "10 100 8 5ms")
-targets=(direct floor switchboard switchboard-blocking)
+targets=(direct floor "${proxies[@]}")
 read -r -a transports <<<"${BENCH_TRANSPORTS:-sse mcp}"
 skipped=0
 for round in $(seq "$rounds"); do
@@ -151,7 +171,7 @@ for round in $(seq "$rounds"); do
 done
 ((skipped == 0)) || echo "bench: time budget of $budget s reached: $skipped runs skipped" >&2
 
-for t in floor switchboard switchboard-blocking; do
+for t in floor "${proxies[@]}"; do
     record_rss "$t" after "$(rss_kb "${pid[$t]}" VmRSS)"
 done
 
@@ -171,7 +191,7 @@ for pair in 1 2 3; do
     forget "$second"
 done
 # The matrix servers are done: stop them so the idle-session runs have the machine.
-for t in floor switchboard switchboard-blocking; do
+for t in floor "${proxies[@]}"; do
     stop "${pid[$t]}"
     stop "${pid5[$t]}"
 done

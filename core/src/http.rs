@@ -154,22 +154,41 @@ pub struct McpHeaders {
     /// `Mcp-Session-Id`.
     pub session: Option<String>,
     /// `Content-Type` (POST).
-    pub content_type: Option<String>,
+    pub content_type: Option<Cow<'static, str>>,
     /// `Accept`.
-    pub accept: Option<String>,
+    pub accept: Option<Cow<'static, str>>,
     /// `MCP-Protocol-Version`.
-    pub protocol_version: Option<String>,
+    pub protocol_version: Option<Cow<'static, str>>,
     /// `Last-Event-ID` (GET).
     pub last_event_id: Option<String>,
+}
+
+/// The media types clients send in nearly every `/mcp` request: a header holding one of
+/// these (or a protocol version this proxy speaks) exactly is borrowed, not copied.
+const COMMON_MEDIA: [&str; 4] = [
+    "application/json",
+    "application/json, text/event-stream",
+    "text/event-stream, application/json",
+    "text/event-stream",
+];
+
+fn common_or_owned(value: &str) -> Cow<'static, str> {
+    let mut common = COMMON_MEDIA
+        .iter()
+        .chain(&crate::streamable::PROTOCOL_VERSIONS);
+    match common.find(|common| **common == value) {
+        Some(common) => Cow::Borrowed(common),
+        None => Cow::Owned(value.to_owned()),
+    }
 }
 
 impl McpHeaders {
     fn of(head: &RequestHead<'_>) -> Self {
         Self {
             session: head.mcp_session_id.map(str::to_owned),
-            content_type: head.content_type.map(str::to_owned),
-            accept: head.accept.map(str::to_owned),
-            protocol_version: head.mcp_protocol_version.map(str::to_owned),
+            content_type: head.content_type.map(common_or_owned),
+            accept: head.accept.map(common_or_owned),
+            protocol_version: head.mcp_protocol_version.map(common_or_owned),
             last_event_id: (head.last_event_id).map(|id| String::from_utf8_lossy(id).into_owned()),
         }
     }

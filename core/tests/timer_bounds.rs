@@ -17,8 +17,8 @@ fn mcp(d: &mut Driver, endpoint: Endpoint, session: Option<&str>, body: &str) ->
     let admitted = Admitted {
         mcp: McpHeaders {
             session: session.map(str::to_owned),
-            content_type: Some("application/json".to_owned()),
-            accept: Some(ACCEPT.to_owned()),
+            content_type: Some("application/json".into()),
+            accept: Some(ACCEPT.into()),
             protocol_version: None,
             last_event_id: None,
         },

@@ -52,6 +52,16 @@ pub struct Server {
     pub inputs: mpsc::Sender<Input>,
 }
 
+// Built at compile time: `HeaderName::from_static` at run time looks each one up again.
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
+const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
+
+/// hyper's own header count limit. Named explicitly, even at this value, a limit makes
+/// hyper allocate and fill two arrays of that many headers for every request it parses.
+const HYPER_MAX_HEADERS: usize = 100;
+
 /// How long to wait after a failed accept, and how many failures in a row make one log line.
 const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 const ACCEPT_FAILURES_LOGGED_EVERY: u32 = 20;
@@ -97,13 +107,16 @@ impl Server {
                 async move { Ok::<_, Infallible>(server.handle(req, peer, &reads).await) }
             });
             let framing = self.front.get().framing;
-            let conn = hyper::server::conn::http1::Builder::new()
+            let mut http1 = hyper::server::conn::http1::Builder::new();
+            http1
                 .timer(TokioTimer::new())
                 .header_read_timeout(framing.header_timeout)
                 .max_header_size(framing.max_head)
-                .max_buf_size(framing.max_head)
-                .max_headers(framing.max_headers)
-                .serve_connection(TokioIo::new(stream), service);
+                .max_buf_size(framing.max_head);
+            if framing.max_headers != HYPER_MAX_HEADERS {
+                http1.max_headers(framing.max_headers);
+            }
+            let conn = http1.serve_connection(TokioIo::new(stream), service);
             let conn = graceful.watch(conn);
             tokio::spawn(async move {
                 if let Err(e) = conn.await {
@@ -129,7 +142,7 @@ impl Server {
                 .and_then(|v: &HeaderValue| v.to_str().ok())
         };
         let forwarded_for: Vec<&str> = (req.headers)
-            .get_all(HeaderName::from_static("x-forwarded-for"))
+            .get_all(X_FORWARDED_FOR)
             .iter()
             .map(|v| v.to_str().unwrap_or_default())
             .collect();
@@ -145,11 +158,9 @@ impl Server {
             host: text(header::HOST),
             content_type: text(header::CONTENT_TYPE),
             accept: text(header::ACCEPT),
-            mcp_session_id: text(HeaderName::from_static("mcp-session-id")),
-            mcp_protocol_version: text(HeaderName::from_static("mcp-protocol-version")),
-            last_event_id: (req.headers)
-                .get(HeaderName::from_static("last-event-id"))
-                .map(HeaderValue::as_bytes),
+            mcp_session_id: text(MCP_SESSION_ID),
+            mcp_protocol_version: text(MCP_PROTOCOL_VERSION),
+            last_event_id: (req.headers).get(LAST_EVENT_ID).map(HeaderValue::as_bytes),
             peer: Some(peer.ip()),
             user_agent: text(header::USER_AGENT),
             forwarded_for: &forwarded_for,

@@ -1766,7 +1766,7 @@ impl Model {
             mcp: McpHeaders {
                 session: session.map(|s| s.as_str().to_owned()),
                 content_type: Some("application/json".into()),
-                accept: Some(accept.into()),
+                accept: Some(accept.to_owned().into()),
                 protocol_version: None,
                 last_event_id: None,
             },

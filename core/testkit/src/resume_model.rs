@@ -687,9 +687,9 @@ impl Run {
         let admitted = Admitted {
             mcp: McpHeaders {
                 session,
-                content_type: Some("application/json".to_owned()),
-                accept: accept.map(str::to_owned),
-                protocol_version: version.map(str::to_owned),
+                content_type: Some("application/json".into()),
+                accept: accept.map(|a| a.to_owned().into()),
+                protocol_version: version.map(|v| v.to_owned().into()),
                 last_event_id,
             },
             ..Admitted::new(endpoint, Principal::new(principal), "")

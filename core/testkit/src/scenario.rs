@@ -956,9 +956,9 @@ impl Runner {
         let admitted = Admitted {
             mcp: McpHeaders {
                 session,
-                content_type: command.headers.content_type.clone(),
-                accept: command.headers.accept.clone(),
-                protocol_version: command.headers.version.clone(),
+                content_type: command.headers.content_type.clone().map(Into::into),
+                accept: command.headers.accept.clone().map(Into::into),
+                protocol_version: command.headers.version.clone().map(Into::into),
                 last_event_id: command.headers.last_event_id.clone(),
             },
             cors: command.headers.origin.clone(),

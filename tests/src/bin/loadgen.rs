@@ -2234,6 +2234,8 @@ mod report {
     use super::*;
 
     pub const TARGETS: [&str; 4] = ["direct", "floor", "switchboard", "switchboard-blocking"];
+    /// The suffix of an older build's target (`BENCH_BEFORE`), e.g. `switchboard@before`.
+    const BEFORE: &str = "@before";
     /// The HTTP transports of a row, by their `transport` tag (`sse` when untagged).
     const PATHS: [&str; 2] = ["sse", "mcp"];
     const PATH_NAMES: [&str; 2] = ["/sse", "/mcp"];
@@ -2404,6 +2406,18 @@ for a CPU much of the time) two processes simply win a larger share of an oversu
                 rows.push(row);
             }
         }
+        // The fixed targets, then each older build's beside its own.
+        let mut targets: Vec<&str> = TARGETS.to_vec();
+        for t in TARGETS {
+            let before = format!("{t}{BEFORE}");
+            if let Some(name) = runs
+                .iter()
+                .find_map(|r| r["target"].as_str().filter(|n| *n == before))
+            {
+                targets.push(name);
+            }
+        }
+        let targets = &targets;
         let rounds = runs
             .iter()
             .filter_map(|r| r["round"].as_str())
@@ -2423,6 +2437,7 @@ call (loadgen / server+backend, the latter from /proc in 10 ms ticks); spread = 
         let mut checks: Vec<(String, bool)> = Vec::new();
         let mut mcp_checks: Vec<(String, bool)> = Vec::new();
         let mut blocking_checks: Vec<(String, bool)> = Vec::new();
+        let mut before_checks: Vec<(String, bool)> = Vec::new();
         for row in &rows {
             let in_row: Vec<&Value> = runs
                 .iter()
@@ -2441,13 +2456,20 @@ call (loadgen / server+backend, the latter from /proc in 10 ms ticks); spread = 
                     .filter(|r| r["target"] == json!(t) && (t == "direct" || transport(r) == path))
                     .collect()
             };
-            let cells: BTreeMap<(&str, &str), Cell> = TARGETS
+            let cells: BTreeMap<(&str, &str), Cell> = targets
                 .iter()
                 .flat_map(|t| PATHS.iter().map(move |p| (*t, *p)))
                 .map(|(t, p)| ((t, p), cell(&of(t, p))))
                 .collect();
             let direct = &cells[&("direct", "sse")];
-            for t in TARGETS {
+            let x_floor_of = |t: &str, path: &str| {
+                let c = cells.get(&(t, path))?;
+                if c.runs == 0 {
+                    return None;
+                }
+                ratio(c.calls, cells[&("floor", path)].calls)
+            };
+            for t in targets.iter().copied() {
                 for path in PATHS {
                     if t == "direct" && path != "sse" {
                         continue;
@@ -2520,6 +2542,20 @@ call (loadgen / server+backend, the latter from /proc in 10 ms ticks); spread = 
                             x_p99.is_some_and(|x| x <= 3.0),
                         ));
                     }
+                    if delay.is_empty() && !t.ends_with(BEFORE) && t.starts_with("switchboard") {
+                        let old = x_floor_of(&format!("{t}{BEFORE}"), path);
+                        if old.is_some() {
+                            let on = PATH_NAMES[usize::from(path == "mcp")];
+                            before_checks.push((
+                                format!(
+                                    "{t} {row} {on}: ×floor ≥ the older build's (got {} against {})",
+                                    f2(x_floor),
+                                    f2(old)
+                                ),
+                                x_floor.zip(old).is_some_and(|(x, o)| x >= o),
+                            ));
+                        }
+                    }
                     if t != "switchboard" || path != "sse" {
                         continue;
                     }
@@ -2577,7 +2613,7 @@ call (loadgen / server+backend, the latter from /proc in 10 ms ticks); spread = 
                 "| target | idle RSS | RSS after the matrix | VmRSS / VmHWM with {idle_n} idle sessions |"
             );
             println!("|---|---:|---:|---:|");
-            for t in ["floor", "switchboard", "switchboard-blocking"] {
+            for t in targets.iter().copied().filter(|t| *t != "direct") {
                 let idle = kb(t, "idle");
                 let after = kb(t, "after");
                 let (k_rss, k_hwm) = (kb(t, "10k-rss"), kb(t, "10k-hwm"));
@@ -2632,6 +2668,10 @@ call (loadgen / server+backend, the latter from /proc in 10 ms ticks); spread = 
         print_targets(
             "switchboard-blocking (against switchboard on the same path)",
             &blocking_checks,
+        );
+        print_targets(
+            "today's build against the older one (BENCH_BEFORE)",
+            &before_checks,
         );
         Ok(())
     }
