@@ -116,7 +116,7 @@ fn no_token_byte_run_reaches_an_audit_event_a_log_line_or_a_metric() {
             }
             while let Some(output) = hub.poll_output() {
                 if let Output::StartStream { stream, .. } = &output {
-                    if let Some(sid) = hub.stream_session(*stream) {
+                    if let Some(sid) = hub.inspect().stream_session(*stream) {
                         sessions.push(sid.as_str().to_owned());
                     }
                 }
@@ -128,7 +128,7 @@ fn no_token_byte_run_reaches_an_audit_event_a_log_line_or_a_metric() {
                 text.push('\n');
             }
         }
-        text.push_str(&hub.metrics_text());
+        text.push_str(&hub.inspect().metrics_text());
         assert!(text.contains("auth_failure"), "refusals were audited");
         for t in &tokens {
             for piece in t.as_bytes().windows(12) {

@@ -61,7 +61,7 @@ fn timer_tables_hold_what_is_live_not_history() {
             .expect("initialize names the session"),
         other => panic!("initialize: {other:?}"),
     };
-    let baseline = d.hub().pending_timers();
+    let baseline = d.hub().inspect().pending_timers();
 
     // One at a time, then four in flight at once: answered as JSON.
     let mut id = 1;
@@ -73,7 +73,7 @@ fn timer_tables_hold_what_is_live_not_history() {
                 (n, mcp(&mut d, Endpoint::McpPost, Some(&sid), &call(n, "")))
             })
             .collect();
-        assert!(d.hub().pending_timers() <= baseline + 1 + width as usize);
+        assert!(d.hub().inspect().pending_timers() <= baseline + 1 + width as usize);
         for (n, post) in posts {
             let line = format!(r#"{{"jsonrpc":"2.0","id":"{sid}|n:{n}","result":{{}}}}"#);
             d.backend_line(Some(line.as_bytes()));
@@ -82,9 +82,9 @@ fn timer_tables_hold_what_is_live_not_history() {
         id += width;
         d.take_records();
         assert!(
-            d.hub().pending_timers() <= baseline + 1,
+            d.hub().inspect().pending_timers() <= baseline + 1,
             "after {id} requests: {} timer entries (baseline {baseline})",
-            d.hub().pending_timers()
+            d.hub().inspect().pending_timers()
         );
     }
 
@@ -105,22 +105,22 @@ fn timer_tables_hold_what_is_live_not_history() {
         d.take_records();
     }
     assert!(
-        d.hub().pending_timers() <= baseline + 1 + MAX_FINISHED_KEPT,
+        d.hub().inspect().pending_timers() <= baseline + 1 + MAX_FINISHED_KEPT,
         "after {id} stream answers: {} timer entries (baseline {baseline})",
-        d.hub().pending_timers()
+        d.hub().inspect().pending_timers()
     );
 
     // Progress moves a request's clock (on a stream answer): its old entry goes.
     let with_token = call(id, r#","_meta":{"progressToken":"t"}"#);
     let post = mcp(&mut d, Endpoint::McpPost, Some(&sid), &with_token);
-    let before = d.hub().pending_timers();
+    let before = d.hub().inspect().pending_timers();
     for _ in 0..100 {
         let progress = format!(
             r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":"{sid}|s:t","progress":1}}}}"#
         );
         d.backend_line(Some(progress.as_bytes()));
     }
-    assert_eq!(d.hub().pending_timers(), before);
+    assert_eq!(d.hub().inspect().pending_timers(), before);
     let line = format!(r#"{{"jsonrpc":"2.0","id":"{sid}|n:{id}","result":{{}}}}"#);
     d.backend_line(Some(line.as_bytes()));
     assert!(d.stream_of(post).is_some());
@@ -130,8 +130,8 @@ fn timer_tables_hold_what_is_live_not_history() {
     let delete = mcp(&mut d, Endpoint::McpDelete, Some(&sid), "");
     assert_eq!(status(&d, delete), 204);
     assert!(
-        d.hub().pending_timers() <= baseline,
+        d.hub().inspect().pending_timers() <= baseline,
         "{} timer entries after DELETE (baseline {baseline})",
-        d.hub().pending_timers()
+        d.hub().inspect().pending_timers()
     );
 }

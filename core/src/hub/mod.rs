@@ -35,6 +35,7 @@ mod dispatch;
 mod exchanges;
 mod fetching;
 mod in_flight;
+mod inspect;
 mod keys;
 mod lifecycle;
 mod mcp;
@@ -51,6 +52,7 @@ use std::time::Instant;
 pub use crate::http::{Body, Payload, Request};
 pub use crate::settings::{Reload, Settings, EXIT_DRAIN, RESUME_GLOBAL, STDIN_QUEUE, STDIN_WINDOW};
 pub use auditing::{Refusal, TurnedAway};
+pub use inspect::{Inspect, TableSizes};
 pub use keys::Fetched;
 pub use resume::MAX_FINISHED_KEPT;
 
@@ -63,35 +65,10 @@ use sessions::{SessionTimer, Sessions};
 use streams::{Role, Streams};
 
 use crate::http::{self, Endpoint, Rejection, Response};
-use crate::metrics::{self, DropReason, Metrics, ShellGauges};
+use crate::metrics::{DropReason, Metrics};
 use crate::output::{BackendId, Event, Frame, Output, RequestId, StreamEnd, StreamId};
-use crate::routed_id::SessionId;
 use crate::router::Router;
 use crate::supervise::Health;
-
-/// What [`Hub::table_sizes`] counts (for tests).
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TableSizes {
-    /// Streams open (legacy, GET and request streams).
-    pub streams: usize,
-    /// Streamable requests in flight.
-    pub in_flight: usize,
-    /// Progress tokens of requests in flight (one per request carrying one).
-    pub progress_tokens: usize,
-    /// Request timeout timers.
-    pub request_timers: usize,
-    /// Idle expiry timers.
-    pub idle_timers: usize,
-    /// Subscriptions, as (session, uri) pairs in the per-session and the per-uri sets.
-    pub subscriptions: (usize, usize),
-    /// Resume window timers of dropped or answered Streamable streams.
-    pub resume_timers: usize,
-    /// Bytes of Streamable events kept for resumption, over every session.
-    pub resume_bytes: usize,
-    /// Principals counted for `--max-sessions-per-principal` (those with a live session).
-    pub principals: usize,
-}
 
 /// The owner loop's state; see the [module docs](self) for the loop contract.
 #[derive(Debug)]
@@ -214,16 +191,23 @@ impl Hub {
                 self.respond(now, id, Answer::Served(http::preflight(cors.as_deref())));
                 Ok(())
             }
+            // Answered once the backend answers a ping of its own (or the wait ends).
+            Endpoint::Health if self.backend.is_up() => {
+                let ping = self.send_ping(now);
+                self.backend.ping_sent(now, Some((id, ping)));
+                Ok(())
+            }
             Endpoint::Health => {
-                self.health(now, id);
+                self.respond_health(now, id, false);
                 Ok(())
             }
             Endpoint::ResourceMetadata => {
-                self.resource_metadata(now, id);
+                let response = crate::oauth::metadata_response(self.settings.oauth.as_deref());
+                self.respond(now, id, Answer::Served(response));
                 Ok(())
             }
             Endpoint::Metrics => {
-                let text = self.metrics_text().into_bytes();
+                let text = self.inspect().metrics_text().into_bytes();
                 let response = Response::text(200, "text/plain; version=0.0.4", text);
                 self.respond(now, id, Answer::Served(response));
                 Ok(())
@@ -307,85 +291,13 @@ impl Hub {
         self.backend.release(&mut self.outputs, false);
     }
 
-    /// How many timer entries the hub holds (keep-alives, request timeouts, idle checks):
-    /// bounded by the streams, requests in flight and sessions that are live, never by how
-    /// many requests came before (SPEC section 6, item 6).
-    pub fn pending_timers(&self) -> usize {
-        self.streams.timers()
-            + self.in_flight.timers()
-            + self.sessions.idle_timers.len()
-            + self.sessions.resume_timers.len()
-    }
-
-    /// Live sessions.
-    pub fn live_sessions(&self) -> usize {
-        self.sessions.len()
-    }
-
-    /// Whether `session` is live.
-    pub fn is_live(&self, session: &SessionId) -> bool {
-        self.sessions.find(session).is_some()
-    }
-
-    /// Entry counts of the hub's per-session tables, summed over every session, so a test
-    /// can check that a session leaves nothing behind when it ends. Not for shells.
-    #[doc(hidden)]
-    pub fn table_sizes(&self) -> TableSizes {
-        let (in_flight, progress_tokens) = self.in_flight.sizes();
-        TableSizes {
-            streams: self.streams.len(),
-            in_flight,
-            progress_tokens,
-            request_timers: self.in_flight.timers(),
-            idle_timers: self.sessions.idle_timers.len(),
-            subscriptions: self.sessions.subscription_count(),
-            resume_timers: self.sessions.resume_timers.len(),
-            resume_bytes: self.sessions.resume_bytes(),
-            principals: self.sessions.principals(),
-        }
-    }
-
-    /// The session a stream serves, while both are live.
-    pub fn stream_session(&self, stream: StreamId) -> Option<SessionId> {
-        let state = self.streams.get(stream)?;
-        self.sessions.get(state.session).map(|s| s.id)
-    }
-
-    /// The Prometheus text for `/metrics`.
-    pub fn metrics_text(&self) -> String {
-        let gauges = ShellGauges {
-            live_sessions: self.sessions.len(),
-            backend_running: self.backend.is_up(),
-            backend_restarts: self.backend.restarts(),
-            instance: self.settings.instance,
-        };
-        metrics::render(&self.metrics, gauges)
+    /// A read-only view of the hub's tables: what `/metrics` and the tests read.
+    pub fn inspect(&self) -> Inspect<'_> {
+        Inspect { hub: self }
     }
 
     // -----------------------------------------------------------------------------------
     // What every part's decisions come down to
-
-    /// The protected resource metadata (RFC 9728), readable from any origin.
-    fn resource_metadata(&mut self, now: Instant, request: RequestId) {
-        let Some(oauth) = &self.settings.oauth else {
-            // Not a refusal: no such resource is served.
-            let response = Rejection::NotFound.response();
-            return self.respond(now, request, Answer::Served(response));
-        };
-        let mut response = Response::json(200, oauth.document().into_bytes());
-        let any = std::borrow::Cow::Borrowed("*");
-        response.headers.push(("access-control-allow-origin", any));
-        self.respond(now, request, Answer::Served(response));
-    }
-
-    fn health(&mut self, now: Instant, request: RequestId) {
-        if !self.backend.is_up() {
-            self.respond_health(now, request, false);
-            return;
-        }
-        let ping = self.send_ping(now);
-        self.backend.ping_sent(now, Some((request, ping)));
-    }
 
     fn respond_health(&mut self, now: Instant, request: RequestId, answered: bool) {
         let report = Health {

@@ -891,14 +891,21 @@ impl Model {
     fn check_streams(&mut self, op: &Op) {
         let hub = self.driver.hub();
         assert_eq!(
-            hub.live_sessions(),
+            hub.inspect().live_sessions(),
             self.live.len(),
             "live sessions disagree with the model after {op:?}"
         );
         for (sid, s) in &self.live {
-            assert!(hub.is_live(sid), "{sid} should be live after {op:?}");
+            assert!(
+                hub.inspect().is_live(sid),
+                "{sid} should be live after {op:?}"
+            );
             if let Kind::Legacy { stream } = s.kind {
-                assert_eq!(hub.stream_session(stream), Some(*sid), "{sid}'s stream");
+                assert_eq!(
+                    hub.inspect().stream_session(stream),
+                    Some(*sid),
+                    "{sid}'s stream"
+                );
             }
         }
         let open: BTreeSet<StreamId> = self
@@ -914,7 +921,7 @@ impl Model {
         );
         for (stream, (sid, _)) in &self.streams {
             assert_eq!(
-                hub.stream_session(*stream),
+                hub.inspect().stream_session(*stream),
                 Some(*sid),
                 "{stream:?}'s session"
             );
@@ -926,7 +933,7 @@ impl Model {
                 .flat_map(|m| m.in_flight.values())
         };
         let subs: usize = self.subs.values().map(BTreeSet::len).sum();
-        let sizes = hub.table_sizes();
+        let sizes = hub.inspect().table_sizes();
         let expected = TableSizes {
             streams: self.streams.len(),
             in_flight: pendings().count(),

@@ -661,8 +661,8 @@ impl Run {
             self.delete(slot);
         }
         self.after_step();
-        let sizes = self.d.hub().table_sizes();
-        if self.d.hub().live_sessions() != 0
+        let sizes = self.d.hub().inspect().table_sizes();
+        if self.d.hub().inspect().live_sessions() != 0
             || sizes.resume_bytes != 0
             || sizes.resume_timers != 0
             || sizes.streams != 0
@@ -1438,7 +1438,7 @@ impl Run {
         self.check_detached();
         self.check_bounds();
         for s in 0..self.sessions.len() {
-            let live = self.d.hub().is_live(&self.sessions[s].id);
+            let live = self.d.hub().inspect().is_live(&self.sessions[s].id);
             if live != self.sessions[s].live {
                 let label = self.sessions[s].label.clone();
                 self.fail(format!(
@@ -1798,8 +1798,8 @@ impl Run {
 
     fn check_bounds(&mut self) {
         let hub = self.d.hub();
-        let sizes = hub.table_sizes();
-        let live = hub.live_sessions();
+        let sizes = hub.inspect().table_sizes();
+        let live = hub.inspect().live_sessions();
         if sizes.resume_bytes > live * BUFFER || sizes.resume_bytes > RESUME_GLOBAL {
             self.fail(format!(
                 "{} bytes kept for resumption, {live} sessions of {BUFFER}",

@@ -116,7 +116,12 @@ impl Routing {
             [n; 16],
         );
         let stream = self.driver.stream_of(request).expect("the session opened");
-        let sid = self.driver.hub().stream_session(stream).expect("live");
+        let sid = self
+            .driver
+            .hub()
+            .inspect()
+            .stream_session(stream)
+            .expect("live");
         self.streams.insert(stream, sid);
         self.driver.take_records();
         sid
@@ -137,7 +142,7 @@ impl Routing {
 
     /// Whether `sid` is live.
     pub fn is_live(&self, sid: &SessionId) -> bool {
-        self.driver.hub().is_live(sid)
+        self.driver.hub().inspect().is_live(sid)
     }
 
     /// POSTs `body` to the session `session` names, as `principal`.
