@@ -122,12 +122,6 @@ impl Hub {
         }
     }
 
-    /// Audit contexts of requests not answered yet (tests check they never outnumber them).
-    #[doc(hidden)]
-    pub fn audit_pending(&self) -> usize {
-        self.exchanges.observed()
-    }
-
     /// The one place what happened is read (by the audit log, while auditing is on).
     pub(super) fn observe(&mut self, now: Instant, happened: Happened<'_>) {
         let Some(audit) = &self.settings.audit else {

@@ -91,4 +91,9 @@ impl Inspect<'_> {
         };
         metrics::render(&self.hub.metrics, gauges)
     }
+
+    /// Audit contexts of requests not answered yet (tests check they never outnumber them).
+    pub fn audit_pending(&self) -> usize {
+        self.hub.exchanges.observed()
+    }
 }

@@ -409,9 +409,9 @@ impl Driver {
         }
         // An audit context lives no longer than its request's HTTP exchange.
         assert!(
-            self.hub.audit_pending() <= self.pending.len(),
+            self.hub.inspect().audit_pending() <= self.pending.len(),
             "{} audit contexts for {} requests not answered",
-            self.hub.audit_pending(),
+            self.hub.inspect().audit_pending(),
             self.pending.len()
         );
     }
