@@ -1028,9 +1028,9 @@ mod tests {
         );
     }
 
-    #[test]
-    fn host_falls_back_to_the_target_authority() {
-        let gate = Gate {
+    /// A gate with no auth that allows loopback hosts only.
+    fn loopback_gate() -> Gate {
+        Gate {
             auth: Auth::None,
             origins: OriginPolicy {
                 loopback_bind: true,
@@ -1040,7 +1040,12 @@ mod tests {
             metrics_auth: false,
             oauth: None,
             trusted_proxies: Vec::new(),
-        };
+        }
+    }
+
+    #[test]
+    fn host_falls_back_to_the_target_authority() {
+        let gate = loopback_gate();
         let head = |target, authority, host| RequestHead {
             method: "GET",
             target,
@@ -1053,44 +1058,44 @@ mod tests {
                 .map(|a| a.endpoint)
                 .map_err(|r| r.rejection)
         };
-        assert_eq!(
-            admit(head("/sse", None, Some("localhost:1"))),
-            Ok(Endpoint::Stream)
-        );
-        // No Host header: the authority the HTTP library split off, or the absolute target's.
-        assert_eq!(
-            admit(head("/sse", Some("127.0.0.1:9"), None)),
-            Ok(Endpoint::Stream)
-        );
-        assert_eq!(
-            admit(head("http://[::1]:9/sse", None, None)),
-            Ok(Endpoint::Stream)
-        );
-        assert_eq!(
-            admit(head("http://evil.example/sse", None, None)),
-            Err(Rejection::HostNotAllowed)
-        );
-        assert_eq!(
-            admit(head("/sse", Some("evil.example"), None)),
-            Err(Rejection::HostNotAllowed)
-        );
-        // Both the target's authority and the Host header are checked.
-        assert_eq!(
-            admit(head("http://localhost/sse", None, Some("evil.example"))),
-            Err(Rejection::HostNotAllowed)
-        );
-        assert_eq!(
-            admit(head("http://evil.example/sse", None, Some("127.0.0.1"))),
-            Err(Rejection::HostNotAllowed)
-        );
-        assert_eq!(
-            admit(head("/sse", Some("evil.example"), Some("127.0.0.1"))),
-            Err(Rejection::HostNotAllowed)
-        );
-        assert_eq!(
-            admit(head("http://localhost", None, None)),
-            Err(Rejection::NotFound)
-        );
+        let (ok, host_refused) = (Ok(Endpoint::Stream), Err(Rejection::HostNotAllowed));
+        // (target, authority the HTTP library split off, Host header, answer): without a
+        // Host header the authority or the absolute target's; with both, both are checked.
+        let cases = [
+            ("/sse", None, Some("localhost:1"), ok),
+            ("/sse", Some("127.0.0.1:9"), None, ok),
+            ("http://[::1]:9/sse", None, None, ok),
+            ("http://evil.example/sse", None, None, host_refused),
+            ("/sse", Some("evil.example"), None, host_refused),
+            (
+                "http://localhost/sse",
+                None,
+                Some("evil.example"),
+                host_refused,
+            ),
+            (
+                "http://evil.example/sse",
+                None,
+                Some("127.0.0.1"),
+                host_refused,
+            ),
+            (
+                "/sse",
+                Some("evil.example"),
+                Some("127.0.0.1"),
+                host_refused,
+            ),
+            ("http://localhost", None, None, Err(Rejection::NotFound)),
+        ];
+        for (target, authority, host, answer) in cases {
+            let got = admit(head(target, authority, host));
+            assert_eq!(got, answer, "{target} {authority:?} {host:?}");
+        }
+    }
+
+    #[test]
+    fn an_absolute_target_names_the_session_in_its_query() {
+        let gate = loopback_gate();
         let messages = gate
             .admit(
                 &RequestHead {
