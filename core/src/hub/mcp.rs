@@ -10,7 +10,7 @@ use super::dispatch::Delivery;
 use super::exchanges::{Answer, Sender};
 use super::in_flight::{Entry, Opens};
 use super::resume::Carries;
-use super::sessions::{Kind, McpSession, SessionNumber};
+use super::sessions::{Kind, McpSession, SessionNumber, Sessions};
 use super::{Body, Hub, Request};
 use crate::admission::{self, Arrival, Capacity};
 use crate::audit::Outcome;
@@ -21,7 +21,7 @@ use crate::message::Checked;
 use crate::message::IdKey;
 use crate::metrics::DropReason;
 use crate::output::{CloseReason, Event, RequestId};
-use crate::routed_id::SessionId;
+use crate::routed_id::{Instance, SessionId};
 use crate::streamable::{self, Accepts};
 
 /// Why requests still in flight are answered by the proxy.
@@ -59,11 +59,13 @@ impl McpPost {
     pub(super) fn message(&self) -> &Checked {
         &self.msg
     }
-}
 
-impl Hub {
     /// `POST /mcp`: SPEC section 7's checks in order, the message read once.
-    pub(super) fn prepare_mcp(&self, req: Request) -> Result<McpPost, Rejection> {
+    pub(super) fn prepare(
+        req: Request,
+        sessions: &Sessions,
+        instance: Option<&Instance>,
+    ) -> Result<McpPost, Rejection> {
         let body = match req.body {
             Body::TooLarge => return Err(Rejection::BodyTooLarge),
             body => body,
@@ -80,7 +82,7 @@ impl Hub {
         }
         let (session, sid, msg) = match &req.mcp.session {
             Some(text) => {
-                let (number, sid) = self.mcp_session(text, &req.principal)?;
+                let (number, sid) = live_session(sessions, text, &req.principal)?;
                 (Some(number), sid, body.message()?)
             }
             None => {
@@ -90,8 +92,8 @@ impl Hub {
                     .ok()
                     .filter(|m| m.is_request("initialize"))
                     .ok_or(Rejection::MissingMcpSession)?;
-                self.sessions.check_room()?;
-                let sid = SessionId::mint(self.settings.instance.as_ref(), req.entropy);
+                sessions.check_room()?;
+                let sid = SessionId::mint(instance, req.entropy);
                 (None, sid, msg)
             }
         };
@@ -105,7 +107,9 @@ impl Hub {
             priming: req.mcp.protocol_version.as_deref().map(str::trim) == Some("2025-11-25"),
         })
     }
+}
 
+impl Hub {
     /// A checked `POST /mcp` acts: a new session opens, a notification is taken, a request
     /// is registered in flight before its line goes to the backend.
     pub(super) fn mcp_post(
@@ -301,7 +305,7 @@ impl Hub {
         if !Accepts::parse(req.mcp.accept.as_deref()).event_stream {
             return Err(Rejection::NotAcceptable);
         }
-        let (number, sid) = self.named_mcp_session(req)?;
+        let (number, sid) = named_session(&self.sessions, req)?;
         let arrival = Arrival::without_message(&req.principal, &req.grant);
         if self.admit(now, request, arrival, None).is_none() {
             return Ok(());
@@ -329,7 +333,7 @@ impl Hub {
         request: RequestId,
         req: &Request,
     ) -> Result<(), Rejection> {
-        let (number, sid) = self.named_mcp_session(req)?;
+        let (number, sid) = named_session(&self.sessions, req)?;
         let arrival = Arrival::without_message(&req.principal, &req.grant);
         if self.admit(now, request, arrival, None).is_none() {
             return Ok(());
@@ -340,35 +344,6 @@ impl Hub {
         let response = with_session(streamable::deleted(), sid);
         self.respond(now, request, Answer::Served(response));
         Ok(())
-    }
-
-    /// GET's and DELETE's checks after their own: the version (400), the session header
-    /// (400 without it), then the session it names (404).
-    fn named_mcp_session(&self, req: &Request) -> Result<(SessionNumber, SessionId), Rejection> {
-        if !streamable::supported_version(req.mcp.protocol_version.as_deref()) {
-            return Err(Rejection::BadProtocolVersion);
-        }
-        let text = req
-            .mcp
-            .session
-            .as_deref()
-            .ok_or(Rejection::MissingMcpSession)?;
-        self.mcp_session(text, &req.principal)
-    }
-
-    /// The live Streamable session `text` names for `principal`: one 404 for unknown,
-    /// ended, foreign and legacy sessions alike, and for one that has not opened yet.
-    fn mcp_session(
-        &self,
-        text: &str,
-        principal: &Principal,
-    ) -> Result<(SessionNumber, SessionId), Rejection> {
-        match self.sessions.authorize(text, principal)? {
-            (number, session) if matches!(&session.kind, Kind::Mcp(m) if !m.opening) => {
-                Ok((number, session.id))
-            }
-            _ => Err(Rejection::SessionNotFound),
-        }
     }
 
     /// A request or a stream end: the session is active now.
@@ -590,4 +565,36 @@ pub(super) fn with_session(mut response: Response, sid: SessionId) -> Response {
         std::borrow::Cow::Owned(sid.as_str().to_owned()),
     ));
     response
+}
+
+/// GET's and DELETE's checks after their own: the version (400), the session header
+/// (400 without it), then the session it names (404).
+fn named_session(
+    sessions: &Sessions,
+    req: &Request,
+) -> Result<(SessionNumber, SessionId), Rejection> {
+    if !streamable::supported_version(req.mcp.protocol_version.as_deref()) {
+        return Err(Rejection::BadProtocolVersion);
+    }
+    let text = req
+        .mcp
+        .session
+        .as_deref()
+        .ok_or(Rejection::MissingMcpSession)?;
+    live_session(sessions, text, &req.principal)
+}
+
+/// The live Streamable session `text` names for `principal`: one 404 for unknown,
+/// ended, foreign and legacy sessions alike, and for one that has not opened yet.
+fn live_session(
+    sessions: &Sessions,
+    text: &str,
+    principal: &Principal,
+) -> Result<(SessionNumber, SessionId), Rejection> {
+    match sessions.authorize(text, principal)? {
+        (number, session) if matches!(&session.kind, Kind::Mcp(m) if !m.opening) => {
+            Ok((number, session.id))
+        }
+        _ => Err(Rejection::SessionNotFound),
+    }
 }

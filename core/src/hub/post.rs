@@ -12,7 +12,7 @@ use super::dispatch::Delivery;
 use super::exchanges::{Answer, Sender};
 use super::in_flight::Entry;
 use super::mcp::McpPost;
-use super::sessions::{Kind, SessionNumber};
+use super::sessions::{Kind, SessionNumber, Sessions};
 use super::streams::Role;
 use super::{Hub, Request};
 use crate::admission::{self, Arrival, Capacity, Opening, Refused, Verdict};
@@ -41,6 +41,23 @@ pub(super) enum Prepared {
 }
 
 impl Prepared {
+    /// SPEC section 1's checks of a legacy POST, in order.
+    fn legacy(req: Request, sessions: &Sessions) -> Result<Prepared, Rejection> {
+        if req.session.is_empty() {
+            return Err(Rejection::MissingSessionId);
+        }
+        let (session, state) = sessions.authorize(&req.session, &req.principal)?;
+        if !matches!(state.kind, Kind::Legacy { .. }) {
+            return Err(Rejection::SessionNotFound);
+        }
+        let msg = req.body.message()?;
+        // Once initialized, a legacy session stays as it was (its audited client too).
+        if state.initialized && msg.is_request("initialize") {
+            return Err(Rejection::AlreadyInitialized);
+        }
+        Ok(Prepared::Legacy { session, msg })
+    }
+
     /// The message it carries.
     fn message(&self) -> &Checked {
         match self {
@@ -210,8 +227,11 @@ impl Hub {
     ) -> Result<(), Rejection> {
         let (grant, principal) = (req.grant.clone(), req.principal.clone());
         let prepared = match req.endpoint {
-            Endpoint::McpPost => Prepared::Mcp(self.prepare_mcp(req)?),
-            _ => self.prepare_legacy(req)?,
+            Endpoint::McpPost => {
+                let instance = self.settings.instance.as_ref();
+                Prepared::Mcp(McpPost::prepare(req, &self.sessions, instance)?)
+            }
+            _ => Prepared::legacy(req, &self.sessions)?,
         };
         self.observe(now, Happened::Described(request, prepared.message()));
         let arrival = Arrival {
@@ -232,9 +252,13 @@ impl Hub {
             },
             deadline: now + self.settings.restart_wait,
         };
+        // Sessions are kept across restarts and one is coming: a POST that finds the
+        // backend not ready waits for it.
+        let waits =
+            self.settings.on_backend_exit == OnBackendExit::KeepSessions && self.backend.coming();
         if self.is_ready() {
             self.dispatch_post(now, post);
-        } else if self.waits_for_restart()
+        } else if waits
             && (self.posts).fits(
                 &post,
                 self.settings.stdin_queue,
@@ -251,12 +275,6 @@ impl Hub {
     /// Whether client lines may go to the backend: it runs and owes no handshake.
     pub(super) fn is_ready(&self) -> bool {
         self.backend.is_up() && self.router.is_ready()
-    }
-
-    /// Whether a POST that finds the backend not ready waits for it: sessions are kept
-    /// across restarts and one is coming.
-    fn waits_for_restart(&self) -> bool {
-        self.settings.on_backend_exit == OnBackendExit::KeepSessions && self.backend.coming()
     }
 
     /// The backend is ready (again): the POSTs that waited go ahead, in order.
@@ -285,23 +303,6 @@ impl Hub {
         self.drop_message(DropReason::ClientLeft, Some(&method));
     }
 
-    /// SPEC section 1's checks of a legacy POST, in order.
-    fn prepare_legacy(&self, req: Request) -> Result<Prepared, Rejection> {
-        if req.session.is_empty() {
-            return Err(Rejection::MissingSessionId);
-        }
-        let (session, state) = self.sessions.authorize(&req.session, &req.principal)?;
-        if !matches!(state.kind, Kind::Legacy { .. }) {
-            return Err(Rejection::SessionNotFound);
-        }
-        let msg = req.body.message()?;
-        // Once initialized, a legacy session stays as it was (its audited client too).
-        if state.initialized && msg.is_request("initialize") {
-            return Err(Rejection::AlreadyInitialized);
-        }
-        Ok(Prepared::Legacy { session, msg })
-    }
-
     /// Acts on a checked POST now that the backend is ready, if its session is within its
     /// share of the stdin queue (else 503 at once). Its session may have ended while it
     /// waited (404).
@@ -316,37 +317,24 @@ impl Hub {
         if let Err(refused) = admission::room(&Capacity::share(within_share)) {
             return self.respond(now, request, refused.refusal(None, None).into());
         }
-        let result = match prepared {
-            Prepared::Legacy { session, msg } => {
-                self.legacy_post(now, request, session, &msg, sender)
+        let (session, msg, mut sender) = match prepared {
+            Prepared::Legacy { session, msg } => (session, msg, sender),
+            Prepared::Mcp(mcp) => {
+                if let Err(rejection) = self.mcp_post(now, request, mcp, sender) {
+                    self.refuse(now, request, rejection);
+                }
+                return;
             }
-            Prepared::Mcp(mcp) => self.mcp_post(now, request, mcp, sender),
         };
-        if let Err(rejection) = result {
-            self.refuse(now, request, rejection);
-        }
-    }
-
-    fn legacy_post(
-        &mut self,
-        now: Instant,
-        request: RequestId,
-        session: SessionNumber,
-        msg: &Checked,
-        mut sender: Sender,
-    ) -> Result<(), Rejection> {
-        let sid = self
-            .sessions
-            .get(session)
-            .map(|s| s.id)
-            .ok_or(Rejection::SessionNotFound)?;
+        let Some(sid) = self.sessions.get(session).map(|s| s.id) else {
+            return self.refuse(now, request, Rejection::SessionNotFound);
+        };
         sender.started = self.exchanges.take_started(request);
-        self.client_message(now, (session, sid), msg, sender);
+        self.client_message(now, (session, sid), &msg, sender);
         if let Some(cancels) = &msg.cancels {
             self.cancelled_by_client(now, session, &cancels.key);
         }
         self.respond(now, request, Answer::Served(http::accepted()));
-        Ok(())
     }
 
     /// What an admitted message of session `number` does: a request the policy denies is
@@ -378,7 +366,7 @@ impl Hub {
             let answer = msg.error(-32003, "forbidden by policy");
             return self.answer_client(now, sid, msg, (answer, Outcome::Denied));
         }
-        let filtered = self.filters(msg);
+        let filtered = super::authz::filters(&self.settings, msg);
         if filtered {
             if let Some(session) = self.sessions.get_mut(number) {
                 session.grant = sender.grant;
