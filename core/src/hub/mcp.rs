@@ -33,6 +33,8 @@ pub(super) enum Ending {
     BackendExited,
     /// The proxy shuts down.
     Shutdown,
+    /// The backend restarted: the session stays.
+    Restarted,
 }
 
 /// A `POST /mcp` checked in full.
@@ -237,23 +239,6 @@ impl Hub {
         Ok(number)
     }
 
-    /// The `initialize` of session `number` got a result: the session is open.
-    fn opened(&mut self, now: Instant, number: SessionNumber) {
-        let Some(session) = self.sessions.get(number) else {
-            return;
-        };
-        let (sid, principal) = (session.id, session.principal.clone());
-        if let Some(m) = self.sessions.mcp_mut(number) {
-            m.opening = false;
-        }
-        self.metrics.sessions_opened += 1;
-        self.observe(now, Happened::Opened(number));
-        self.log(Event::SessionOpened {
-            session: sid,
-            principal,
-        });
-    }
-
     /// The answer to the `initialize` that opens session `number`. A result opens it (and
     /// its answer carries `Mcp-Session-Id`); anything else (the backend's error, a timeout,
     /// a restart) leaves no session: it is removed uncounted, and the client gets the
@@ -266,14 +251,27 @@ impl Hub {
         (message, outcome): (Vec<u8>, Option<Outcome>),
     ) {
         if outcome.unwrap_or_else(|| Outcome::of_answer(&message)) == Outcome::Success {
-            self.opened(now, number);
-            if let (Some(priming), Some(sid)) = (opens.stream, self.sessions.get(number)) {
-                let (sid, raw_id) = (sid.id, entry.raw_id.clone());
-                let key = IdKey::of(&raw_id).expect("an admitted id");
-                let carries = Carries::Request(key, raw_id);
-                let request = entry.exchange();
-                let stream = self.open_mcp_stream(now, request, (number, sid), carries, priming);
-                entry.stream = Some(stream);
+            // The session is open.
+            if let Some(session) = self.sessions.get(number) {
+                let (sid, principal) = (session.id, session.principal.clone());
+                if let Some(m) = self.sessions.mcp_mut(number) {
+                    m.opening = false;
+                }
+                self.metrics.sessions_opened += 1;
+                self.observe(now, Happened::Opened(number));
+                self.log(Event::SessionOpened {
+                    session: sid,
+                    principal,
+                });
+                if let Some(priming) = opens.stream {
+                    let raw_id = entry.raw_id.clone();
+                    let key = IdKey::of(&raw_id).expect("an admitted id");
+                    let carries = Carries::Request(key, raw_id);
+                    let request = entry.exchange();
+                    let stream =
+                        self.open_mcp_stream(now, request, (number, sid), carries, priming);
+                    entry.stream = Some(stream);
+                }
             }
             return self.answer(now, number, entry, (message, outcome));
         }
@@ -397,50 +395,30 @@ impl Hub {
                 self.touch(number, now);
             }
             Delivery::Progress { token } => {
+                // To the stream of the newest request in flight carrying the token (whose
+                // clock it restarts), else the GET stream, else nowhere.
                 let key = std::str::from_utf8(&message[token])
                     .ok()
                     .and_then(IdKey::of);
-                self.progress(now, number, key, message);
+                let timeout = self.settings.request_timeout;
+                let Some(get_stream) = self.sessions.mcp(number).map(|m| m.get_stream) else {
+                    return;
+                };
+                let carrier = key.and_then(|k| self.in_flight.progress(now, number, &k, timeout));
+                match carrier.flatten().or(get_stream) {
+                    Some(key) => self.send_event(now, number, key, &message),
+                    None => self.drop_message(DropReason::NoStream, Some("notifications/progress")),
+                }
             }
-            Delivery::Update => {
-                self.send_to_get_stream(now, number, &message, "notifications/resources/updated");
-            }
-        }
-    }
-
-    /// Progress goes to the stream of the newest request in flight carrying its token
-    /// (whose clock it restarts), else the GET stream, else nowhere.
-    fn progress(
-        &mut self,
-        now: Instant,
-        number: SessionNumber,
-        key: Option<IdKey>,
-        message: Vec<u8>,
-    ) {
-        let timeout = self.settings.request_timeout;
-        let Some(get_stream) = self.sessions.mcp(number).map(|m| m.get_stream) else {
-            return;
-        };
-        let carrier = key.and_then(|k| self.in_flight.progress(now, number, &k, timeout));
-        let target = carrier.flatten().or(get_stream);
-        match target {
-            Some(key) => self.send_event(now, number, key, &message),
-            None => self.drop_message(DropReason::NoStream, Some("notifications/progress")),
-        }
-    }
-
-    /// A notification for the session's GET stream, if it has one (its client there or,
-    /// within the resume window, away).
-    pub(super) fn send_to_get_stream(
-        &mut self,
-        now: Instant,
-        number: SessionNumber,
-        message: &[u8],
-        method: &str,
-    ) {
-        match self.sessions.mcp(number).and_then(|m| m.get_stream) {
-            Some(key) => self.send_event(now, number, key, message),
-            None => self.drop_message(DropReason::NoStream, Some(method)),
+            // The GET stream, if the session has one (its client there or, within the
+            // resume window, away).
+            Delivery::Update => match self.sessions.mcp(number).and_then(|m| m.get_stream) {
+                Some(key) => self.send_event(now, number, key, &message),
+                None => {
+                    let method = "notifications/resources/updated";
+                    self.drop_message(DropReason::NoStream, Some(method));
+                }
+            },
         }
     }
 
@@ -512,29 +490,19 @@ impl Hub {
         }
     }
 
-    /// The backend restarted: every request of session `number` in flight gets -32603
-    /// `backend restarted` (on its stream, which ends, or as its answer); the session and
-    /// its GET stream stay.
-    pub(super) fn fail_mcp_in_flight(&mut self, now: Instant, number: SessionNumber) {
-        if self.sessions.mcp(number).is_none() {
-            return;
-        }
-        for (_, entry) in self.in_flight.take_all(number) {
-            let message = streamable::error_message(&entry.raw_id, -32603, "backend restarted");
-            self.answer(now, number, entry, (message, Some(Outcome::Error)));
-        }
-        self.touch(number, now);
-    }
-
-    /// Answers every request of an ending Streamable session still in flight (cancelled at
-    /// the backend when the session is deleted) and ends its streams; nothing is kept.
+    /// Answers every request of a Streamable session still in flight with -32603 (on its
+    /// stream, which ends, or as its answer; cancelled at the backend when the session is
+    /// deleted). An ending session's streams end and nothing is kept; after a restart the
+    /// session and its GET stream stay.
     pub(super) fn end_mcp(&mut self, now: Instant, number: SessionNumber, ending: Ending) {
         let text = match ending {
             Ending::Deleted => "session deleted",
-            Ending::BackendExited => "backend restarted",
+            Ending::BackendExited | Ending::Restarted => "backend restarted",
             Ending::Shutdown => "proxy shutting down",
         };
-        let sid = self.sessions.get(number).expect("ending while live").id;
+        let Some(sid) = self.sessions.get(number).map(|s| s.id) else {
+            return;
+        };
         if self.sessions.mcp(number).is_none() {
             return;
         }
@@ -546,6 +514,9 @@ impl Hub {
             }
             let message = streamable::error_message(&entry.raw_id, -32603, text);
             self.answer(now, number, entry, (message, Some(Outcome::Error)));
+        }
+        if let Ending::Restarted = ending {
+            return self.touch(number, now);
         }
         let keys = self
             .sessions
