@@ -5,14 +5,14 @@
 use std::time::Instant;
 
 use super::auditing::Happened;
-use super::backend::LineFrom;
+use super::backend::{BackendProcess, LineFrom};
 use super::dispatch::Delivery;
 use super::exchanges::{Answer, Sender};
 use super::in_flight::{Entry, Opens};
 use super::resume::Carries;
 use super::sessions::{Kind, McpSession, SessionNumber, Sessions};
 use super::{Body, Hub, Request};
-use crate::admission::{self, Arrival, Capacity};
+use crate::admission::{self, Arrival, Capacity, Opening};
 use crate::audit::Outcome;
 use crate::auth::Principal;
 use crate::http::{Rejection, Response};
@@ -112,8 +112,8 @@ impl McpPost {
 }
 
 impl Hub {
-    /// A checked `POST /mcp` acts: a new session opens, a notification is taken, a request
-    /// is registered in flight before its line goes to the backend.
+    /// A checked `POST /mcp` acts: a new session opens, a notification is taken (202),
+    /// a request goes on to `mcp_request`.
     pub(super) fn mcp_post(
         &mut self,
         now: Instant,
@@ -121,60 +121,31 @@ impl Hub {
         post: McpPost,
         sender: Sender,
     ) -> Result<(), Rejection> {
-        let (session, sid, msg) = (post.session, post.sid, &post.msg);
-        let number = match session {
+        let number = match post.session {
             Some(number) if self.sessions.mcp(number).is_some() => number,
             Some(_) => return Err(Rejection::SessionNotFound),
             None => {
-                let opening = super::post::opening(now, self, &post.principal);
+                let parts = (&self.backend, &self.sessions);
+                let per_principal = self.settings.max_sessions_per_principal;
+                let opening = opening(now, &post.principal, parts, per_principal);
                 if let Err(refused) = admission::room(&Capacity::opening(opening)) {
-                    let refusal = refused.refusal(Some(msg.raw_id()), None);
+                    let refusal = refused.refusal(Some(post.msg.raw_id()), None);
                     self.respond(now, request, refusal.into());
                     return Ok(());
                 }
-                self.open_mcp_session(now, sid, (post.principal, &post.source))?
+                let kind = Kind::Mcp(McpSession {
+                    last_active: Some(now),
+                    opening: true,
+                    ..McpSession::default()
+                });
+                let source = post.source.clone();
+                (self.sessions).open(post.sid, post.principal.clone(), kind, source)?
             }
         };
-        if msg.kind == message::Kind::Notification {
-            self.mcp_notification(now, request, (number, sid), msg, sender);
-            return Ok(());
+        let (sid, msg) = (post.sid, &post.msg);
+        if msg.kind != message::Kind::Notification {
+            return self.mcp_request(now, request, (number, &post), sender);
         }
-        if session.is_some() && msg.method == "initialize" {
-            return Err(Rejection::InitializeWithSession);
-        }
-        let Some(id) = &msg.id else {
-            unreachable!("admission gives every request an id");
-        };
-        let in_flight = admission::InFlight {
-            id_taken: self.in_flight.get(number, &id.key).is_some(),
-            count: (self.in_flight.count(number), self.settings.max_inflight),
-        };
-        if let Err(refused) = admission::room(&Capacity::in_flight(in_flight)) {
-            let refusal = refused.refusal(Some(msg.raw_id()), Some(&sid));
-            self.respond(now, request, refusal.into());
-            return Ok(());
-        }
-        self.touch(number, now);
-        let stream_answer =
-            post.accepts.event_stream && (msg.token.is_some() || !post.accepts.json);
-        let stream = stream_answer.then_some(post.priming);
-        let form = session.map(|_| stream).ok_or(Opens { stream });
-        self.await_answer(now, request, (number, sid), msg, form);
-        // Now that the answer has somewhere to go: the line for the backend, or the
-        // proxy's own answer (a cached initialize).
-        self.client_message(now, (number, sid), msg, sender);
-        Ok(())
-    }
-
-    /// A notification of session `number` is taken: 202, then what it does.
-    fn mcp_notification(
-        &mut self,
-        now: Instant,
-        request: RequestId,
-        (number, sid): (SessionNumber, SessionId),
-        msg: &Checked,
-        sender: Sender,
-    ) {
         self.touch(number, now);
         // Accepted: a notification produces no event.
         let _ = self.exchanges.take_started(request);
@@ -184,59 +155,55 @@ impl Hub {
         if let Some(cancels) = &msg.cancels {
             self.cancelled_by_client(now, number, &cancels.key);
         }
+        Ok(())
     }
 
-    /// Registers request `msg` in flight: its stream (when the answer is one, primed or
-    /// not; `Err`: the `initialize` that opens the session, whose answer decides), its
+    /// A request of session `number`, within its room, is registered in flight before its
+    /// line goes to the backend: its stream (when the answer is one, primed or not; held
+    /// back for the `initialize` that opens the session, whose answer decides), its
     /// timeout, its progress token.
-    fn await_answer(
+    fn mcp_request(
         &mut self,
         now: Instant,
         request: RequestId,
-        (number, sid): (SessionNumber, SessionId),
-        msg: &Checked,
-        form: Result<Option<bool>, Opens>,
-    ) {
-        let key = msg.id.as_ref().expect("a request").key.clone();
+        (number, post): (SessionNumber, &McpPost),
+        sender: Sender,
+    ) -> Result<(), Rejection> {
+        let (sid, msg) = (post.sid, &post.msg);
+        if post.session.is_some() && msg.method == "initialize" {
+            return Err(Rejection::InitializeWithSession);
+        }
+        let Some(id) = &msg.id else {
+            unreachable!("admission gives every request an id");
+        };
+        let in_flight = (self.in_flight).room(number, &id.key, self.settings.max_inflight);
+        if let Err(refused) = admission::room(&Capacity::in_flight(in_flight)) {
+            let refusal = refused.refusal(Some(msg.raw_id()), Some(&sid));
+            self.respond(now, request, refusal.into());
+            return Ok(());
+        }
+        self.touch(number, now);
+        let stream_answer =
+            post.accepts.event_stream && (msg.token.is_some() || !post.accepts.json);
+        let stream = stream_answer.then_some(post.priming);
         // Taken before its stream answers the exchange: it goes with the request.
         let audit = self.exchanges.take_started(request);
-        let (stream, opens) = match form {
-            Ok(stream) => (stream, None),
-            Err(opens) => (None, Some(opens)),
+        let (stream, opens) = match post.session {
+            Some(_) => (stream, None),
+            None => (None, Some(Opens { stream })),
         };
         let stream = stream.map(|priming| {
-            let carries = Carries::Request(key.clone(), msg.raw_id().to_owned());
+            let carries = Carries::Request(id.key.clone(), msg.raw_id().to_owned());
             self.open_mcp_stream(now, request, (number, sid), carries, priming)
         });
-        let entry = Entry {
-            raw_id: msg.raw_id().to_owned(),
-            at: now,
-            exchange: Some(request),
-            stream,
-            token: msg.token.as_ref().map(|t| t.key.clone()),
-            audit,
-            opens,
-        };
+        let entry = Entry::awaited(msg, (now, request), stream, (audit, opens));
         let deadline = self.settings.request_timeout.map(|timeout| now + timeout);
-        self.in_flight.insert(number, key, entry, deadline);
-    }
-
-    fn open_mcp_session(
-        &mut self,
-        now: Instant,
-        sid: SessionId,
-        (principal, source): (Principal, &std::sync::Arc<crate::audit::Source>),
-    ) -> Result<SessionNumber, Rejection> {
-        let kind = Kind::Mcp(McpSession {
-            last_active: Some(now),
-            opening: true,
-            ..McpSession::default()
-        });
-        let number = self.sessions.open(sid, principal, kind)?;
-        if let Some(session) = self.sessions.get_mut(number) {
-            session.source = source.clone();
-        }
-        Ok(number)
+        self.in_flight
+            .insert(number, id.key.clone(), entry, deadline);
+        // Now that the answer has somewhere to go: the line for the backend, or the
+        // proxy's own answer (a cached initialize).
+        self.client_message(now, (number, sid), msg, sender);
+        Ok(())
     }
 
     /// The answer to the `initialize` that opens session `number`. A result opens it (and
@@ -473,23 +440,6 @@ impl Hub {
         self.touch(number, now);
     }
 
-    /// The session's idle check is due: it ends if `--session-idle` passed since it was
-    /// last active and it still is quiet; if it was active since, the check moves on; if
-    /// it is busy, the touch that finds it quiet again schedules the next one.
-    pub(super) fn idle_check(&mut self, now: Instant, number: SessionNumber) {
-        let idle = self.settings.session_idle;
-        let Some(m) = self.sessions.mcp(number) else {
-            return;
-        };
-        let until = m.last_active.map(|t| t + idle);
-        match until {
-            _ if !m.is_quiet(self.in_flight.count(number) > 0) => {}
-            Some(until) if until <= now => self.end_session(now, number, CloseReason::Idle),
-            Some(until) => self.sessions.idle_timers.set(number, until),
-            None => {}
-        }
-    }
-
     /// Answers every request of a Streamable session still in flight with -32603 (on its
     /// stream, which ends, or as its answer; cancelled at the backend when the session is
     /// deleted). An ending session's streams end and nothing is kept; after a restart the
@@ -567,5 +517,21 @@ fn live_session(
             Ok((number, session.id))
         }
         _ => Err(Rejection::SessionNotFound),
+    }
+}
+
+/// What a new session of `principal` would find at `now`, with at most `per_principal`
+/// sessions each (SPEC sections 7 and 10).
+pub(super) fn opening(
+    now: Instant,
+    principal: &Principal,
+    (backend, sessions): (&BackendProcess, &Sessions),
+    per_principal: usize,
+) -> Opening {
+    Opening {
+        backend_up: backend.is_up(),
+        restart_in: backend.until_restart(now),
+        sessions_full: sessions.check_room().is_err(),
+        of_principal: (sessions.of(principal), per_principal),
     }
 }

@@ -171,7 +171,13 @@ impl Hub {
         }
         while let Some(timer) = self.sessions.take_due(now) {
             match timer {
-                SessionTimer::Idle(number) => self.idle_check(now, number),
+                SessionTimer::Idle(number) => {
+                    let (idle, busy) =
+                        (self.settings.session_idle, self.in_flight.count(number) > 0);
+                    if self.sessions.idle_ends(now, number, idle, busy) {
+                        self.end_session(now, number, crate::output::CloseReason::Idle);
+                    }
+                }
                 SessionTimer::Resume(number, key) => self.resume_expired(now, number, key),
             }
         }

@@ -11,18 +11,17 @@ use super::backend::LineFrom;
 use super::dispatch::Delivery;
 use super::exchanges::{Answer, Sender};
 use super::in_flight::Entry;
-use super::mcp::McpPost;
+use super::mcp::{self, McpPost};
 use super::sessions::{Kind, SessionNumber, Sessions};
 use super::streams::Role;
 use super::{Hub, Request};
-use crate::admission::{self, Arrival, Capacity, Opening, Refused, Verdict};
+use crate::admission::{self, Arrival, Capacity, Refused, Verdict};
 use crate::audit::Outcome;
 use crate::http::{self, Endpoint, Rejection};
 use crate::message;
 use crate::message::Checked;
 use crate::metrics::DropReason;
 use crate::output::{Event, Frame, RequestId, StreamId};
-use crate::principal::Principal;
 use crate::routed_id::SessionId;
 use crate::router::{Forward, RESPONSE_ID_AT};
 use crate::settings::OnBackendExit;
@@ -161,7 +160,9 @@ impl Hub {
         if self.admit(now, request, arrival, None).is_none() {
             return Ok(());
         }
-        let opening = opening(now, self, &req.principal);
+        let parts = (&self.backend, &self.sessions);
+        let per_principal = self.settings.max_sessions_per_principal;
+        let opening = mcp::opening(now, &req.principal, parts, per_principal);
         if let Err(refused) = admission::room(&Capacity::opening(opening)) {
             self.respond(now, request, refused.refusal(None, None).into());
             return Ok(());
@@ -169,13 +170,11 @@ impl Hub {
         let sid = SessionId::mint(self.settings.instance.as_ref(), req.entropy);
         let stream = StreamId(self.mint());
         let kind = Kind::Legacy { stream };
-        let number = self.sessions.open(sid, req.principal.clone(), kind)?;
+        let source = req.source.clone();
+        let number = (self.sessions).open(sid, req.principal.clone(), kind, source)?;
         self.metrics.sessions_opened += 1;
         // The stream is its answer: no refusal event is due.
         let _ = self.exchanges.take_started(request);
-        if let Some(session) = self.sessions.get_mut(number) {
-            session.source = req.source.clone();
-        }
         self.observe(now, Happened::Opened(number));
         let head = http::sse_head();
         self.start_stream(now, request, (stream, head), number, Role::Legacy);
@@ -339,7 +338,7 @@ impl Hub {
 
     /// What an admitted message of session `number` does: a request the policy denies is
     /// answered -32003; subscriptions are recorded, then the router's decision is carried
-    /// out.
+    /// out. The proxy's own answer is delivered as the backend's would be.
     pub(super) fn client_message(
         &mut self,
         now: Instant,
@@ -361,54 +360,29 @@ impl Hub {
                 self.observe(at, Happened::Unanswered(Some(number), started));
             }
         }
-        if sender.forbidden {
+        let (answer, outcome) = if sender.forbidden {
             self.metrics.policy_denied += 1;
-            let answer = msg.error(-32003, "forbidden by policy");
-            return self.answer_client(now, sid, msg, (answer, Outcome::Denied));
-        }
-        let filtered = super::authz::filters(&self.settings, msg);
-        if filtered {
-            if let Some(session) = self.sessions.get_mut(number) {
+            (msg.error(-32003, "forbidden by policy"), Outcome::Denied)
+        } else {
+            let filtered = super::authz::filters(&self.settings, msg);
+            if let (true, Some(session)) = (filtered, self.sessions.get_mut(number)) {
                 session.grant = sender.grant;
             }
-        }
-        if msg.kind == message::Kind::Request {
-            match (msg.method.as_str(), &msg.uri) {
-                ("resources/subscribe", Some(uri))
-                    if self.sessions.subscribe(number, uri).is_err() =>
-                {
-                    let answer = msg.error(-32603, "Too many subscriptions");
-                    return self.answer_client(now, sid, msg, (answer, Outcome::Error));
-                }
-                // Others still watch: only this session leaves; the backend keeps it.
-                ("resources/unsubscribe", Some(uri)) if self.sessions.unsubscribe(number, uri) => {
-                    let answer = (msg.result("{}"), Outcome::Success);
-                    return self.answer_client(now, sid, msg, answer);
-                }
-                _ => {}
+            match subscription(&mut self.sessions, number, msg) {
+                Some(answer) => answer,
+                None => match self.router.forward(sid, msg, filtered) {
+                    Forward::Line(line) => return self.queue_line(line, LineFrom::Client(number)),
+                    Forward::Answer(answer) => {
+                        let outcome = Outcome::of_answer(&answer);
+                        if outcome == Outcome::Success && msg.is_request("initialize") {
+                            self.sessions.initialized(&sid);
+                        }
+                        (answer, outcome)
+                    }
+                    Forward::Waiting | Forward::Absorbed => return,
+                },
             }
-        }
-        match self.router.forward(sid, msg, filtered) {
-            Forward::Line(line) => self.queue_line(line, LineFrom::Client(number)),
-            Forward::Answer(answer) => {
-                let outcome = Outcome::of_answer(&answer);
-                if outcome == Outcome::Success && msg.is_request("initialize") {
-                    self.sessions.initialized(&sid);
-                }
-                self.answer_client(now, sid, msg, (answer, outcome))
-            }
-            Forward::Waiting | Forward::Absorbed => {}
-        }
-    }
-
-    /// The proxy's own answer to `msg` and its outcome, delivered as the backend's would be.
-    fn answer_client(
-        &mut self,
-        now: Instant,
-        sid: SessionId,
-        msg: &Checked,
-        (answer, outcome): (Vec<u8>, Outcome),
-    ) {
+        };
         let id = RESPONSE_ID_AT..RESPONSE_ID_AT + msg.raw_id().len();
         let what = Delivery::Response {
             id,
@@ -418,15 +392,24 @@ impl Hub {
     }
 }
 
-/// What a new session of `principal` would find at `now` (SPEC sections 7 and 10).
-pub(super) fn opening(now: Instant, hub: &Hub, principal: &Principal) -> Opening {
-    Opening {
-        backend_up: hub.backend.is_up(),
-        restart_in: hub.backend.until_restart(now),
-        sessions_full: hub.sessions.check_room().is_err(),
-        of_principal: (
-            hub.sessions.of(principal),
-            hub.settings.max_sessions_per_principal,
-        ),
+/// The proxy's own answer to a subscription request of session `number`, if it has one: a
+/// `resources/subscribe` over the cap is refused; a `resources/unsubscribe` others still
+/// watch is answered `{}` (only this session leaves; the backend keeps it).
+fn subscription(
+    sessions: &mut Sessions,
+    number: SessionNumber,
+    msg: &Checked,
+) -> Option<(Vec<u8>, Outcome)> {
+    if msg.kind != message::Kind::Request {
+        return None;
+    }
+    match (msg.method.as_str(), &msg.uri) {
+        ("resources/subscribe", Some(uri)) if sessions.subscribe(number, uri).is_err() => {
+            Some((msg.error(-32603, "Too many subscriptions"), Outcome::Error))
+        }
+        ("resources/unsubscribe", Some(uri)) if sessions.unsubscribe(number, uri) => {
+            Some((msg.result("{}"), Outcome::Success))
+        }
+        _ => None,
     }
 }
