@@ -15,7 +15,7 @@ use super::{Body, Hub, Request};
 use crate::admission::{self, Arrival, Capacity, Opening};
 use crate::audit::Outcome;
 use crate::auth::Principal;
-use crate::http::{Rejection, Response};
+use crate::http::{Endpoint, Rejection, Response};
 use crate::message;
 use crate::message::Checked;
 use crate::message::IdKey;
@@ -260,19 +260,31 @@ impl Hub {
         self.respond(now, entry.exchange(), Answer::Served(response));
     }
 
-    /// `GET /mcp`: the session's standalone stream; a new one replaces the old.
-    pub(super) fn mcp_get(
+    /// `GET /mcp` and `DELETE /mcp`, on the session they name after the same checks. GET
+    /// opens the session's standalone stream (a new one replaces the old) or resumes one;
+    /// DELETE ends the session at once: its requests in flight are cancelled at the
+    /// backend, its subscriptions released.
+    pub(super) fn mcp_named(
         &mut self,
         now: Instant,
         request: RequestId,
         req: &Request,
     ) -> Result<(), Rejection> {
-        if !Accepts::parse(req.mcp.accept.as_deref()).event_stream {
+        let get = req.endpoint == Endpoint::McpGet;
+        if get && !Accepts::parse(req.mcp.accept.as_deref()).event_stream {
             return Err(Rejection::NotAcceptable);
         }
         let (number, sid) = named_session(&self.sessions, req)?;
         let arrival = Arrival::without_message(&req.principal, &req.grant);
         if self.admit(now, request, arrival, None).is_none() {
+            return Ok(());
+        }
+        if !get {
+            // Its event is the session's own `session_close`: the 204 is no refusal.
+            let _ = self.exchanges.take_started(request);
+            self.end_session(now, number, CloseReason::Deleted);
+            let response = with_session(streamable::deleted(), sid);
+            self.respond(now, request, Answer::Served(response));
             return Ok(());
         }
         if let Some(last) = &req.mcp.last_event_id {
@@ -287,27 +299,6 @@ impl Hub {
             self.drop_stream(number, old);
         }
         self.touch(number, now);
-        Ok(())
-    }
-
-    /// `DELETE /mcp`: the session ends at once; its requests in flight are cancelled at the
-    /// backend, its subscriptions released.
-    pub(super) fn mcp_delete(
-        &mut self,
-        now: Instant,
-        request: RequestId,
-        req: &Request,
-    ) -> Result<(), Rejection> {
-        let (number, sid) = named_session(&self.sessions, req)?;
-        let arrival = Arrival::without_message(&req.principal, &req.grant);
-        if self.admit(now, request, arrival, None).is_none() {
-            return Ok(());
-        }
-        // Its event is the session's own `session_close`: the 204 is no refusal.
-        let _ = self.exchanges.take_started(request);
-        self.end_session(now, number, CloseReason::Deleted);
-        let response = with_session(streamable::deleted(), sid);
-        self.respond(now, request, Answer::Served(response));
         Ok(())
     }
 

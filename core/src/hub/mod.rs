@@ -212,8 +212,7 @@ impl Hub {
         let result = match request.endpoint {
             Endpoint::Stream => self.open_legacy(now, id, request),
             Endpoint::Messages | Endpoint::McpPost => self.post(now, id, request),
-            Endpoint::McpGet => self.mcp_get(now, id, &request),
-            Endpoint::McpDelete => self.mcp_delete(now, id, &request),
+            Endpoint::McpGet | Endpoint::McpDelete => self.mcp_named(now, id, &request),
             Endpoint::Preflight => {
                 // The preflight's answer names its origin itself.
                 let cors = self.exchanges.take_cors(id);

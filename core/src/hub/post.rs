@@ -255,7 +255,8 @@ impl Hub {
         // backend not ready waits for it.
         let waits =
             self.settings.on_backend_exit == OnBackendExit::KeepSessions && self.backend.coming();
-        if self.is_ready() {
+        // Client lines may go to the backend: it runs and owes no handshake.
+        if self.backend.is_up() && self.router.is_ready() {
             self.dispatch_post(now, post);
         } else if waits
             && (self.posts).fits(
@@ -271,14 +272,9 @@ impl Hub {
         Ok(())
     }
 
-    /// Whether client lines may go to the backend: it runs and owes no handshake.
-    pub(super) fn is_ready(&self) -> bool {
-        self.backend.is_up() && self.router.is_ready()
-    }
-
     /// The backend is ready (again): the POSTs that waited go ahead, in order.
     pub(super) fn release_waiting(&mut self, now: Instant) {
-        while self.is_ready() {
+        while self.backend.is_up() && self.router.is_ready() {
             let Some(post) = self.posts.pop() else {
                 break;
             };
