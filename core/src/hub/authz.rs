@@ -9,14 +9,13 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::Hub;
 use crate::auth::Principal;
 use crate::http::Grant;
 use crate::message::Checked;
 use crate::message::{self, Kind};
 use crate::policy::{Ask, Caller, Policy};
-use crate::routed_id::SessionId;
 use crate::router::{self, RESPONSE_ID_AT};
+use crate::settings::Settings;
 
 /// The list methods whose results are filtered, never authorized (as in ToolHive).
 const LISTS: [&str; 4] = [
@@ -248,33 +247,33 @@ impl Decisions {
     }
 }
 
-impl Hub {
-    /// Whether `msg` is a list whose result is filtered for its session: with a policy,
-    /// every list; with `--tool-scope`, `tools/list`.
-    pub(super) fn filters(&self, msg: &Checked) -> bool {
-        if msg.kind != Kind::Request || !LISTS.contains(&msg.method.as_str()) {
-            return false;
-        }
-        let scoped = (self.settings.oauth.as_ref()).is_some_and(|o| !o.tool_scopes.is_empty());
-        self.settings.policy.is_some() || (scoped && msg.method == "tools/list")
+/// Whether `msg` is a list whose result is filtered for its session: with a policy, every
+/// list; with `--tool-scope`, `tools/list`.
+pub(super) fn filters(settings: &Settings, msg: &Checked) -> bool {
+    if msg.kind != Kind::Request || !LISTS.contains(&msg.method.as_str()) {
+        return false;
     }
+    let scoped = (settings.oauth.as_ref()).is_some_and(|o| !o.tool_scopes.is_empty());
+    settings.policy.is_some() || (scoped && msg.method == "tools/list")
+}
 
-    /// A marked list result for `sid`, keeping only the entries its principal may use,
-    /// each checked as the matching call without arguments (and a tool also by its
-    /// scopes); everything else, `nextCursor` included, is kept byte for byte. Returns the
-    /// message and where its id now is.
+impl Decisions {
+    /// A marked list result for `caller` (`None`: its session is gone), keeping only the
+    /// entries its principal may use, each checked as the matching call without arguments
+    /// (and a tool also by its scopes); everything else, `nextCursor` included, is kept
+    /// byte for byte. Returns the message, where its id now is, and how many entries it
+    /// hides.
     pub(super) fn filter_list(
         &mut self,
-        sid: &SessionId,
+        settings: &Settings,
+        caller: Option<(&Principal, &Grant)>,
         message: Vec<u8>,
         id: Range<usize>,
-    ) -> (Vec<u8>, Range<usize>) {
-        let Some(session) = self.sessions.find(sid).and_then(|n| self.sessions.get(n)) else {
-            return (message, id);
+    ) -> (Vec<u8>, Range<usize>, u64) {
+        let Some((principal, grant)) = caller else {
+            return (message, id, 0);
         };
-        let (principal, grant) = (session.principal.clone(), session.grant.clone());
-        let policy = self.settings.policy.clone();
-        let oauth = self.settings.oauth.clone();
+        let (policy, oauth) = (&settings.policy, &settings.oauth);
         let mut keep = |member: &str, entry: &Entry| -> bool {
             let question = match (member, entry) {
                 ("tools", Entry { name: Some(n), .. }) => {
@@ -297,28 +296,31 @@ impl Hub {
                 ) => Question::ReadResource(u.clone()),
                 _ => return false,
             };
-            let Some(policy) = &policy else {
+            let Some(policy) = policy else {
                 return true;
             };
             // Checked as the matching call with no arguments.
-            (self.decisions).allowed(policy, (&principal, &grant), &question)
+            self.allowed(policy, (principal, grant), &question)
         };
         let filtered = filtered_result(&message, &mut keep);
         let raw_id = String::from_utf8_lossy(&message[id.clone()]).into_owned();
-        let result = match filtered {
+        let (result, hidden) = match filtered {
             Ok(Some((result, hidden))) => {
-                self.metrics.entries_hidden += hidden;
-                router::response_line(&raw_id, "result", &result)
+                (router::response_line(&raw_id, "result", &result), hidden)
             }
             // An error answer has no entries to hide.
-            Ok(None) => return (message, id),
+            Ok(None) => return (message, id, 0),
             // Whatever cannot be filtered is not passed on.
             Err(()) => {
                 let error = r#"{"code":-32603,"message":"list result could not be filtered"}"#;
-                router::response_line(&raw_id, "error", error)
+                (router::response_line(&raw_id, "error", error), 0)
             }
         };
-        (result, RESPONSE_ID_AT..RESPONSE_ID_AT + raw_id.len())
+        (
+            result,
+            RESPONSE_ID_AT..RESPONSE_ID_AT + raw_id.len(),
+            hidden,
+        )
     }
 }
 

@@ -45,7 +45,15 @@ impl Hub {
                 failed,
             } => {
                 let (message, id) = match filtered {
-                    true => self.filter_list(&session, message, id),
+                    true => {
+                        let owner = self.sessions.find(&session);
+                        let owner = owner.and_then(|n| self.sessions.get(n));
+                        let caller = owner.map(|s| (&s.principal, &s.grant));
+                        let (message, id, hidden) =
+                            (self.decisions).filter_list(&self.settings, caller, message, id);
+                        self.metrics.entries_hidden += hidden;
+                        (message, id)
+                    }
                     false => (message, id),
                 };
                 let outcome = Some(match failed {

@@ -10,7 +10,8 @@ use super::deadlines::Deadlines;
 use super::exchanges::Started;
 use super::resume::StreamKey;
 use super::sessions::SessionNumber;
-use crate::message::IdKey;
+use crate::admission;
+use crate::message::{Checked, IdKey};
 use crate::output::RequestId;
 
 /// Who a request in flight belongs to. A request without a session (answered on its own
@@ -58,6 +59,26 @@ impl Entry {
         }
     }
 
+    /// A Streamable request `msg`, awaited on its own exchange `request` since `at`, with
+    /// its stream (if its answer is one), its audit context and, for the `initialize` that
+    /// opens its session, how that is answered.
+    pub(crate) fn awaited(
+        msg: &Checked,
+        (at, request): (Instant, RequestId),
+        stream: Option<StreamKey>,
+        (audit, opens): (Option<Box<Started>>, Option<Opens>),
+    ) -> Self {
+        Entry {
+            raw_id: msg.raw_id().to_owned(),
+            at,
+            exchange: Some(request),
+            stream,
+            token: msg.token.as_ref().map(|t| t.key.clone()),
+            audit,
+            opens,
+        }
+    }
+
     /// The exchange of a request that has one (every Streamable request).
     pub(crate) fn exchange(&self) -> RequestId {
         self.exchange
@@ -96,6 +117,20 @@ impl InFlight {
         self.requests
             .get(&Caller::Session(number))
             .map_or(0, BTreeMap::len)
+    }
+
+    /// What admission needs to know of session `number`'s requests in flight before it
+    /// sends request `key`, within `max`.
+    pub(crate) fn room(
+        &self,
+        number: SessionNumber,
+        key: &IdKey,
+        max: usize,
+    ) -> admission::InFlight {
+        admission::InFlight {
+            id_taken: self.get(number, key).is_some(),
+            count: (self.count(number), max),
+        }
     }
 
     /// Awaits request `key` of session `number` (replacing one under the same id), its

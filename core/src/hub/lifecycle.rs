@@ -99,7 +99,7 @@ impl Hub {
     fn fail_in_flight(&mut self, now: Instant) {
         let numbers: Vec<SessionNumber> = self.sessions.iter().map(|(n, _)| n).collect();
         for number in numbers {
-            self.fail_mcp_in_flight(now, number);
+            self.end_mcp(now, number, Ending::Restarted);
             let Some(Kind::Legacy { stream }) = self.sessions.get(number).map(|s| &s.kind) else {
                 continue;
             };

@@ -5,23 +5,23 @@
 use std::time::Instant;
 
 use super::auditing::Happened;
-use super::backend::LineFrom;
+use super::backend::{BackendProcess, LineFrom};
 use super::dispatch::Delivery;
 use super::exchanges::{Answer, Sender};
 use super::in_flight::{Entry, Opens};
 use super::resume::Carries;
-use super::sessions::{Kind, McpSession, SessionNumber};
+use super::sessions::{Kind, McpSession, SessionNumber, Sessions};
 use super::{Body, Hub, Request};
-use crate::admission::{self, Arrival, Capacity};
+use crate::admission::{self, Arrival, Capacity, Opening};
 use crate::audit::Outcome;
 use crate::auth::Principal;
-use crate::http::{Rejection, Response};
+use crate::http::{Endpoint, Rejection, Response};
 use crate::message;
 use crate::message::Checked;
 use crate::message::IdKey;
 use crate::metrics::DropReason;
 use crate::output::{CloseReason, Event, RequestId};
-use crate::routed_id::SessionId;
+use crate::routed_id::{Instance, SessionId};
 use crate::streamable::{self, Accepts};
 
 /// Why requests still in flight are answered by the proxy.
@@ -33,6 +33,8 @@ pub(super) enum Ending {
     BackendExited,
     /// The proxy shuts down.
     Shutdown,
+    /// The backend restarted: the session stays.
+    Restarted,
 }
 
 /// A `POST /mcp` checked in full.
@@ -59,11 +61,13 @@ impl McpPost {
     pub(super) fn message(&self) -> &Checked {
         &self.msg
     }
-}
 
-impl Hub {
     /// `POST /mcp`: SPEC section 7's checks in order, the message read once.
-    pub(super) fn prepare_mcp(&self, req: Request) -> Result<McpPost, Rejection> {
+    pub(super) fn prepare(
+        req: Request,
+        sessions: &Sessions,
+        instance: Option<&Instance>,
+    ) -> Result<McpPost, Rejection> {
         let body = match req.body {
             Body::TooLarge => return Err(Rejection::BodyTooLarge),
             body => body,
@@ -80,7 +84,7 @@ impl Hub {
         }
         let (session, sid, msg) = match &req.mcp.session {
             Some(text) => {
-                let (number, sid) = self.mcp_session(text, &req.principal)?;
+                let (number, sid) = live_session(sessions, text, &req.principal)?;
                 (Some(number), sid, body.message()?)
             }
             None => {
@@ -90,8 +94,8 @@ impl Hub {
                     .ok()
                     .filter(|m| m.is_request("initialize"))
                     .ok_or(Rejection::MissingMcpSession)?;
-                self.sessions.check_room()?;
-                let sid = SessionId::mint(self.settings.instance.as_ref(), req.entropy);
+                sessions.check_room()?;
+                let sid = SessionId::mint(instance, req.entropy);
                 (None, sid, msg)
             }
         };
@@ -105,9 +109,11 @@ impl Hub {
             priming: req.mcp.protocol_version.as_deref().map(str::trim) == Some("2025-11-25"),
         })
     }
+}
 
-    /// A checked `POST /mcp` acts: a new session opens, a notification is taken, a request
-    /// is registered in flight before its line goes to the backend.
+impl Hub {
+    /// A checked `POST /mcp` acts: a new session opens, a notification is taken (202),
+    /// a request goes on to `mcp_request`.
     pub(super) fn mcp_post(
         &mut self,
         now: Instant,
@@ -115,60 +121,31 @@ impl Hub {
         post: McpPost,
         sender: Sender,
     ) -> Result<(), Rejection> {
-        let (session, sid, msg) = (post.session, post.sid, &post.msg);
-        let number = match session {
+        let number = match post.session {
             Some(number) if self.sessions.mcp(number).is_some() => number,
             Some(_) => return Err(Rejection::SessionNotFound),
             None => {
-                let opening = super::post::opening(now, self, &post.principal);
+                let parts = (&self.backend, &self.sessions);
+                let per_principal = self.settings.max_sessions_per_principal;
+                let opening = opening(now, &post.principal, parts, per_principal);
                 if let Err(refused) = admission::room(&Capacity::opening(opening)) {
-                    let refusal = refused.refusal(Some(msg.raw_id()), None);
+                    let refusal = refused.refusal(Some(post.msg.raw_id()), None);
                     self.respond(now, request, refusal.into());
                     return Ok(());
                 }
-                self.open_mcp_session(now, sid, (post.principal, &post.source))?
+                let kind = Kind::Mcp(McpSession {
+                    last_active: Some(now),
+                    opening: true,
+                    ..McpSession::default()
+                });
+                let source = post.source.clone();
+                (self.sessions).open(post.sid, post.principal.clone(), kind, source)?
             }
         };
-        if msg.kind == message::Kind::Notification {
-            self.mcp_notification(now, request, (number, sid), msg, sender);
-            return Ok(());
+        let (sid, msg) = (post.sid, &post.msg);
+        if msg.kind != message::Kind::Notification {
+            return self.mcp_request(now, request, (number, &post), sender);
         }
-        if session.is_some() && msg.method == "initialize" {
-            return Err(Rejection::InitializeWithSession);
-        }
-        let Some(id) = &msg.id else {
-            unreachable!("admission gives every request an id");
-        };
-        let in_flight = admission::InFlight {
-            id_taken: self.in_flight.get(number, &id.key).is_some(),
-            count: (self.in_flight.count(number), self.settings.max_inflight),
-        };
-        if let Err(refused) = admission::room(&Capacity::in_flight(in_flight)) {
-            let refusal = refused.refusal(Some(msg.raw_id()), Some(&sid));
-            self.respond(now, request, refusal.into());
-            return Ok(());
-        }
-        self.touch(number, now);
-        let stream_answer =
-            post.accepts.event_stream && (msg.token.is_some() || !post.accepts.json);
-        let stream = stream_answer.then_some(post.priming);
-        let form = session.map(|_| stream).ok_or(Opens { stream });
-        self.await_answer(now, request, (number, sid), msg, form);
-        // Now that the answer has somewhere to go: the line for the backend, or the
-        // proxy's own answer (a cached initialize).
-        self.client_message(now, (number, sid), msg, sender);
-        Ok(())
-    }
-
-    /// A notification of session `number` is taken: 202, then what it does.
-    fn mcp_notification(
-        &mut self,
-        now: Instant,
-        request: RequestId,
-        (number, sid): (SessionNumber, SessionId),
-        msg: &Checked,
-        sender: Sender,
-    ) {
         self.touch(number, now);
         // Accepted: a notification produces no event.
         let _ = self.exchanges.take_started(request);
@@ -178,76 +155,55 @@ impl Hub {
         if let Some(cancels) = &msg.cancels {
             self.cancelled_by_client(now, number, &cancels.key);
         }
+        Ok(())
     }
 
-    /// Registers request `msg` in flight: its stream (when the answer is one, primed or
-    /// not; `Err`: the `initialize` that opens the session, whose answer decides), its
+    /// A request of session `number`, within its room, is registered in flight before its
+    /// line goes to the backend: its stream (when the answer is one, primed or not; held
+    /// back for the `initialize` that opens the session, whose answer decides), its
     /// timeout, its progress token.
-    fn await_answer(
+    fn mcp_request(
         &mut self,
         now: Instant,
         request: RequestId,
-        (number, sid): (SessionNumber, SessionId),
-        msg: &Checked,
-        form: Result<Option<bool>, Opens>,
-    ) {
-        let key = msg.id.as_ref().expect("a request").key.clone();
+        (number, post): (SessionNumber, &McpPost),
+        sender: Sender,
+    ) -> Result<(), Rejection> {
+        let (sid, msg) = (post.sid, &post.msg);
+        if post.session.is_some() && msg.method == "initialize" {
+            return Err(Rejection::InitializeWithSession);
+        }
+        let Some(id) = &msg.id else {
+            unreachable!("admission gives every request an id");
+        };
+        let in_flight = (self.in_flight).room(number, &id.key, self.settings.max_inflight);
+        if let Err(refused) = admission::room(&Capacity::in_flight(in_flight)) {
+            let refusal = refused.refusal(Some(msg.raw_id()), Some(&sid));
+            self.respond(now, request, refusal.into());
+            return Ok(());
+        }
+        self.touch(number, now);
+        let stream_answer =
+            post.accepts.event_stream && (msg.token.is_some() || !post.accepts.json);
+        let stream = stream_answer.then_some(post.priming);
         // Taken before its stream answers the exchange: it goes with the request.
         let audit = self.exchanges.take_started(request);
-        let (stream, opens) = match form {
-            Ok(stream) => (stream, None),
-            Err(opens) => (None, Some(opens)),
+        let (stream, opens) = match post.session {
+            Some(_) => (stream, None),
+            None => (None, Some(Opens { stream })),
         };
         let stream = stream.map(|priming| {
-            let carries = Carries::Request(key.clone(), msg.raw_id().to_owned());
+            let carries = Carries::Request(id.key.clone(), msg.raw_id().to_owned());
             self.open_mcp_stream(now, request, (number, sid), carries, priming)
         });
-        let entry = Entry {
-            raw_id: msg.raw_id().to_owned(),
-            at: now,
-            exchange: Some(request),
-            stream,
-            token: msg.token.as_ref().map(|t| t.key.clone()),
-            audit,
-            opens,
-        };
+        let entry = Entry::awaited(msg, (now, request), stream, (audit, opens));
         let deadline = self.settings.request_timeout.map(|timeout| now + timeout);
-        self.in_flight.insert(number, key, entry, deadline);
-    }
-
-    fn open_mcp_session(
-        &mut self,
-        now: Instant,
-        sid: SessionId,
-        (principal, source): (Principal, &std::sync::Arc<crate::audit::Source>),
-    ) -> Result<SessionNumber, Rejection> {
-        let kind = Kind::Mcp(McpSession {
-            last_active: Some(now),
-            opening: true,
-            ..McpSession::default()
-        });
-        let number = self.sessions.open(sid, principal, kind)?;
-        if let Some(session) = self.sessions.get_mut(number) {
-            session.source = source.clone();
-        }
-        Ok(number)
-    }
-
-    /// The `initialize` of session `number` got a result: the session is open.
-    fn opened(&mut self, now: Instant, number: SessionNumber) {
-        let Some(session) = self.sessions.get(number) else {
-            return;
-        };
-        let (sid, principal) = (session.id, session.principal.clone());
-        if let Some(m) = self.sessions.mcp_mut(number) {
-            m.opening = false;
-        }
-        self.metrics.sessions_opened += 1;
-        self.observe(now, Happened::Opened(number));
-        self.log(Event::SessionOpened {
-            session: sid,
-            principal,
-        });
+        self.in_flight
+            .insert(number, id.key.clone(), entry, deadline);
+        // Now that the answer has somewhere to go: the line for the backend, or the
+        // proxy's own answer (a cached initialize).
+        self.client_message(now, (number, sid), msg, sender);
+        Ok(())
     }
 
     /// The answer to the `initialize` that opens session `number`. A result opens it (and
@@ -262,14 +218,27 @@ impl Hub {
         (message, outcome): (Vec<u8>, Option<Outcome>),
     ) {
         if outcome.unwrap_or_else(|| Outcome::of_answer(&message)) == Outcome::Success {
-            self.opened(now, number);
-            if let (Some(priming), Some(sid)) = (opens.stream, self.sessions.get(number)) {
-                let (sid, raw_id) = (sid.id, entry.raw_id.clone());
-                let key = IdKey::of(&raw_id).expect("an admitted id");
-                let carries = Carries::Request(key, raw_id);
-                let request = entry.exchange();
-                let stream = self.open_mcp_stream(now, request, (number, sid), carries, priming);
-                entry.stream = Some(stream);
+            // The session is open.
+            if let Some(session) = self.sessions.get(number) {
+                let (sid, principal) = (session.id, session.principal.clone());
+                if let Some(m) = self.sessions.mcp_mut(number) {
+                    m.opening = false;
+                }
+                self.metrics.sessions_opened += 1;
+                self.observe(now, Happened::Opened(number));
+                self.log(Event::SessionOpened {
+                    session: sid,
+                    principal,
+                });
+                if let Some(priming) = opens.stream {
+                    let raw_id = entry.raw_id.clone();
+                    let key = IdKey::of(&raw_id).expect("an admitted id");
+                    let carries = Carries::Request(key, raw_id);
+                    let request = entry.exchange();
+                    let stream =
+                        self.open_mcp_stream(now, request, (number, sid), carries, priming);
+                    entry.stream = Some(stream);
+                }
             }
             return self.answer(now, number, entry, (message, outcome));
         }
@@ -291,19 +260,31 @@ impl Hub {
         self.respond(now, entry.exchange(), Answer::Served(response));
     }
 
-    /// `GET /mcp`: the session's standalone stream; a new one replaces the old.
-    pub(super) fn mcp_get(
+    /// `GET /mcp` and `DELETE /mcp`, on the session they name after the same checks. GET
+    /// opens the session's standalone stream (a new one replaces the old) or resumes one;
+    /// DELETE ends the session at once: its requests in flight are cancelled at the
+    /// backend, its subscriptions released.
+    pub(super) fn mcp_named(
         &mut self,
         now: Instant,
         request: RequestId,
         req: &Request,
     ) -> Result<(), Rejection> {
-        if !Accepts::parse(req.mcp.accept.as_deref()).event_stream {
+        let get = req.endpoint == Endpoint::McpGet;
+        if get && !Accepts::parse(req.mcp.accept.as_deref()).event_stream {
             return Err(Rejection::NotAcceptable);
         }
-        let (number, sid) = self.named_mcp_session(req)?;
+        let (number, sid) = named_session(&self.sessions, req)?;
         let arrival = Arrival::without_message(&req.principal, &req.grant);
         if self.admit(now, request, arrival, None).is_none() {
+            return Ok(());
+        }
+        if !get {
+            // Its event is the session's own `session_close`: the 204 is no refusal.
+            let _ = self.exchanges.take_started(request);
+            self.end_session(now, number, CloseReason::Deleted);
+            let response = with_session(streamable::deleted(), sid);
+            self.respond(now, request, Answer::Served(response));
             return Ok(());
         }
         if let Some(last) = &req.mcp.last_event_id {
@@ -319,56 +300,6 @@ impl Hub {
         }
         self.touch(number, now);
         Ok(())
-    }
-
-    /// `DELETE /mcp`: the session ends at once; its requests in flight are cancelled at the
-    /// backend, its subscriptions released.
-    pub(super) fn mcp_delete(
-        &mut self,
-        now: Instant,
-        request: RequestId,
-        req: &Request,
-    ) -> Result<(), Rejection> {
-        let (number, sid) = self.named_mcp_session(req)?;
-        let arrival = Arrival::without_message(&req.principal, &req.grant);
-        if self.admit(now, request, arrival, None).is_none() {
-            return Ok(());
-        }
-        // Its event is the session's own `session_close`: the 204 is no refusal.
-        let _ = self.exchanges.take_started(request);
-        self.end_session(now, number, CloseReason::Deleted);
-        let response = with_session(streamable::deleted(), sid);
-        self.respond(now, request, Answer::Served(response));
-        Ok(())
-    }
-
-    /// GET's and DELETE's checks after their own: the version (400), the session header
-    /// (400 without it), then the session it names (404).
-    fn named_mcp_session(&self, req: &Request) -> Result<(SessionNumber, SessionId), Rejection> {
-        if !streamable::supported_version(req.mcp.protocol_version.as_deref()) {
-            return Err(Rejection::BadProtocolVersion);
-        }
-        let text = req
-            .mcp
-            .session
-            .as_deref()
-            .ok_or(Rejection::MissingMcpSession)?;
-        self.mcp_session(text, &req.principal)
-    }
-
-    /// The live Streamable session `text` names for `principal`: one 404 for unknown,
-    /// ended, foreign and legacy sessions alike, and for one that has not opened yet.
-    fn mcp_session(
-        &self,
-        text: &str,
-        principal: &Principal,
-    ) -> Result<(SessionNumber, SessionId), Rejection> {
-        match self.sessions.authorize(text, principal)? {
-            (number, session) if matches!(&session.kind, Kind::Mcp(m) if !m.opening) => {
-                Ok((number, session.id))
-            }
-            _ => Err(Rejection::SessionNotFound),
-        }
     }
 
     /// A request or a stream end: the session is active now.
@@ -422,50 +353,30 @@ impl Hub {
                 self.touch(number, now);
             }
             Delivery::Progress { token } => {
+                // To the stream of the newest request in flight carrying the token (whose
+                // clock it restarts), else the GET stream, else nowhere.
                 let key = std::str::from_utf8(&message[token])
                     .ok()
                     .and_then(IdKey::of);
-                self.progress(now, number, key, message);
+                let timeout = self.settings.request_timeout;
+                let Some(get_stream) = self.sessions.mcp(number).map(|m| m.get_stream) else {
+                    return;
+                };
+                let carrier = key.and_then(|k| self.in_flight.progress(now, number, &k, timeout));
+                match carrier.flatten().or(get_stream) {
+                    Some(key) => self.send_event(now, number, key, &message),
+                    None => self.drop_message(DropReason::NoStream, Some("notifications/progress")),
+                }
             }
-            Delivery::Update => {
-                self.send_to_get_stream(now, number, &message, "notifications/resources/updated");
-            }
-        }
-    }
-
-    /// Progress goes to the stream of the newest request in flight carrying its token
-    /// (whose clock it restarts), else the GET stream, else nowhere.
-    fn progress(
-        &mut self,
-        now: Instant,
-        number: SessionNumber,
-        key: Option<IdKey>,
-        message: Vec<u8>,
-    ) {
-        let timeout = self.settings.request_timeout;
-        let Some(get_stream) = self.sessions.mcp(number).map(|m| m.get_stream) else {
-            return;
-        };
-        let carrier = key.and_then(|k| self.in_flight.progress(now, number, &k, timeout));
-        let target = carrier.flatten().or(get_stream);
-        match target {
-            Some(key) => self.send_event(now, number, key, &message),
-            None => self.drop_message(DropReason::NoStream, Some("notifications/progress")),
-        }
-    }
-
-    /// A notification for the session's GET stream, if it has one (its client there or,
-    /// within the resume window, away).
-    pub(super) fn send_to_get_stream(
-        &mut self,
-        now: Instant,
-        number: SessionNumber,
-        message: &[u8],
-        method: &str,
-    ) {
-        match self.sessions.mcp(number).and_then(|m| m.get_stream) {
-            Some(key) => self.send_event(now, number, key, message),
-            None => self.drop_message(DropReason::NoStream, Some(method)),
+            // The GET stream, if the session has one (its client there or, within the
+            // resume window, away).
+            Delivery::Update => match self.sessions.mcp(number).and_then(|m| m.get_stream) {
+                Some(key) => self.send_event(now, number, key, &message),
+                None => {
+                    let method = "notifications/resources/updated";
+                    self.drop_message(DropReason::NoStream, Some(method));
+                }
+            },
         }
     }
 
@@ -520,46 +431,19 @@ impl Hub {
         self.touch(number, now);
     }
 
-    /// The session's idle check is due: it ends if `--session-idle` passed since it was
-    /// last active and it still is quiet; if it was active since, the check moves on; if
-    /// it is busy, the touch that finds it quiet again schedules the next one.
-    pub(super) fn idle_check(&mut self, now: Instant, number: SessionNumber) {
-        let idle = self.settings.session_idle;
-        let Some(m) = self.sessions.mcp(number) else {
-            return;
-        };
-        let until = m.last_active.map(|t| t + idle);
-        match until {
-            _ if !m.is_quiet(self.in_flight.count(number) > 0) => {}
-            Some(until) if until <= now => self.end_session(now, number, CloseReason::Idle),
-            Some(until) => self.sessions.idle_timers.set(number, until),
-            None => {}
-        }
-    }
-
-    /// The backend restarted: every request of session `number` in flight gets -32603
-    /// `backend restarted` (on its stream, which ends, or as its answer); the session and
-    /// its GET stream stay.
-    pub(super) fn fail_mcp_in_flight(&mut self, now: Instant, number: SessionNumber) {
-        if self.sessions.mcp(number).is_none() {
-            return;
-        }
-        for (_, entry) in self.in_flight.take_all(number) {
-            let message = streamable::error_message(&entry.raw_id, -32603, "backend restarted");
-            self.answer(now, number, entry, (message, Some(Outcome::Error)));
-        }
-        self.touch(number, now);
-    }
-
-    /// Answers every request of an ending Streamable session still in flight (cancelled at
-    /// the backend when the session is deleted) and ends its streams; nothing is kept.
+    /// Answers every request of a Streamable session still in flight with -32603 (on its
+    /// stream, which ends, or as its answer; cancelled at the backend when the session is
+    /// deleted). An ending session's streams end and nothing is kept; after a restart the
+    /// session and its GET stream stay.
     pub(super) fn end_mcp(&mut self, now: Instant, number: SessionNumber, ending: Ending) {
         let text = match ending {
             Ending::Deleted => "session deleted",
-            Ending::BackendExited => "backend restarted",
+            Ending::BackendExited | Ending::Restarted => "backend restarted",
             Ending::Shutdown => "proxy shutting down",
         };
-        let sid = self.sessions.get(number).expect("ending while live").id;
+        let Some(sid) = self.sessions.get(number).map(|s| s.id) else {
+            return;
+        };
         if self.sessions.mcp(number).is_none() {
             return;
         }
@@ -571,6 +455,9 @@ impl Hub {
             }
             let message = streamable::error_message(&entry.raw_id, -32603, text);
             self.answer(now, number, entry, (message, Some(Outcome::Error)));
+        }
+        if let Ending::Restarted = ending {
+            return self.touch(number, now);
         }
         let keys = self
             .sessions
@@ -590,4 +477,52 @@ pub(super) fn with_session(mut response: Response, sid: SessionId) -> Response {
         std::borrow::Cow::Owned(sid.as_str().to_owned()),
     ));
     response
+}
+
+/// GET's and DELETE's checks after their own: the version (400), the session header
+/// (400 without it), then the session it names (404).
+fn named_session(
+    sessions: &Sessions,
+    req: &Request,
+) -> Result<(SessionNumber, SessionId), Rejection> {
+    if !streamable::supported_version(req.mcp.protocol_version.as_deref()) {
+        return Err(Rejection::BadProtocolVersion);
+    }
+    let text = req
+        .mcp
+        .session
+        .as_deref()
+        .ok_or(Rejection::MissingMcpSession)?;
+    live_session(sessions, text, &req.principal)
+}
+
+/// The live Streamable session `text` names for `principal`: one 404 for unknown,
+/// ended, foreign and legacy sessions alike, and for one that has not opened yet.
+fn live_session(
+    sessions: &Sessions,
+    text: &str,
+    principal: &Principal,
+) -> Result<(SessionNumber, SessionId), Rejection> {
+    match sessions.authorize(text, principal)? {
+        (number, session) if matches!(&session.kind, Kind::Mcp(m) if !m.opening) => {
+            Ok((number, session.id))
+        }
+        _ => Err(Rejection::SessionNotFound),
+    }
+}
+
+/// What a new session of `principal` would find at `now`, with at most `per_principal`
+/// sessions each (SPEC sections 7 and 10).
+pub(super) fn opening(
+    now: Instant,
+    principal: &Principal,
+    (backend, sessions): (&BackendProcess, &Sessions),
+    per_principal: usize,
+) -> Opening {
+    Opening {
+        backend_up: backend.is_up(),
+        restart_in: backend.until_restart(now),
+        sessions_full: sessions.check_room().is_err(),
+        of_principal: (sessions.of(principal), per_principal),
+    }
 }

@@ -148,7 +148,13 @@ impl Hub {
         }
         while let Some(timer) = self.sessions.take_due(now) {
             match timer {
-                SessionTimer::Idle(number) => self.idle_check(now, number),
+                SessionTimer::Idle(number) => {
+                    let (idle, busy) =
+                        (self.settings.session_idle, self.in_flight.count(number) > 0);
+                    if self.sessions.idle_ends(now, number, idle, busy) {
+                        self.end_session(now, number, crate::output::CloseReason::Idle);
+                    }
+                }
                 SessionTimer::Resume(number, key) => self.resume_expired(now, number, key),
             }
         }
@@ -183,8 +189,7 @@ impl Hub {
         let result = match request.endpoint {
             Endpoint::Stream => self.open_legacy(now, id, request),
             Endpoint::Messages | Endpoint::McpPost => self.post(now, id, request),
-            Endpoint::McpGet => self.mcp_get(now, id, &request),
-            Endpoint::McpDelete => self.mcp_delete(now, id, &request),
+            Endpoint::McpGet | Endpoint::McpDelete => self.mcp_named(now, id, &request),
             Endpoint::Preflight => {
                 // The preflight's answer names its origin itself.
                 let cors = self.exchanges.take_cors(id);

@@ -11,18 +11,17 @@ use super::backend::LineFrom;
 use super::dispatch::Delivery;
 use super::exchanges::{Answer, Sender};
 use super::in_flight::Entry;
-use super::mcp::McpPost;
-use super::sessions::{Kind, SessionNumber};
+use super::mcp::{self, McpPost};
+use super::sessions::{Kind, SessionNumber, Sessions};
 use super::streams::Role;
 use super::{Hub, Request};
-use crate::admission::{self, Arrival, Capacity, Opening, Refused, Verdict};
+use crate::admission::{self, Arrival, Capacity, Refused, Verdict};
 use crate::audit::Outcome;
 use crate::http::{self, Endpoint, Rejection};
 use crate::message;
 use crate::message::Checked;
 use crate::metrics::DropReason;
 use crate::output::{Event, Frame, RequestId, StreamId};
-use crate::principal::Principal;
 use crate::routed_id::SessionId;
 use crate::router::{Forward, RESPONSE_ID_AT};
 use crate::settings::OnBackendExit;
@@ -41,6 +40,23 @@ pub(super) enum Prepared {
 }
 
 impl Prepared {
+    /// SPEC section 1's checks of a legacy POST, in order.
+    fn legacy(req: Request, sessions: &Sessions) -> Result<Prepared, Rejection> {
+        if req.session.is_empty() {
+            return Err(Rejection::MissingSessionId);
+        }
+        let (session, state) = sessions.authorize(&req.session, &req.principal)?;
+        if !matches!(state.kind, Kind::Legacy { .. }) {
+            return Err(Rejection::SessionNotFound);
+        }
+        let msg = req.body.message()?;
+        // Once initialized, a legacy session stays as it was (its audited client too).
+        if state.initialized && msg.is_request("initialize") {
+            return Err(Rejection::AlreadyInitialized);
+        }
+        Ok(Prepared::Legacy { session, msg })
+    }
+
     /// The message it carries.
     fn message(&self) -> &Checked {
         match self {
@@ -144,7 +160,9 @@ impl Hub {
         if self.admit(now, request, arrival, None).is_none() {
             return Ok(());
         }
-        let opening = opening(now, self, &req.principal);
+        let parts = (&self.backend, &self.sessions);
+        let per_principal = self.settings.max_sessions_per_principal;
+        let opening = mcp::opening(now, &req.principal, parts, per_principal);
         if let Err(refused) = admission::room(&Capacity::opening(opening)) {
             self.respond(now, request, refused.refusal(None, None).into());
             return Ok(());
@@ -152,13 +170,11 @@ impl Hub {
         let sid = SessionId::mint(self.settings.instance.as_ref(), req.entropy);
         let stream = StreamId(self.mint());
         let kind = Kind::Legacy { stream };
-        let number = self.sessions.open(sid, req.principal.clone(), kind)?;
+        let source = req.source.clone();
+        let number = (self.sessions).open(sid, req.principal.clone(), kind, source)?;
         self.metrics.sessions_opened += 1;
         // The stream is its answer: no refusal event is due.
         let _ = self.exchanges.take_started(request);
-        if let Some(session) = self.sessions.get_mut(number) {
-            session.source = req.source.clone();
-        }
         self.observe(now, Happened::Opened(number));
         let head = http::sse_head();
         self.start_stream(now, request, (stream, head), number, Role::Legacy);
@@ -210,8 +226,11 @@ impl Hub {
     ) -> Result<(), Rejection> {
         let (grant, principal) = (req.grant.clone(), req.principal.clone());
         let prepared = match req.endpoint {
-            Endpoint::McpPost => Prepared::Mcp(self.prepare_mcp(req)?),
-            _ => self.prepare_legacy(req)?,
+            Endpoint::McpPost => {
+                let instance = self.settings.instance.as_ref();
+                Prepared::Mcp(McpPost::prepare(req, &self.sessions, instance)?)
+            }
+            _ => Prepared::legacy(req, &self.sessions)?,
         };
         self.observe(now, Happened::Described(request, prepared.message()));
         let arrival = Arrival {
@@ -232,9 +251,14 @@ impl Hub {
             },
             deadline: now + self.settings.restart_wait,
         };
-        if self.is_ready() {
+        // Sessions are kept across restarts and one is coming: a POST that finds the
+        // backend not ready waits for it.
+        let waits =
+            self.settings.on_backend_exit == OnBackendExit::KeepSessions && self.backend.coming();
+        // Client lines may go to the backend: it runs and owes no handshake.
+        if self.backend.is_up() && self.router.is_ready() {
             self.dispatch_post(now, post);
-        } else if self.waits_for_restart()
+        } else if waits
             && (self.posts).fits(
                 &post,
                 self.settings.stdin_queue,
@@ -248,20 +272,9 @@ impl Hub {
         Ok(())
     }
 
-    /// Whether client lines may go to the backend: it runs and owes no handshake.
-    pub(super) fn is_ready(&self) -> bool {
-        self.backend.is_up() && self.router.is_ready()
-    }
-
-    /// Whether a POST that finds the backend not ready waits for it: sessions are kept
-    /// across restarts and one is coming.
-    fn waits_for_restart(&self) -> bool {
-        self.settings.on_backend_exit == OnBackendExit::KeepSessions && self.backend.coming()
-    }
-
     /// The backend is ready (again): the POSTs that waited go ahead, in order.
     pub(super) fn release_waiting(&mut self, now: Instant) {
-        while self.is_ready() {
+        while self.backend.is_up() && self.router.is_ready() {
             let Some(post) = self.posts.pop() else {
                 break;
             };
@@ -285,23 +298,6 @@ impl Hub {
         self.drop_message(DropReason::ClientLeft, Some(&method));
     }
 
-    /// SPEC section 1's checks of a legacy POST, in order.
-    fn prepare_legacy(&self, req: Request) -> Result<Prepared, Rejection> {
-        if req.session.is_empty() {
-            return Err(Rejection::MissingSessionId);
-        }
-        let (session, state) = self.sessions.authorize(&req.session, &req.principal)?;
-        if !matches!(state.kind, Kind::Legacy { .. }) {
-            return Err(Rejection::SessionNotFound);
-        }
-        let msg = req.body.message()?;
-        // Once initialized, a legacy session stays as it was (its audited client too).
-        if state.initialized && msg.is_request("initialize") {
-            return Err(Rejection::AlreadyInitialized);
-        }
-        Ok(Prepared::Legacy { session, msg })
-    }
-
     /// Acts on a checked POST now that the backend is ready, if its session is within its
     /// share of the stdin queue (else 503 at once). Its session may have ended while it
     /// waited (404).
@@ -316,42 +312,29 @@ impl Hub {
         if let Err(refused) = admission::room(&Capacity::share(within_share)) {
             return self.respond(now, request, refused.refusal(None, None).into());
         }
-        let result = match prepared {
-            Prepared::Legacy { session, msg } => {
-                self.legacy_post(now, request, session, &msg, sender)
+        let (session, msg, mut sender) = match prepared {
+            Prepared::Legacy { session, msg } => (session, msg, sender),
+            Prepared::Mcp(mcp) => {
+                if let Err(rejection) = self.mcp_post(now, request, mcp, sender) {
+                    self.refuse(now, request, rejection);
+                }
+                return;
             }
-            Prepared::Mcp(mcp) => self.mcp_post(now, request, mcp, sender),
         };
-        if let Err(rejection) = result {
-            self.refuse(now, request, rejection);
-        }
-    }
-
-    fn legacy_post(
-        &mut self,
-        now: Instant,
-        request: RequestId,
-        session: SessionNumber,
-        msg: &Checked,
-        mut sender: Sender,
-    ) -> Result<(), Rejection> {
-        let sid = self
-            .sessions
-            .get(session)
-            .map(|s| s.id)
-            .ok_or(Rejection::SessionNotFound)?;
+        let Some(sid) = self.sessions.get(session).map(|s| s.id) else {
+            return self.refuse(now, request, Rejection::SessionNotFound);
+        };
         sender.started = self.exchanges.take_started(request);
-        self.client_message(now, (session, sid), msg, sender);
+        self.client_message(now, (session, sid), &msg, sender);
         if let Some(cancels) = &msg.cancels {
             self.cancelled_by_client(now, session, &cancels.key);
         }
         self.respond(now, request, Answer::Served(http::accepted()));
-        Ok(())
     }
 
     /// What an admitted message of session `number` does: a request the policy denies is
     /// answered -32003; subscriptions are recorded, then the router's decision is carried
-    /// out.
+    /// out. The proxy's own answer is delivered as the backend's would be.
     pub(super) fn client_message(
         &mut self,
         now: Instant,
@@ -373,54 +356,29 @@ impl Hub {
                 self.observe(at, Happened::Unanswered(Some(number), started));
             }
         }
-        if sender.forbidden {
+        let (answer, outcome) = if sender.forbidden {
             self.metrics.policy_denied += 1;
-            let answer = msg.error(-32003, "forbidden by policy");
-            return self.answer_client(now, sid, msg, (answer, Outcome::Denied));
-        }
-        let filtered = self.filters(msg);
-        if filtered {
-            if let Some(session) = self.sessions.get_mut(number) {
+            (msg.error(-32003, "forbidden by policy"), Outcome::Denied)
+        } else {
+            let filtered = super::authz::filters(&self.settings, msg);
+            if let (true, Some(session)) = (filtered, self.sessions.get_mut(number)) {
                 session.grant = sender.grant;
             }
-        }
-        if msg.kind == message::Kind::Request {
-            match (msg.method.as_str(), &msg.uri) {
-                ("resources/subscribe", Some(uri))
-                    if self.sessions.subscribe(number, uri).is_err() =>
-                {
-                    let answer = msg.error(-32603, "Too many subscriptions");
-                    return self.answer_client(now, sid, msg, (answer, Outcome::Error));
-                }
-                // Others still watch: only this session leaves; the backend keeps it.
-                ("resources/unsubscribe", Some(uri)) if self.sessions.unsubscribe(number, uri) => {
-                    let answer = (msg.result("{}"), Outcome::Success);
-                    return self.answer_client(now, sid, msg, answer);
-                }
-                _ => {}
+            match subscription(&mut self.sessions, number, msg) {
+                Some(answer) => answer,
+                None => match self.router.forward(sid, msg, filtered) {
+                    Forward::Line(line) => return self.queue_line(line, LineFrom::Client(number)),
+                    Forward::Answer(answer) => {
+                        let outcome = Outcome::of_answer(&answer);
+                        if outcome == Outcome::Success && msg.is_request("initialize") {
+                            self.sessions.initialized(&sid);
+                        }
+                        (answer, outcome)
+                    }
+                    Forward::Waiting | Forward::Absorbed => return,
+                },
             }
-        }
-        match self.router.forward(sid, msg, filtered) {
-            Forward::Line(line) => self.queue_line(line, LineFrom::Client(number)),
-            Forward::Answer(answer) => {
-                let outcome = Outcome::of_answer(&answer);
-                if outcome == Outcome::Success && msg.is_request("initialize") {
-                    self.sessions.initialized(&sid);
-                }
-                self.answer_client(now, sid, msg, (answer, outcome))
-            }
-            Forward::Waiting | Forward::Absorbed => {}
-        }
-    }
-
-    /// The proxy's own answer to `msg` and its outcome, delivered as the backend's would be.
-    fn answer_client(
-        &mut self,
-        now: Instant,
-        sid: SessionId,
-        msg: &Checked,
-        (answer, outcome): (Vec<u8>, Outcome),
-    ) {
+        };
         let id = RESPONSE_ID_AT..RESPONSE_ID_AT + msg.raw_id().len();
         let what = Delivery::Response {
             id,
@@ -430,15 +388,24 @@ impl Hub {
     }
 }
 
-/// What a new session of `principal` would find at `now` (SPEC sections 7 and 10).
-pub(super) fn opening(now: Instant, hub: &Hub, principal: &Principal) -> Opening {
-    Opening {
-        backend_up: hub.backend.is_up(),
-        restart_in: hub.backend.until_restart(now),
-        sessions_full: hub.sessions.check_room().is_err(),
-        of_principal: (
-            hub.sessions.of(principal),
-            hub.settings.max_sessions_per_principal,
-        ),
+/// The proxy's own answer to a subscription request of session `number`, if it has one: a
+/// `resources/subscribe` over the cap is refused; a `resources/unsubscribe` others still
+/// watch is answered `{}` (only this session leaves; the backend keeps it).
+fn subscription(
+    sessions: &mut Sessions,
+    number: SessionNumber,
+    msg: &Checked,
+) -> Option<(Vec<u8>, Outcome)> {
+    if msg.kind != message::Kind::Request {
+        return None;
+    }
+    match (msg.method.as_str(), &msg.uri) {
+        ("resources/subscribe", Some(uri)) if sessions.subscribe(number, uri).is_err() => {
+            Some((msg.error(-32603, "Too many subscriptions"), Outcome::Error))
+        }
+        ("resources/unsubscribe", Some(uri)) if sessions.unsubscribe(number, uri) => {
+            Some((msg.result("{}"), Outcome::Success))
+        }
+        _ => None,
     }
 }

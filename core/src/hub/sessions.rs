@@ -136,13 +136,14 @@ impl Sessions {
         Ok(())
     }
 
-    /// Adds a session, numbered in creation order. A colliding id (128 random bits never
-    /// collide) is refused rather than merged.
+    /// Adds a session of `principal` from `source`, numbered in creation order. A
+    /// colliding id (128 random bits never collide) is refused rather than merged.
     pub(crate) fn open(
         &mut self,
         id: SessionId,
         principal: Principal,
         kind: Kind,
+        source: std::sync::Arc<crate::audit::Source>,
     ) -> Result<SessionNumber, Rejection> {
         self.check_room()?;
         if self.by_sid.contains_key(&id) {
@@ -156,7 +157,7 @@ impl Sessions {
             principal,
             kind,
             grant: Default::default(),
-            source: Default::default(),
+            source,
             client: None,
             subscriptions: BTreeSet::new(),
             initialized: false,
@@ -401,6 +402,29 @@ impl Sessions {
         let quiet = m.is_quiet(busy);
         if quiet && self.idle_timers.get(&number).is_none() {
             self.idle_timers.set(number, now + idle);
+        }
+    }
+
+    /// Session `number`'s idle check is due: whether it ends, `idle` having passed since it
+    /// was last active and it still quiet (not `busy`). If it was active since, the check
+    /// moves on; if it is busy, the touch that finds it quiet again schedules the next one.
+    pub(crate) fn idle_ends(
+        &mut self,
+        now: Instant,
+        number: SessionNumber,
+        idle: Duration,
+        busy: bool,
+    ) -> bool {
+        let Some(m) = self.mcp(number).filter(|m| m.is_quiet(busy)) else {
+            return false;
+        };
+        match m.last_active.map(|t| t + idle) {
+            Some(until) if until <= now => true,
+            Some(until) => {
+                self.idle_timers.set(number, until);
+                false
+            }
+            None => false,
         }
     }
 
