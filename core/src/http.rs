@@ -163,6 +163,10 @@ pub struct McpHeaders {
     pub last_event_id: Option<String>,
 }
 
+/// The protocol revisions a `MCP-Protocol-Version` header may name.
+pub(crate) const PROTOCOL_VERSIONS: [&str; 4] =
+    ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+
 /// The media types clients send in nearly every `/mcp` request: a header holding one of
 /// these (or a protocol version this proxy speaks) exactly is borrowed, not copied.
 const COMMON_MEDIA: [&str; 4] = [
@@ -173,9 +177,7 @@ const COMMON_MEDIA: [&str; 4] = [
 ];
 
 fn common_or_owned(value: &str) -> Cow<'static, str> {
-    let mut common = COMMON_MEDIA
-        .iter()
-        .chain(&crate::streamable::PROTOCOL_VERSIONS);
+    let mut common = COMMON_MEDIA.iter().chain(&PROTOCOL_VERSIONS);
     match common.find(|common| **common == value) {
         Some(common) => Cow::Borrowed(common),
         None => Cow::Owned(value.to_owned()),
@@ -954,6 +956,19 @@ pub(crate) fn error_message(raw_id: &str, code: i32, text: &str) -> Vec<u8> {
 
 /// The body of `202 Accepted`.
 pub(crate) const ACCEPTED_BODY: &[u8] = b"Accepted";
+
+/// The answer to `GET /.well-known/oauth-protected-resource`: the protected resource
+/// metadata (RFC 9728), readable from any origin; 404 when the proxy is no resource server
+/// (not a refusal: no such resource is served).
+pub(crate) fn metadata_response(oauth: Option<&crate::oauth::ResourceServer>) -> Response {
+    let Some(oauth) = oauth else {
+        return Rejection::NotFound.response();
+    };
+    let mut response = Response::json(200, oauth.document().into_bytes());
+    let any = std::borrow::Cow::Borrowed("*");
+    response.headers.push(("access-control-allow-origin", any));
+    response
+}
 
 #[cfg(test)]
 mod tests {

@@ -4,7 +4,6 @@
 
 use std::fmt::Write;
 
-use crate::http::Response;
 use crate::principal::AuthFailure;
 
 /// Where clients find this resource's metadata: RFC 9728's well-known path.
@@ -227,19 +226,6 @@ pub(crate) fn tool_matches(pattern: &str, tool: &str) -> bool {
         Some(prefix) => tool.starts_with(prefix),
         None => tool == pattern,
     }
-}
-
-/// The answer to `GET /.well-known/oauth-protected-resource`: the protected resource
-/// metadata (RFC 9728), readable from any origin; 404 when the proxy is no resource server
-/// (not a refusal: no such resource is served).
-pub(crate) fn metadata_response(oauth: Option<&ResourceServer>) -> Response {
-    let Some(oauth) = oauth else {
-        return crate::http::Rejection::NotFound.response();
-    };
-    let mut response = Response::json(200, oauth.document().into_bytes());
-    let any = std::borrow::Cow::Borrowed("*");
-    response.headers.push(("access-control-allow-origin", any));
-    response
 }
 
 #[cfg(test)]

@@ -7,9 +7,7 @@ use crate::http::Response;
 use crate::message::RawId;
 use crate::routed_id::{self, SessionId};
 
-/// The protocol revisions a `MCP-Protocol-Version` header may name.
-pub(crate) const PROTOCOL_VERSIONS: [&str; 4] =
-    ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+pub(crate) use crate::http::PROTOCOL_VERSIONS;
 
 /// Whether `version` (the header, when present) is one this proxy speaks.
 pub(crate) fn supported_version(version: Option<&str>) -> bool {

@@ -207,7 +207,7 @@ impl Hub {
                 Ok(())
             }
             Endpoint::ResourceMetadata => {
-                let response = crate::oauth::metadata_response(self.settings.oauth.as_deref());
+                let response = http::metadata_response(self.settings.oauth.as_deref());
                 self.respond(now, id, Answer::Served(response));
                 Ok(())
             }
