@@ -73,18 +73,12 @@ impl Hub {
         }
     }
 
-    /// Ends and forgets stream `key` (replaced, cancelled): nobody will resume it.
-    pub(super) fn drop_stream(&mut self, number: SessionNumber, key: StreamKey) {
-        if let Some(stream) = self.sessions.drop_stream((number, key)) {
-            self.end_stream(stream);
-        }
-    }
-
     /// Stream `key` lost its reader (`gone` says how). Its connection dropped: with
     /// resumption its events are kept (and more are added) for the resume window; without,
     /// a request stops waiting (a disconnect is not a cancellation; the late answer is
     /// dropped) and a GET stream is gone. Its window passed, or its answer was lost: its
     /// events go, its request is awaited no longer, and resuming it is answered -32001.
+    /// Dropped by the hub: it ends and is forgotten (its client did nothing).
     pub(super) fn stream_gone(
         &mut self,
         now: Instant,
@@ -104,7 +98,9 @@ impl Hub {
         if let Some(stream) = unattended.attached {
             self.end_stream(stream);
         }
-        self.touch(number, now);
+        if gone != Gone::Dropped {
+            self.touch(number, now);
+        }
     }
 
     /// `GET /mcp` with `Last-Event-ID`: the stream it names replays its later events, then

@@ -95,6 +95,8 @@ pub(crate) enum Gone {
     WindowPassed,
     /// A client resumed it past the events kept: its answer is lost.
     Lost,
+    /// The hub let it go (replaced, cancelled, its session ending): nobody will resume it.
+    Dropped,
 }
 
 /// What the hub carries out for a stream that lost its reader.
@@ -359,12 +361,9 @@ impl Sessions {
         attached
     }
 
-    /// Forgets stream `key` (replaced, cancelled): nobody will resume it. The shell's
-    /// stream it was written to, to end.
-    pub(crate) fn drop_stream(
-        &mut self,
-        (number, key): (SessionNumber, StreamKey),
-    ) -> Option<StreamId> {
+    /// Forgets stream `key`: nobody will resume it. The shell's stream it was written to,
+    /// to end.
+    fn drop_stream(&mut self, (number, key): (SessionNumber, StreamKey)) -> Option<StreamId> {
         let attached = self
             .mcp(number)
             .and_then(|m| m.log.get(key))
@@ -408,6 +407,7 @@ impl Sessions {
                 self.forget_stream((number, key), true);
                 (request, attached)
             }
+            Gone::Dropped => (None, self.drop_stream((number, key))),
         };
         Some(Unattended {
             abandoned,
