@@ -10,7 +10,7 @@ use super::dispatch::Delivery;
 use super::exchanges::{Answer, Sender};
 use super::in_flight::{Entry, Opens};
 use super::resume::Carries;
-use super::sessions::{Kind, McpSession, SessionNumber, Sessions};
+use super::sessions::{Gone, Kind, McpSession, SessionNumber, Sessions};
 use super::{Body, Hub, Request};
 use crate::admission::{self, Arrival, Capacity, Opening};
 use crate::audit::Outcome;
@@ -296,7 +296,7 @@ impl Hub {
             .mcp_mut(number)
             .and_then(|m| m.get_stream.replace(key));
         if let Some(old) = old {
-            self.drop_stream(number, old);
+            self.stream_gone(now, number, old, Gone::Dropped);
         }
         self.touch(number, now);
         Ok(())
@@ -324,7 +324,7 @@ impl Hub {
             return;
         };
         match entry.stream {
-            Some(key) => self.drop_stream(number, key),
+            Some(key) => self.stream_gone(now, number, key, Gone::Dropped),
             None => {
                 let sid = self.sessions.get(number).expect("in flight").id;
                 let message = streamable::error_message(&entry.raw_id, -32800, "Request cancelled");
@@ -465,7 +465,7 @@ impl Hub {
             .map(|m| m.log.keys())
             .unwrap_or_default();
         for key in keys {
-            self.drop_stream(number, key);
+            self.stream_gone(now, number, key, Gone::Dropped);
         }
     }
 }

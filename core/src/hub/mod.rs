@@ -61,7 +61,7 @@ use backend::{BackendProcess, LineFrom, Phase};
 use exchanges::{Answer, Exchange, Exchanges};
 use in_flight::InFlight;
 use post::WaitingPosts;
-use sessions::{SessionTimer, Sessions};
+use sessions::{Gone, SessionTimer, Sessions};
 use streams::{Role, Streams};
 
 use crate::http::{self, Endpoint, Rejection, Response};
@@ -155,7 +155,9 @@ impl Hub {
                         self.end_session(now, number, crate::output::CloseReason::Idle);
                     }
                 }
-                SessionTimer::Resume(number, key) => self.resume_expired(now, number, key),
+                SessionTimer::Resume(number, key) => {
+                    self.stream_gone(now, number, key, Gone::WindowPassed)
+                }
             }
         }
         while let Some(post) = self.posts.take_due(now) {
@@ -262,7 +264,7 @@ impl Hub {
         };
         match state.role {
             Role::Legacy => self.end_session(now, state.session, reason),
-            Role::Mcp(key) => self.mcp_stream_closed(now, state.session, key),
+            Role::Mcp(key) => self.stream_gone(now, state.session, key, Gone::ClientLeft),
         }
     }
 

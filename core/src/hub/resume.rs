@@ -10,6 +10,7 @@ use super::sessions::SessionNumber;
 use crate::message::IdKey;
 use crate::output::StreamId;
 use crate::principal::Principal;
+use crate::settings::Settings;
 
 /// A stream's number within its session; with an event's position it makes the event id
 /// `<stream>.<position>`.
@@ -91,6 +92,20 @@ pub(crate) struct Budget {
     pub(crate) session: usize,
     /// For the whole proxy.
     pub(crate) global: usize,
+}
+
+impl Budget {
+    /// The budgets `settings` give; nothing is kept per session without a resume window.
+    pub(crate) fn of(settings: &Settings) -> Self {
+        let session = match settings.resume_window {
+            Some(_) => settings.resume_buffer,
+            None => 0,
+        };
+        Budget {
+            session,
+            global: settings.resume_global,
+        }
+    }
 }
 
 /// An event id as sent: `<stream>.<position>`.

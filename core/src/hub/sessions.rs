@@ -6,9 +6,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use super::deadlines::Deadlines;
-use super::resume::{Budget, EventLog, Holders, StreamKey};
+use super::resume::{Budget, Carries, EventLog, Holders, StreamKey};
 use crate::auth::Principal;
 use crate::http::Rejection;
+use crate::message::IdKey;
 use crate::output::StreamId;
 use crate::routed_id::SessionId;
 
@@ -83,6 +84,39 @@ pub(crate) enum SessionTimer {
     Idle(SessionNumber),
     /// A dropped (or finished) stream's `--resume-window` passed.
     Resume(SessionNumber, StreamKey),
+}
+
+/// How a Streamable stream lost its reader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gone {
+    /// Its connection dropped.
+    ClientLeft,
+    /// Its resume window passed with no client back.
+    WindowPassed,
+    /// A client resumed it past the events kept: its answer is lost.
+    Lost,
+    /// The hub let it go (replaced, cancelled, its session ending): nobody will resume it.
+    Dropped,
+}
+
+/// What the hub carries out for a stream that lost its reader.
+#[derive(Debug, Default)]
+pub(crate) struct Unattended {
+    /// The request it carried, awaited no longer.
+    pub(crate) abandoned: Option<IdKey>,
+    /// The shell's stream it was still written to, to end.
+    pub(crate) attached: Option<StreamId>,
+}
+
+/// What a resumed stream leaves the hub to do.
+#[derive(Debug)]
+pub(crate) struct Reattached {
+    /// The connection the hub still thought open, to end: the newer one carries it.
+    pub(crate) previous: Option<StreamId>,
+    /// The connection of the GET stream it replaced, to end.
+    pub(crate) replaced: Option<StreamId>,
+    /// Its request was answered: the stream ends after the replay.
+    pub(crate) finished: bool,
 }
 
 /// The sessions part.
@@ -305,19 +339,138 @@ impl Sessions {
         Some(id)
     }
 
-    /// Forgets stream `key` of session `number` and its events; a request stream is
-    /// remembered as expired (its request's raw id) when `expired_id` is given.
-    pub(crate) fn forget_events(
+    /// Stream `key` of session `number` was answered: it ends (the shell's stream it was
+    /// written to, if any, is returned to end), its events stay for the resume `window`
+    /// (a client cut off right at the end may still ask for them), and the oldest answered
+    /// stream past [`MAX_FINISHED_KEPT`](super::resume::MAX_FINISHED_KEPT) goes.
+    pub(crate) fn finish_stream(
+        &mut self,
+        now: Instant,
+        (number, key): (SessionNumber, StreamKey),
+        window: Option<Duration>,
+    ) -> Option<StreamId> {
+        let log = self.mcp_mut(number)?.log.get_mut(key)?;
+        log.finished = true;
+        let attached = log.attached.take();
+        if attached.is_some() {
+            self.keep_for_window(now, (number, key), window);
+        }
+        let oldest = self.mcp(number).and_then(|m| m.log.finished_past_limit());
+        if let Some(oldest) = oldest {
+            self.forget_stream((number, oldest), false);
+        }
+        attached
+    }
+
+    /// Forgets stream `key`: nobody will resume it. The shell's stream it was written to,
+    /// to end.
+    fn drop_stream(&mut self, (number, key): (SessionNumber, StreamKey)) -> Option<StreamId> {
+        let attached = self
+            .mcp(number)
+            .and_then(|m| m.log.get(key))
+            .and_then(|log| log.attached);
+        self.forget_stream((number, key), false);
+        attached
+    }
+
+    /// Stream `key` lost its reader, as `gone` says; `None` if the log has no such stream
+    /// (or, its window passed, a client came back to it).
+    pub(crate) fn unattend(
+        &mut self,
+        now: Instant,
+        (number, key): (SessionNumber, StreamKey),
+        gone: Gone,
+        window: Option<Duration>,
+    ) -> Option<Unattended> {
+        let log = self.mcp_mut(number)?.log.get_mut(key)?;
+        let request = match &log.carries {
+            Carries::Request(id, _) => Some(id.clone()),
+            Carries::Get => None,
+        };
+        let (abandoned, attached) = match gone {
+            Gone::ClientLeft => {
+                log.attached = None;
+                if let Some(window) = window {
+                    self.resume_timers.set((number, key), now + window);
+                    return Some(Unattended::default());
+                }
+                self.forget_stream((number, key), false);
+                (request, None)
+            }
+            Gone::WindowPassed if log.attached.is_some() => return None,
+            Gone::WindowPassed => {
+                self.forget_stream((number, key), true);
+                (request, None)
+            }
+            Gone::Lost => {
+                let attached = log.attached;
+                request.as_ref()?;
+                self.forget_stream((number, key), true);
+                (request, attached)
+            }
+            Gone::Dropped => (None, self.drop_stream((number, key))),
+        };
+        Some(Unattended {
+            abandoned,
+            attached,
+        })
+    }
+
+    /// A client resumed stream `key`, now written to `stream`: it is kept no longer for
+    /// a window, and a GET stream replaces the session's earlier one.
+    pub(crate) fn reattach(
         &mut self,
         (number, key): (SessionNumber, StreamKey),
-        expired_id: Option<String>,
+        stream: StreamId,
+    ) -> Reattached {
+        self.resume_timers.remove(&(number, key));
+        let m = self.mcp_mut(number).expect("a live session");
+        let log = m.log.get_mut(key).expect("replayed");
+        let previous = log.attached.replace(stream);
+        let finished = log.finished;
+        let replaced = match log.carries {
+            Carries::Get => m.get_stream.replace(key).filter(|old| *old != key),
+            Carries::Request(..) => None,
+        };
+        let replaced = replaced.and_then(|old| self.drop_stream((number, old)));
+        Reattached {
+            previous,
+            replaced,
+            finished,
+        }
+    }
+
+    /// Keeps stream `key` until the resume `window` from now passes (at once without
+    /// resumption).
+    fn keep_for_window(
+        &mut self,
+        now: Instant,
+        (number, key): (SessionNumber, StreamKey),
+        window: Option<Duration>,
     ) {
+        match window {
+            Some(window) => self.resume_timers.set((number, key), now + window),
+            None => self.forget_stream((number, key), false),
+        }
+    }
+
+    /// Forgets stream `key` of session `number` and its events; an `expired` request
+    /// stream is remembered, so that resuming it is answered -32001.
+    fn forget_stream(&mut self, (number, key): (SessionNumber, StreamKey), expired: bool) {
+        self.resume_timers.remove(&(number, key));
         let Some(session) = self.by_number.get_mut(&number) else {
             return;
         };
         let Kind::Mcp(m) = &mut session.kind else {
             return;
         };
+        let expired_id = match m.log.get(key).map(|log| &log.carries) {
+            Some(Carries::Request(_, raw_id)) if expired => Some(raw_id.clone()),
+            _ => None,
+        };
+        if m.get_stream == Some(key) {
+            m.get_stream = None;
+        }
         let before = m.log.bytes();
         m.log.forget(key, expired_id);
         let held = (before, m.log.bytes());
