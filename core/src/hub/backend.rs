@@ -14,8 +14,9 @@ use std::ops::Bound::{Excluded, Unbounded};
 use std::time::{Duration, Instant};
 
 use super::sessions::SessionNumber;
-use crate::output::{BackendId, Output, RequestId};
+use crate::output::{BackendId, Event, Output, RequestId};
 use crate::settings::Restart;
+use crate::settings::EXIT_DRAIN;
 use crate::supervise::{AfterExit, Exit, Signal, Supervisor};
 
 /// Whose line is queued for the backend, which decides how much room it may take.
@@ -80,15 +81,6 @@ pub(crate) enum Phase {
     },
     /// [`Output::Exit`](crate::Output::Exit) was emitted; nothing more happens.
     Exited,
-}
-
-/// What the stop sequence does when a grace period passed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum StopStep {
-    /// Send the backend this signal.
-    Signal(Signal),
-    /// Stop waiting and exit with this status.
-    GiveUp(i32),
 }
 
 /// The backend process part.
@@ -191,9 +183,10 @@ impl BackendProcess {
             .map(|t| now.saturating_duration_since(t))
     }
 
-    /// A spawn of process `id` was requested.
-    pub(crate) fn spawning(&mut self, id: BackendId) {
+    /// Asks the shell to start process `id`.
+    pub(crate) fn spawn(&mut self, id: BackendId, out: &mut impl Extend<Output>) {
         self.state = State::Spawning { id };
+        out.extend([Output::SpawnBackend { backend: id }]);
     }
 
     /// Process `id` runs as `pid`; false if it is not the one awaited.
@@ -391,16 +384,18 @@ impl BackendProcess {
         self.is_running() && !matches!(self.state, State::Down { restart_at: None })
     }
 
-    /// Closes stdin for the stop sequence: the process to tell, the first time.
-    pub(crate) fn close_stdin(&mut self) -> Option<BackendId> {
-        match &mut self.state {
-            State::Up {
-                id, stdin_closed, ..
-            } if !*stdin_closed => {
+    /// Closes stdin for the stop sequence, the first time; the lines still waiting go
+    /// first, as they would have in the shell's queue.
+    pub(crate) fn close_stdin(&mut self, out: &mut impl Extend<Output>) {
+        self.release(out, true);
+        if let State::Up {
+            id, stdin_closed, ..
+        } = &mut self.state
+        {
+            if !*stdin_closed {
                 *stdin_closed = true;
-                Some(*id)
+                out.extend([Output::CloseBackendStdin { backend: *id }]);
             }
-            _ => None,
         }
     }
 
@@ -437,13 +432,20 @@ impl BackendProcess {
         Some(silent)
     }
 
-    /// Ping `ping` was answered: the health requests it settles, and whether the backend
-    /// was unresponsive until now.
-    pub(crate) fn pong(&mut self, now: Instant, ping: u64) -> (Vec<RequestId>, bool) {
+    /// Ping `ping` was answered: the health requests it settles. A backend unresponsive
+    /// until now is logged responsive again.
+    pub(crate) fn pong(
+        &mut self,
+        now: Instant,
+        ping: u64,
+        out: &mut impl Extend<Output>,
+    ) -> Vec<RequestId> {
         self.pings.last_pong = Some(now);
         self.pings.unanswered_since = None;
-        let was_unresponsive = std::mem::take(&mut self.pings.unresponsive);
-        (self.take_health(|w| w.ping <= ping), was_unresponsive)
+        if std::mem::take(&mut self.pings.unresponsive) {
+            out.extend([Output::Log(Event::Responsive)]);
+        }
+        self.take_health(|w| w.ping <= ping)
     }
 
     /// Health requests whose wait ran out at `now`.
@@ -466,41 +468,50 @@ impl BackendProcess {
 
     // The stop sequence
 
-    /// Begins stopping with `status`: true if a backend runs (or is starting) and must be
-    /// waited for, false if the proxy may exit at once.
-    pub(crate) fn begin_stop(&mut self, now: Instant, status: i32) -> bool {
+    /// Begins stopping with `status`: a backend that runs (or is starting) has its stdin
+    /// closed and is waited for; without one the proxy exits at once.
+    pub(crate) fn begin_stop(&mut self, now: Instant, status: i32, out: &mut impl Extend<Output>) {
         self.pings.next_at = None;
         self.pings.unanswered_since = None;
         if let State::Down { .. } = self.state {
-            return false;
+            return self.exit(status, out);
         }
         self.phase = Phase::Stopping {
             status,
             step: 0,
             at: now + self.grace,
         };
-        true
+        self.close_stdin(out);
     }
 
-    /// The next step of the stop sequence, if its grace period passed at `now`.
-    pub(crate) fn stop_due(&mut self, now: Instant) -> Option<StopStep> {
+    /// The next step of the stop sequence, if its grace period passed at `now`: a signal
+    /// to the backend, or giving up on it and exiting.
+    pub(crate) fn stop_due(&mut self, now: Instant, out: &mut impl Extend<Output>) {
         let Phase::Stopping { status, step, at } = self.phase else {
-            return None;
+            return;
         };
         if at > now {
-            return None;
+            return;
         }
         let signal = match step {
             0 => Signal::Terminate,
             1 => Signal::Kill,
-            _ => return Some(StopStep::GiveUp(status)),
+            _ => {
+                out.extend([Output::Log(Event::GaveUpWaiting)]);
+                return self.exit(status, out);
+            }
         };
         self.phase = Phase::Stopping {
             status,
             step: step + 1,
             at: now + self.grace,
         };
-        Some(StopStep::Signal(signal))
+        if let Some(backend) = self.current() {
+            out.extend([
+                Output::Log(Event::StillRunning { signal }),
+                Output::SignalBackend { backend, signal },
+            ]);
+        }
     }
 
     /// How long until a scheduled restart, if one is.
@@ -518,8 +529,13 @@ impl BackendProcess {
         matches!(self.state, State::Down { restart_at: Some(at) } if at <= now)
     }
 
-    pub(crate) fn exit(&mut self) {
+    /// The proxy exits with `status`; nothing more happens.
+    pub(crate) fn exit(&mut self, status: i32, out: &mut impl Extend<Output>) {
         self.phase = Phase::Exited;
+        out.extend([Output::Exit {
+            status,
+            drain: EXIT_DRAIN,
+        }]);
     }
 
     /// The part's next deadline.

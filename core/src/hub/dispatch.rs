@@ -61,15 +61,18 @@ impl Hub {
                     false => crate::audit::Outcome::Success,
                 });
                 let what = Delivery::Response { id, outcome };
-                self.deliver_live(now, session, message, what, None)
+                if !self.deliver(now, session, message, what) {
+                    self.drop_message(DropReason::SessionGone, None);
+                }
             }
             Routed::Progress {
                 session,
                 message,
                 token,
             } => {
-                let what = Delivery::Progress { token };
-                self.deliver_live(now, session, message, what, Some("notifications/progress"));
+                if !self.deliver(now, session, message, Delivery::Progress { token }) {
+                    self.drop_message(DropReason::SessionGone, Some("notifications/progress"));
+                }
             }
             Routed::Updated { uri, message } => self.updated(now, uri.as_deref(), message),
             Routed::ListChanged { method, message } => self.list_changed(now, &method, &message),
@@ -81,7 +84,11 @@ impl Hub {
                 self.drop_message(reason, Some(&method));
                 self.queue_line(line, LineFrom::Proxy);
             }
-            Routed::Pong { ping } => self.pong(now, ping),
+            Routed::Pong { ping } => {
+                for request in self.backend.pong(now, ping, &mut self.outputs) {
+                    self.respond_health(now, request, true);
+                }
+            }
             Routed::Initialized {
                 answers,
                 initialized,
@@ -111,21 +118,6 @@ impl Hub {
         if let Some(line) = initialized {
             self.queue_line(line, LineFrom::Proxy);
         }
-    }
-
-    /// Delivers to `session` if it is live; otherwise the message is dropped.
-    fn deliver_live(
-        &mut self,
-        now: Instant,
-        session: SessionId,
-        message: Vec<u8>,
-        what: Delivery,
-        method: Option<&str>,
-    ) {
-        if self.sessions.find(&session).is_none() {
-            return self.drop_message(DropReason::SessionGone, method);
-        }
-        self.deliver(now, session, message, what);
     }
 
     /// `notifications/resources/updated`: to each live session watching its uri.
@@ -169,22 +161,25 @@ impl Hub {
         }
     }
 
-    /// Delivers `message` to live session `sid` (silently nowhere if it ended): a legacy
-    /// session's stream, or where SPEC section 7 says for a Streamable one.
+    /// Delivers `message` to live session `sid`: a legacy session's stream, or where SPEC
+    /// section 7 says for a Streamable one. False if the session ended (nothing is sent).
     pub(super) fn deliver(
         &mut self,
         now: Instant,
         sid: SessionId,
         message: Vec<u8>,
         what: Delivery,
-    ) {
+    ) -> bool {
         let Some(number) = self.sessions.find(&sid) else {
-            return;
+            return false;
         };
         self.metrics.delivered += 1;
         let stream = match self.sessions.get(number).map(|s| &s.kind) {
             Some(Kind::Legacy { stream }) => *stream,
-            _ => return self.mcp_deliver(now, number, message, what),
+            _ => {
+                self.mcp_deliver(now, number, message, what);
+                return true;
+            }
         };
         let mut answered = None;
         if let Delivery::Response { id, outcome } = &what {
@@ -204,5 +199,6 @@ impl Hub {
             };
             self.observe(now, answered);
         }
+        true
     }
 }

@@ -23,25 +23,14 @@ impl Hub {
             }
             keys::Learned::Discovered { metadata, jwks } => {
                 self.log(Event::KeySetDiscovered { metadata, jwks });
-                self.key_timeouts(now);
+                self.keys
+                    .start_due(now, &mut self.next_id, &mut self.outputs);
             }
             keys::Learned::Failed { url, why } => self.log(Event::KeysFailed { url, why }),
-            keys::Learned::Nothing => self.key_timeouts(now),
-        }
-    }
-
-    /// Fetches every key set (or metadata) due at `now`.
-    pub(super) fn key_timeouts(&mut self, now: Instant) {
-        loop {
-            let next = &mut self.next_id;
-            let due = self.keys.start_due(now, || {
-                *next += 1;
-                FetchId(*next - 1)
-            });
-            let Some((fetch, url)) = due else {
-                break;
-            };
-            self.outputs.push_back(Output::Fetch { fetch, url });
+            keys::Learned::Nothing => {
+                self.keys
+                    .start_due(now, &mut self.next_id, &mut self.outputs);
+            }
         }
     }
 }

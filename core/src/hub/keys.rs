@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::output::FetchId;
+use crate::output::{FetchId, Output};
 use crate::settings::{KeySet, KeySource};
 
 /// A key set is kept at least this long, whatever its `Cache-Control` says.
@@ -138,24 +138,26 @@ impl KeySets {
         self.sources.iter().filter_map(|s| s.due).min()
     }
 
-    /// The next source due at `now`: its fetch is under way as `fetch`; the URL to get.
+    /// Starts fetching every key set (or metadata) due at `now` ([`Output::Fetch`]), the
+    /// fetches numbered from `next_id`.
     pub(crate) fn start_due(
         &mut self,
         now: Instant,
-        fetch: impl FnOnce() -> FetchId,
-    ) -> Option<(FetchId, String)> {
-        let source = self
-            .sources
-            .iter_mut()
-            .find(|s| s.due.is_some_and(|at| at <= now))?;
-        let url = match &source.jwks_uri {
-            Some(url) => url.clone(),
-            None => source.discovery[source.next_discovery].clone(),
-        };
-        let fetch = fetch();
-        source.due = None;
-        source.in_flight = Some((fetch, url.clone()));
-        Some((fetch, url))
+        next_id: &mut u64,
+        out: &mut impl Extend<Output>,
+    ) {
+        let due = |s: &&mut Source| s.due.is_some_and(|at| at <= now);
+        for source in self.sources.iter_mut().filter(due) {
+            let url = match &source.jwks_uri {
+                Some(url) => url.clone(),
+                None => source.discovery[source.next_discovery].clone(),
+            };
+            let fetch = FetchId(*next_id);
+            *next_id += 1;
+            source.due = None;
+            source.in_flight = Some((fetch, url.clone()));
+            out.extend([Output::Fetch { fetch, url }]);
+        }
     }
 
     /// A token claiming to be from `issuer` named a `kid` none of that issuer's key sets

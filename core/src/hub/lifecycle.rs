@@ -4,15 +4,14 @@
 use std::time::{Duration, Instant};
 
 use super::auditing::Happened;
-use super::backend::{LineFrom, Phase, StopStep};
+use super::backend::{LineFrom, Phase};
 use super::mcp::Ending;
 use super::sessions::{Kind, SessionNumber};
-use super::{Hub, EXIT_DRAIN};
+use super::Hub;
 use crate::http::Rejection;
 use crate::metrics::DropReason;
 use crate::output::Frame;
 use crate::output::{BackendId, CloseReason, Event, Output};
-use crate::routed_id::SessionId;
 use crate::settings::OnBackendExit;
 use crate::supervise::{AfterExit, Exit};
 use crate::{sse, streamable};
@@ -32,7 +31,7 @@ impl Hub {
         }
         if let Phase::Stopping { .. } = self.backend.phase() {
             // SIGTERM arrived while it was being started: stop it like any other.
-            self.close_stdin();
+            self.backend.close_stdin(&mut self.outputs);
         }
     }
 
@@ -43,16 +42,22 @@ impl Hub {
         };
         self.log(Event::SpawnFailed { error });
         if let Phase::Stopping { status, .. } = self.backend.phase() {
-            self.exit(status);
-            return;
+            return self.backend.exit(status, &mut self.outputs);
         }
-        if !ever_started {
+        let after = match ever_started {
+            true => self
+                .backend
+                .after_exit(now, Exit::SpawnFailed, Duration::ZERO),
             // A command that never ran is a configuration error, not a crash to ride out.
-            self.log(Event::ShuttingDown { status: 1 });
-            self.begin_stop(now, 1);
-            return;
+            false => AfterExit::Shutdown { status: 1 },
+        };
+        match after {
+            AfterExit::Restart { after } => self.log(Event::Restarting { after }),
+            AfterExit::Shutdown { status } => {
+                self.log(Event::ShuttingDown { status });
+                self.begin_stop(now, status);
+            }
         }
-        self.after_exit(now, Exit::SpawnFailed, Duration::ZERO);
     }
 
     /// `backend` exited: its sessions end and the restart policy decides what follows.
@@ -63,31 +68,30 @@ impl Hub {
         self.log(Event::BackendExited { pid, exit });
         if let Phase::Stopping { status, .. } = self.backend.phase() {
             self.router.backend_exited(false);
-            self.exit(status);
-            return;
+            return self.backend.exit(status, &mut self.outputs);
         }
-        if self.settings.on_backend_exit == OnBackendExit::CloseSessions {
+        // With sessions kept, the restart policy decides whether they stay; otherwise they
+        // end, and waiting POSTs are refused, before it is asked.
+        let keep = self.settings.on_backend_exit == OnBackendExit::KeepSessions;
+        let after = keep.then(|| self.backend.after_exit(now, exit, ran_for));
+        if let Some(AfterExit::Restart { .. }) = after {
+            // Sessions stay; what the old process was asked is answered here.
+            self.router.backend_exited(true);
+            self.observe(now, Happened::Restarted);
+            self.fail_in_flight(now);
+        } else {
             self.router.backend_exited(false);
             self.end_all_sessions(now, CloseReason::BackendExited);
-            self.settle_waiting(now, Rejection::BackendDown);
-            self.after_exit(now, exit, ran_for);
-            return;
-        }
-        match self.backend.after_exit(now, exit, ran_for) {
-            AfterExit::Restart { after } => {
-                // Sessions stay; what the old process was asked is answered here.
-                self.router.backend_exited(true);
-                self.observe(now, Happened::Restarted);
-                self.fail_in_flight(now);
-                for request in self.backend.all_health() {
-                    self.respond_health(now, request, false);
-                }
-                self.log(Event::Restarting { after });
+            for post in self.posts.take_all() {
+                self.refuse(now, post.request, Rejection::BackendDown);
             }
+        }
+        for request in self.backend.all_health() {
+            self.respond_health(now, request, false);
+        }
+        match after.unwrap_or_else(|| self.backend.after_exit(now, exit, ran_for)) {
+            AfterExit::Restart { after } => self.log(Event::Restarting { after }),
             AfterExit::Shutdown { status } => {
-                self.router.backend_exited(false);
-                self.end_all_sessions(now, CloseReason::BackendExited);
-                self.settle_waiting(now, Rejection::BackendDown);
                 self.log(Event::ShuttingDown { status });
                 self.begin_stop(now, status);
             }
@@ -160,22 +164,10 @@ impl Hub {
     /// silence that makes the backend unresponsive.
     pub(super) fn backend_timeouts(&mut self, now: Instant) {
         if self.backend.restart_due(now) {
-            self.spawn_backend(now);
+            let backend = BackendId(self.mint());
+            self.backend.spawn(backend, &mut self.outputs);
         }
-        match self.backend.stop_due(now) {
-            Some(StopStep::Signal(signal)) => {
-                if let Some(backend) = self.backend.current() {
-                    self.log(Event::StillRunning { signal });
-                    self.outputs
-                        .push_back(Output::SignalBackend { backend, signal });
-                }
-            }
-            Some(StopStep::GiveUp(status)) => {
-                self.log(Event::GaveUpWaiting);
-                self.exit(status);
-            }
-            None => {}
-        }
+        self.backend.stop_due(now, &mut self.outputs);
         if self.backend.periodic_ping_due(now) {
             self.send_ping(now);
         }
@@ -184,122 +176,64 @@ impl Hub {
         }
     }
 
-    /// The backend answered health ping `ping`.
-    pub(super) fn pong(&mut self, now: Instant, ping: u64) {
-        let (settled, was_unresponsive) = self.backend.pong(now, ping);
-        if was_unresponsive {
-            self.log(Event::Responsive);
-        }
-        for request in settled {
-            self.respond_health(now, request, true);
-        }
-    }
-
-    pub(super) fn spawn_backend(&mut self, _now: Instant) {
-        let backend = BackendId(self.mint());
-        self.backend.spawning(backend);
-        self.outputs.push_back(Output::SpawnBackend { backend });
-    }
-
-    fn after_exit(&mut self, now: Instant, exit: Exit, ran_for: Duration) {
-        match self.backend.after_exit(now, exit, ran_for) {
-            AfterExit::Restart { after } => self.log(Event::Restarting { after }),
-            AfterExit::Shutdown { status } => {
-                self.log(Event::ShuttingDown { status });
-                self.begin_stop(now, status);
-            }
-        }
-    }
-
-    /// Every POST waiting for the backend is refused, every `/health` request answered.
-    fn settle_waiting(&mut self, now: Instant, rejection: Rejection) {
+    /// Stops accepting, ends every session, refuses every POST waiting for the backend,
+    /// answers every `/health` request, then stops the backend (SPEC section 5).
+    fn begin_stop(&mut self, now: Instant, status: i32) {
+        self.outputs.push_back(Output::StopAccepting);
+        self.end_all_sessions(now, CloseReason::Shutdown);
         for post in self.posts.take_all() {
-            self.refuse(now, post.request, rejection);
+            self.refuse(now, post.request, Rejection::BackendDown);
         }
         for request in self.backend.all_health() {
             self.respond_health(now, request, false);
         }
+        self.backend.begin_stop(now, status, &mut self.outputs);
     }
 
-    fn begin_stop(&mut self, now: Instant, status: i32) {
-        self.outputs.push_back(Output::StopAccepting);
-        self.end_all_sessions(now, CloseReason::Shutdown);
-        self.settle_waiting(now, Rejection::BackendDown);
-        if self.backend.begin_stop(now, status) {
-            self.close_stdin();
-        } else {
-            self.exit(status);
-        }
-    }
-
-    fn close_stdin(&mut self) {
-        // Lines still waiting go first, as they would have in the shell's queue.
-        self.backend.release(&mut self.outputs, true);
-        if let Some(backend) = self.backend.close_stdin() {
-            self.outputs
-                .push_back(Output::CloseBackendStdin { backend });
-        }
-    }
-
-    fn exit(&mut self, status: i32) {
-        self.backend.exit();
-        self.streams.clear();
-        self.outputs.push_back(Output::Exit {
-            status,
-            drain: EXIT_DRAIN,
-        });
-    }
-
-    /// Ends every live session in creation order; a Streamable session's requests in
-    /// flight are answered first. Unsubscribes for a backend that is gone or going are not
-    /// sent.
+    /// Ends every live session in creation order; the backend is gone or going, so
+    /// nothing is unsubscribed.
     fn end_all_sessions(&mut self, now: Instant, reason: CloseReason) {
-        let ending = match reason {
-            CloseReason::BackendExited => Ending::BackendExited,
-            _ => Ending::Shutdown,
-        };
-        let live: Vec<(SessionNumber, SessionId)> =
-            self.sessions.iter().map(|(n, s)| (n, s.id)).collect();
-        for (number, id) in live {
-            self.close_kind(now, number, ending);
-            if self.sessions.get(number).is_none() {
-                // It never opened: its initialize was answered with an error just now.
-                continue;
-            }
-            self.closing(now, number);
-            self.metrics.sessions_closed += 1;
-            self.log(Event::SessionClosed {
-                session: id,
-                reason,
-            });
+        let live: Vec<SessionNumber> = self.sessions.iter().map(|(n, _)| n).collect();
+        for number in live {
+            self.end_session(now, number, reason);
         }
         self.sessions.close_all();
         self.in_flight.clear();
         self.streams.clear();
     }
 
-    /// Session `number` ends: each legacy request still unanswered is awaited no longer,
-    /// then the session is closed, as observed.
-    fn closing(&mut self, now: Instant, number: SessionNumber) {
-        let unanswered = match self.sessions.get(number).map(|s| &s.kind) {
-            Some(Kind::Legacy { .. }) => self.in_flight.take_all(number),
-            _ => Vec::new(),
+    /// Ends one session: what it holds ends while it is still in the table (its stream,
+    /// or its requests in flight, answered, and its streams), each legacy request still
+    /// unanswered is awaited no longer, the session is closed, as observed, and the uris
+    /// only it watched are unsubscribed while the backend stays.
+    pub(super) fn end_session(&mut self, now: Instant, number: SessionNumber, reason: CloseReason) {
+        let ending = match reason {
+            CloseReason::BackendExited => Ending::BackendExited,
+            CloseReason::Shutdown => Ending::Shutdown,
+            _ => Ending::Deleted,
         };
+        for _ in 0..self.backend.forget(number) {
+            self.drop_message(DropReason::SessionGone, None);
+        }
+        let unanswered = match self.sessions.get(number).map(|s| &s.kind) {
+            Some(Kind::Legacy { stream }) => {
+                self.end_stream(*stream);
+                self.in_flight.take_all(number)
+            }
+            Some(Kind::Mcp(_)) => {
+                self.end_mcp(now, number, ending);
+                Vec::new()
+            }
+            None => return,
+        };
+        if self.sessions.get(number).is_none() {
+            // Its initialize was answered with an error just now: it never opened.
+            return;
+        }
         for started in unanswered.into_iter().filter_map(|(_, entry)| entry.audit) {
             self.observe(now, Happened::Unanswered(Some(number), started));
         }
         self.observe(now, Happened::Closed(number));
-    }
-
-    /// Ends one session (its stream ended, DELETE, idle): its streams end, its requests in
-    /// flight are answered (and cancelled at the backend), and the uris only it watched are
-    /// unsubscribed.
-    pub(super) fn end_session(&mut self, now: Instant, number: SessionNumber, reason: CloseReason) {
-        if self.sessions.get(number).is_none() {
-            return;
-        }
-        self.close_kind(now, number, Ending::Deleted);
-        self.closing(now, number);
         self.in_flight.forget(number);
         let Some((session, released)) = self.sessions.close(number) else {
             return;
@@ -309,26 +243,11 @@ impl Hub {
             session: session.id,
             reason,
         });
-        for uri in released {
-            let line = self.router.unsubscribe(&uri);
-            self.queue_line(line, LineFrom::Proxy);
-        }
-    }
-
-    /// Ends what a session holds while it is still in the table: its stream, or its
-    /// requests in flight and streams.
-    fn close_kind(&mut self, now: Instant, number: SessionNumber, ending: Ending) {
-        for _ in 0..self.backend.forget(number) {
-            self.drop_message(DropReason::SessionGone, None);
-        }
-        let legacy = match self.sessions.get(number).map(|s| &s.kind) {
-            Some(Kind::Legacy { stream, .. }) => Some(*stream),
-            Some(Kind::Mcp(_)) => None,
-            None => return,
-        };
-        match legacy {
-            Some(stream) => self.end_stream(stream),
-            None => self.end_mcp(now, number, ending),
+        if let Ending::Deleted = ending {
+            for uri in released {
+                let line = self.router.unsubscribe(&uri);
+                self.queue_line(line, LineFrom::Proxy);
+            }
         }
     }
 }

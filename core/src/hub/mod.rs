@@ -108,8 +108,9 @@ impl Hub {
             outputs: VecDeque::new(),
             next_id: 1,
         };
-        hub.spawn_backend(now);
-        hub.key_timeouts(now);
+        let backend = BackendId(hub.mint());
+        hub.backend.spawn(backend, &mut hub.outputs);
+        hub.keys.start_due(now, &mut hub.next_id, &mut hub.outputs);
         hub
     }
 
@@ -167,7 +168,8 @@ impl Hub {
             self.respond_health(now, request, false);
         }
         self.streams.handle_timeout(now, &mut self.outputs);
-        self.key_timeouts(now);
+        self.keys
+            .start_due(now, &mut self.next_id, &mut self.outputs);
     }
 
     /// An admitted HTTP request; its answer comes as [`Output::Respond`] or
@@ -248,7 +250,8 @@ impl Hub {
         if rejection == Rejection::Unauthorized(crate::principal::AuthFailure::UnknownKey)
             && claimed_issuer.is_some_and(|issuer| self.keys.unknown_kid(now, &issuer))
         {
-            self.key_timeouts(now);
+            self.keys
+                .start_due(now, &mut self.next_id, &mut self.outputs);
         }
     }
 

@@ -5,9 +5,8 @@
 use std::time::Instant;
 
 use super::Hub;
-use crate::auth::Principals;
 use crate::output::{CloseReason, Event, Output};
-use crate::settings::{Reload, Settings};
+use crate::settings::Reload;
 
 impl Hub {
     /// The configuration was read again and checked whole ([`Reload`]): every setting is
@@ -28,19 +27,7 @@ impl Hub {
         self.backend.reconfigure(&self.settings);
         self.metrics.reloads += 1;
         self.log(Event::Reloaded { ignored });
-        self.reload_keys(now, &old);
-        self.end_revoked(now, &principals);
-    }
-
-    /// A reload was refused (a file missing or invalid): the running configuration stays
-    /// whole; counted and logged.
-    pub fn handle_reload_failed(&mut self, _now: Instant, why: String) {
-        self.metrics.reload_failures += 1;
-        self.log(Event::ReloadFailed { why });
-    }
-
-    /// Key sources that stayed keep their keys; the new gate gets every set in hand.
-    fn reload_keys(&mut self, now: Instant, old: &Settings) {
+        // Key sources that stayed keep their keys; the new gate gets every set in hand.
         if old.key_sources != self.settings.key_sources {
             self.keys.reconcile(&self.settings.key_sources, now);
         }
@@ -48,11 +35,8 @@ impl Hub {
             let sets = self.keys.sets().into();
             self.outputs.push_back(Output::UseKeys { sets });
         }
-        self.key_timeouts(now);
-    }
-
-    /// Ends every session whose principal `principals` does not hold, in creation order.
-    fn end_revoked(&mut self, now: Instant, principals: &Principals) {
+        self.keys
+            .start_due(now, &mut self.next_id, &mut self.outputs);
         let revoked: Vec<_> = self
             .sessions
             .iter()
@@ -62,5 +46,12 @@ impl Hub {
         for number in revoked {
             self.end_session(now, number, CloseReason::Revoked);
         }
+    }
+
+    /// A reload was refused (a file missing or invalid): the running configuration stays
+    /// whole; counted and logged.
+    pub fn handle_reload_failed(&mut self, _now: Instant, why: String) {
+        self.metrics.reload_failures += 1;
+        self.log(Event::ReloadFailed { why });
     }
 }
