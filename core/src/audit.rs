@@ -111,6 +111,14 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// The outcome of the backend's answer: a result succeeded, an error failed.
+    pub(crate) fn of_failed(failed: bool) -> Outcome {
+        match failed {
+            true => Outcome::Failure,
+            false => Outcome::Success,
+        }
+    }
+
     /// Its name in the `outcome` field.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -118,7 +118,7 @@ impl Hub {
         let first = self.metrics.audit_dropped == 0;
         self.metrics.audit_dropped += lost;
         if first {
-            self.log(Event::AuditDropped);
+            self.outputs.push_back(Output::Log(Event::AuditDropped));
         }
     }
 

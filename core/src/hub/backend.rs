@@ -524,9 +524,21 @@ impl BackendProcess {
         }
     }
 
-    /// The restart is due at `now`.
-    pub(crate) fn restart_due(&self, now: Instant) -> bool {
-        matches!(self.state, State::Down { restart_at: Some(at) } if at <= now)
+    /// What is due at `now`: a restart (the new process numbered from `next_id`), the next
+    /// step of the stop sequence; true when the periodic ping is due.
+    pub(crate) fn handle_timeout(
+        &mut self,
+        now: Instant,
+        next_id: &mut u64,
+        out: &mut impl Extend<Output>,
+    ) -> bool {
+        if matches!(self.state, State::Down { restart_at: Some(at) } if at <= now) {
+            let backend = BackendId(*next_id);
+            *next_id += 1;
+            self.spawn(backend, out);
+        }
+        self.stop_due(now, out);
+        self.periodic_ping_due(now)
     }
 
     /// The proxy exits with `status`; nothing more happens.

@@ -44,22 +44,15 @@ impl Hub {
                 filtered,
                 failed,
             } => {
-                let (message, id) = match filtered {
-                    true => {
-                        let owner = self.sessions.find(&session);
-                        let owner = owner.and_then(|n| self.sessions.get(n));
-                        let caller = owner.map(|s| (&s.principal, &s.grant));
-                        let (message, id, hidden) =
-                            (self.decisions).filter_list(&self.settings, caller, message, id);
-                        self.metrics.entries_hidden += hidden;
-                        (message, id)
-                    }
-                    false => (message, id),
-                };
-                let outcome = Some(match failed {
-                    true => crate::audit::Outcome::Failure,
-                    false => crate::audit::Outcome::Success,
-                });
+                let (mut message, mut id) = (message, id);
+                if filtered {
+                    let caller = self.sessions.caller(&session);
+                    let hidden;
+                    (message, id, hidden) =
+                        (self.decisions).filter_list(&self.settings, caller, message, id);
+                    self.metrics.entries_hidden += hidden;
+                }
+                let outcome = Some(crate::audit::Outcome::of_failed(failed));
                 let what = Delivery::Response { id, outcome };
                 if !self.deliver(now, session, message, what) {
                     self.drop_message(DropReason::SessionGone, None);
@@ -92,9 +85,7 @@ impl Hub {
             Routed::Initialized {
                 answers,
                 initialized,
-            } => {
-                self.initialized(now, answers, initialized);
-            }
+            } => self.initialized(now, answers, initialized),
             Routed::Restored { same, initialized } => self.restored(now, same, initialized),
             Routed::Consumed => {}
             Routed::Dropped { reason, method } => self.drop_message(reason, method.as_deref()),
@@ -155,7 +146,11 @@ impl Hub {
             .collect();
         for target in targets {
             match target {
-                Ok(stream) => self.send(now, stream, Frame::Shared(frame.clone())),
+                Ok(stream) => self.streams.send(
+                    now,
+                    (stream, Frame::Shared(frame.clone())),
+                    &mut self.outputs,
+                ),
                 Err((number, key)) => self.send_event(now, number, key, message),
             }
         }
@@ -189,7 +184,11 @@ impl Hub {
             let tracked = key.and_then(|key| self.in_flight.take(number, &key));
             answered = tracked.and_then(|t| t.audit).map(|a| (a, *outcome));
         }
-        self.send(now, stream, Frame::Owned(sse::message_event(&message)));
+        self.streams.send(
+            now,
+            (stream, Frame::Owned(sse::message_event(&message))),
+            &mut self.outputs,
+        );
         if let Some((started, outcome)) = answered {
             let answered = Happened::Answered {
                 session: number,

@@ -17,16 +17,20 @@ impl Hub {
     ) {
         match self.keys.fetched(now, fetch, result) {
             keys::Learned::Keys { url, keys } => {
-                self.log(Event::KeysFetched { url, keys });
+                self.outputs
+                    .push_back(Output::Log(Event::KeysFetched { url, keys }));
                 let sets = self.keys.sets().into();
                 self.outputs.push_back(Output::UseKeys { sets });
             }
             keys::Learned::Discovered { metadata, jwks } => {
-                self.log(Event::KeySetDiscovered { metadata, jwks });
+                self.outputs
+                    .push_back(Output::Log(Event::KeySetDiscovered { metadata, jwks }));
                 self.keys
                     .start_due(now, &mut self.next_id, &mut self.outputs);
             }
-            keys::Learned::Failed { url, why } => self.log(Event::KeysFailed { url, why }),
+            keys::Learned::Failed { url, why } => self
+                .outputs
+                .push_back(Output::Log(Event::KeysFailed { url, why })),
             keys::Learned::Nothing => {
                 self.keys
                     .start_due(now, &mut self.next_id, &mut self.outputs);

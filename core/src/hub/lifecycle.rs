@@ -22,7 +22,8 @@ impl Hub {
         if !self.backend.spawned(now, backend, pid) {
             return;
         }
-        self.log(Event::BackendStarted { pid });
+        self.outputs
+            .push_back(Output::Log(Event::BackendStarted { pid }));
         // A process after a crash with sessions kept is first initialized as the last one
         // was; until then client lines wait.
         match self.router.restore() {
@@ -40,7 +41,8 @@ impl Hub {
         let Some(ever_started) = self.backend.spawn_failed(backend) else {
             return;
         };
-        self.log(Event::SpawnFailed { error });
+        self.outputs
+            .push_back(Output::Log(Event::SpawnFailed { error }));
         if let Phase::Stopping { status, .. } = self.backend.phase() {
             return self.backend.exit(status, &mut self.outputs);
         }
@@ -52,9 +54,12 @@ impl Hub {
             false => AfterExit::Shutdown { status: 1 },
         };
         match after {
-            AfterExit::Restart { after } => self.log(Event::Restarting { after }),
+            AfterExit::Restart { after } => self
+                .outputs
+                .push_back(Output::Log(Event::Restarting { after })),
             AfterExit::Shutdown { status } => {
-                self.log(Event::ShuttingDown { status });
+                self.outputs
+                    .push_back(Output::Log(Event::ShuttingDown { status }));
                 self.begin_stop(now, status);
             }
         }
@@ -65,7 +70,8 @@ impl Hub {
         let Some((pid, ran_for)) = self.backend.exited(now, backend) else {
             return;
         };
-        self.log(Event::BackendExited { pid, exit });
+        self.outputs
+            .push_back(Output::Log(Event::BackendExited { pid, exit }));
         if let Phase::Stopping { status, .. } = self.backend.phase() {
             self.router.backend_exited(false);
             return self.backend.exit(status, &mut self.outputs);
@@ -90,9 +96,12 @@ impl Hub {
             self.respond_health(now, request, false);
         }
         match after.unwrap_or_else(|| self.backend.after_exit(now, exit, ran_for)) {
-            AfterExit::Restart { after } => self.log(Event::Restarting { after }),
+            AfterExit::Restart { after } => self
+                .outputs
+                .push_back(Output::Log(Event::Restarting { after })),
             AfterExit::Shutdown { status } => {
-                self.log(Event::ShuttingDown { status });
+                self.outputs
+                    .push_back(Output::Log(Event::ShuttingDown { status }));
                 self.begin_stop(now, status);
             }
         }
@@ -112,7 +121,11 @@ impl Hub {
                 let message =
                     streamable::error_message(&tracked.raw_id, -32603, "backend restarted");
                 self.metrics.delivered += 1;
-                self.send(now, stream, Frame::Owned(sse::message_event(&message)));
+                self.streams.send(
+                    now,
+                    (stream, Frame::Owned(sse::message_event(&message))),
+                    &mut self.outputs,
+                );
                 if let Some(started) = tracked.audit {
                     let answered = Happened::Answered {
                         session: number,
@@ -156,24 +169,9 @@ impl Hub {
         if !self.backend.is_running() {
             return;
         }
-        self.log(Event::ShutdownRequested);
+        self.outputs
+            .push_back(Output::Log(Event::ShutdownRequested));
         self.begin_stop(now, 0);
-    }
-
-    /// The backend part's timers: the restart, a stop step, the periodic ping, and the
-    /// silence that makes the backend unresponsive.
-    pub(super) fn backend_timeouts(&mut self, now: Instant) {
-        if self.backend.restart_due(now) {
-            let backend = BackendId(self.mint());
-            self.backend.spawn(backend, &mut self.outputs);
-        }
-        self.backend.stop_due(now, &mut self.outputs);
-        if self.backend.periodic_ping_due(now) {
-            self.send_ping(now);
-        }
-        if let Some(silent) = self.backend.newly_unresponsive(now) {
-            self.log(Event::Unresponsive { silent });
-        }
     }
 
     /// Stops accepting, ends every session, refuses every POST waiting for the backend,
@@ -217,7 +215,7 @@ impl Hub {
         }
         let unanswered = match self.sessions.get(number).map(|s| &s.kind) {
             Some(Kind::Legacy { stream }) => {
-                self.end_stream(*stream);
+                self.streams.end(*stream, &mut self.outputs);
                 self.in_flight.take_all(number)
             }
             Some(Kind::Mcp(_)) => {
@@ -239,10 +237,10 @@ impl Hub {
             return;
         };
         self.metrics.sessions_closed += 1;
-        self.log(Event::SessionClosed {
+        self.outputs.push_back(Output::Log(Event::SessionClosed {
             session: session.id,
             reason,
-        });
+        }));
         if let Ending::Deleted = ending {
             for uri in released {
                 let line = self.router.unsubscribe(&uri);

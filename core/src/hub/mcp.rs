@@ -20,7 +20,7 @@ use crate::message;
 use crate::message::Checked;
 use crate::message::IdKey;
 use crate::metrics::DropReason;
-use crate::output::{CloseReason, Event, RequestId};
+use crate::output::{CloseReason, Event, Output, RequestId};
 use crate::routed_id::{Instance, SessionId};
 use crate::streamable::{self, Accepts};
 
@@ -226,10 +226,10 @@ impl Hub {
                 }
                 self.metrics.sessions_opened += 1;
                 self.observe(now, Happened::Opened(number));
-                self.log(Event::SessionOpened {
+                self.outputs.push_back(Output::Log(Event::SessionOpened {
                     session: sid,
                     principal,
-                });
+                }));
                 if let Some(priming) = opens.stream {
                     let raw_id = entry.raw_id.clone();
                     let key = IdKey::of(&raw_id).expect("an admitted id");

@@ -66,7 +66,7 @@ use streams::{Role, Streams};
 
 use crate::http::{self, Endpoint, Rejection, Response};
 use crate::metrics::{DropReason, Metrics};
-use crate::output::{BackendId, Event, Frame, Output, RequestId, StreamEnd, StreamId};
+use crate::output::{BackendId, Event, Output, RequestId, StreamEnd, StreamId};
 use crate::router::Router;
 use crate::supervise::Health;
 
@@ -143,7 +143,14 @@ impl Hub {
         if self.backend.phase() == Phase::Exited {
             return;
         }
-        self.backend_timeouts(now);
+        let (next_id, outputs) = (&mut self.next_id, &mut self.outputs);
+        if self.backend.handle_timeout(now, next_id, outputs) {
+            self.send_ping(now);
+        }
+        if let Some(silent) = self.backend.newly_unresponsive(now) {
+            let event = Event::Unresponsive { silent };
+            self.outputs.push_back(Output::Log(event));
+        }
         while let Some((number, key)) = self.in_flight.take_due(now) {
             self.request_timed_out(now, number, &key);
         }
@@ -408,32 +415,14 @@ impl Hub {
         self.outputs.push_back(output);
     }
 
-    /// Queues `frame` on `stream` if it is still open.
-    fn send(&mut self, now: Instant, stream: StreamId, frame: Frame) {
-        if let Some(output) = self.streams.send(now, stream, frame) {
-            self.outputs.push_back(output);
-        }
-    }
-
-    /// Ends `stream` if it is still open.
-    fn end_stream(&mut self, stream: StreamId) {
-        if self.streams.remove(stream).is_some() {
-            self.outputs.push_back(Output::EndStream { stream });
-        }
-    }
-
     /// Counts and logs a message that went nowhere, at the level the counters decide.
     fn drop_message(&mut self, reason: DropReason, method: Option<&str>) {
         let level = self.metrics.dropped(reason, method);
-        self.log(Event::Dropped {
+        self.outputs.push_back(Output::Log(Event::Dropped {
             reason,
             method: method.map(str::to_owned),
             level,
-        });
-    }
-
-    fn log(&mut self, event: Event) {
-        self.outputs.push_back(Output::Log(event));
+        }));
     }
 
     fn mint(&mut self) -> u64 {

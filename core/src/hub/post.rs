@@ -21,7 +21,7 @@ use crate::http::{self, Endpoint, Rejection};
 use crate::message;
 use crate::message::Checked;
 use crate::metrics::DropReason;
-use crate::output::{Event, Frame, RequestId, StreamId};
+use crate::output::{Event, Frame, Output, RequestId, StreamId};
 use crate::routed_id::SessionId;
 use crate::router::{Forward, RESPONSE_ID_AT};
 use crate::settings::OnBackendExit;
@@ -182,11 +182,15 @@ impl Hub {
             "{}/messages?session_id={sid}",
             self.settings.endpoint_prefix
         );
-        self.send(now, stream, Frame::Owned(sse::endpoint_event(&url)));
-        self.log(Event::SessionOpened {
+        self.streams.send(
+            now,
+            (stream, Frame::Owned(sse::endpoint_event(&url))),
+            &mut self.outputs,
+        );
+        self.outputs.push_back(Output::Log(Event::SessionOpened {
             session: sid,
             principal: req.principal,
-        });
+        }));
         Ok(())
     }
 

@@ -26,7 +26,8 @@ impl Hub {
         self.streams.set_keepalive(self.settings.keepalive);
         self.backend.reconfigure(&self.settings);
         self.metrics.reloads += 1;
-        self.log(Event::Reloaded { ignored });
+        self.outputs
+            .push_back(Output::Log(Event::Reloaded { ignored }));
         // Key sources that stayed keep their keys; the new gate gets every set in hand.
         if old.key_sources != self.settings.key_sources {
             self.keys.reconcile(&self.settings.key_sources, now);
@@ -52,6 +53,7 @@ impl Hub {
     /// whole; counted and logged.
     pub fn handle_reload_failed(&mut self, _now: Instant, why: String) {
         self.metrics.reload_failures += 1;
-        self.log(Event::ReloadFailed { why });
+        self.outputs
+            .push_back(Output::Log(Event::ReloadFailed { why }));
     }
 }

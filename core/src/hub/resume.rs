@@ -6,7 +6,6 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use super::sessions::SessionNumber;
 use crate::message::IdKey;
 use crate::output::StreamId;
 use crate::principal::Principal;
@@ -279,23 +278,33 @@ impl EventLog {
 /// Who holds the events kept for resumption, over every session, so that the global cap
 /// takes from the principal holding the most (from its session holding the most): one
 /// principal's many sessions cannot push every other principal's events out (SPEC section
-/// 12). Each change is `O(log n)`: no scan over sessions.
-#[derive(Debug, Default)]
-pub(crate) struct Holders {
+/// 12). Each change is `O(log n)`: no scan over sessions. `S` names a session.
+#[derive(Debug)]
+pub(crate) struct Holders<S> {
     total: usize,
-    principals: BTreeMap<Principal, Held>,
+    principals: BTreeMap<Principal, Held<S>>,
     /// Principals by the bytes they hold.
     by_bytes: BTreeSet<(usize, Principal)>,
 }
 
 /// What one principal holds: in all, and per session (by bytes).
-#[derive(Debug, Default)]
-struct Held {
+#[derive(Debug)]
+struct Held<S> {
     bytes: usize,
-    sessions: BTreeSet<(usize, SessionNumber)>,
+    sessions: BTreeSet<(usize, S)>,
 }
 
-impl Holders {
+impl<S> Default for Holders<S> {
+    fn default() -> Self {
+        Holders {
+            total: 0,
+            principals: BTreeMap::new(),
+            by_bytes: BTreeSet::new(),
+        }
+    }
+}
+
+impl<S: Ord + Copy> Holders<S> {
     /// Bytes kept over every session.
     pub(crate) fn total(&self) -> usize {
         self.total
@@ -305,13 +314,16 @@ impl Holders {
     pub(crate) fn moved(
         &mut self,
         principal: &Principal,
-        number: SessionNumber,
+        number: S,
         (before, after): (usize, usize),
     ) {
         if before == after {
             return;
         }
-        let held = self.principals.entry(principal.clone()).or_default();
+        let held = (self.principals.entry(principal.clone())).or_insert_with(|| Held {
+            bytes: 0,
+            sessions: BTreeSet::new(),
+        });
         self.by_bytes.remove(&(held.bytes, principal.clone()));
         held.sessions.remove(&(before, number));
         if after > 0 {
@@ -328,7 +340,7 @@ impl Holders {
 
     /// Where the global cap takes from first: the session holding the most of the
     /// principal holding the most.
-    pub(crate) fn largest(&self) -> Option<(Principal, SessionNumber)> {
+    pub(crate) fn largest(&self) -> Option<(Principal, S)> {
         let (_, principal) = self.by_bytes.last()?;
         let (_, number) = self.principals.get(principal)?.sessions.last()?;
         Some((principal.clone(), *number))
@@ -375,7 +387,7 @@ mod tests {
     #[test]
     fn the_global_cap_takes_from_the_largest_principal_first() {
         let (mallory, alice) = (Principal::new("mallory"), Principal::new("alice"));
-        let n = SessionNumber::of;
+        let n = |number: u64| number;
         let mut holders = Holders::default();
         // Mallory's three sessions hold 300 bytes in all, alice's one session 150.
         holders.moved(&mallory, n(1), (0, 100));

@@ -36,7 +36,8 @@ impl Hub {
         self.start_stream(now, request, (stream, head), number, Role::Mcp(key));
         if priming {
             let frame = sse::priming(&event_id(key, 0));
-            self.send(now, stream, Frame::Owned(frame));
+            self.streams
+                .send(now, (stream, Frame::Owned(frame)), &mut self.outputs);
         }
         key
     }
@@ -60,7 +61,11 @@ impl Hub {
         };
         let m = self.sessions.mcp(number).expect("kept above");
         if let Some(stream) = m.log.get(key).and_then(|log| log.attached) {
-            self.send(now, stream, Frame::Owned(sse::with_id(&id, &event)));
+            self.streams.send(
+                now,
+                (stream, Frame::Owned(sse::with_id(&id, &event))),
+                &mut self.outputs,
+            );
         }
     }
 
@@ -69,7 +74,7 @@ impl Hub {
     pub(super) fn finish_stream(&mut self, now: Instant, number: SessionNumber, key: StreamKey) {
         let window = self.settings.resume_window;
         if let Some(stream) = self.sessions.finish_stream(now, (number, key), window) {
-            self.end_stream(stream);
+            self.streams.end(stream, &mut self.outputs);
         }
     }
 
@@ -96,7 +101,7 @@ impl Hub {
             }
         }
         if let Some(stream) = unattended.attached {
-            self.end_stream(stream);
+            self.streams.end(stream, &mut self.outputs);
         }
         if gone != Gone::Dropped {
             self.touch(number, now);
@@ -134,10 +139,14 @@ impl Hub {
                 self.start_stream(now, request, (stream, head), number, Role::Mcp(key));
                 let again = self.sessions.reattach((number, key), stream);
                 for old in [again.previous, again.replaced].into_iter().flatten() {
-                    self.end_stream(old);
+                    self.streams.end(old, &mut self.outputs);
                 }
                 for (id, event) in events {
-                    self.send(now, stream, Frame::Owned(sse::with_id(&id, &event)));
+                    self.streams.send(
+                        now,
+                        (stream, Frame::Owned(sse::with_id(&id, &event))),
+                        &mut self.outputs,
+                    );
                 }
                 if again.finished {
                     self.finish_stream(now, number, key);
@@ -146,9 +155,13 @@ impl Hub {
             Err(message) => {
                 self.start_stream(now, request, (stream, head), number, Role::Mcp(0));
                 if let Some(message) = message {
-                    self.send(now, stream, Frame::Owned(sse::message_event(&message)));
+                    self.streams.send(
+                        now,
+                        (stream, Frame::Owned(sse::message_event(&message))),
+                        &mut self.outputs,
+                    );
                 }
-                self.end_stream(stream);
+                self.streams.end(stream, &mut self.outputs);
             }
         }
         self.touch(number, now);

@@ -20,14 +20,6 @@ pub(crate) const MAX_SUBSCRIPTIONS_PER_SESSION: usize = 1024;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct SessionNumber(u64);
 
-#[cfg(test)]
-impl SessionNumber {
-    /// Session number `n`, for tests of the parts that key by it.
-    pub(crate) fn of(n: u64) -> Self {
-        SessionNumber(n)
-    }
-}
-
 /// The two transports side by side (SPEC section 7).
 #[derive(Debug)]
 pub(crate) enum Kind {
@@ -135,7 +127,7 @@ pub(crate) struct Sessions {
     /// Ends of the resume windows of dropped and finished Streamable streams.
     pub(crate) resume_timers: Deadlines<(SessionNumber, StreamKey)>,
     /// Who holds the events kept for resumption (the global cap's order of eviction).
-    holders: Holders,
+    holders: Holders<SessionNumber>,
 }
 
 impl Sessions {
@@ -268,6 +260,13 @@ impl Sessions {
     /// The live session with this id.
     pub(crate) fn find(&self, sid: &SessionId) -> Option<SessionNumber> {
         self.by_sid.get(sid).copied()
+    }
+
+    /// Who owns session `sid` and what its latest credential granted: whom its list
+    /// results are filtered for.
+    pub(crate) fn caller(&self, sid: &SessionId) -> Option<(&Principal, &crate::http::Grant)> {
+        let session = self.get(self.find(sid)?)?;
+        Some((&session.principal, &session.grant))
     }
 
     /// The live session `text` names, if `principal` owns it: one 404 for unknown, closed

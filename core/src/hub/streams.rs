@@ -91,11 +91,24 @@ impl Streams {
         self.keepalives.clear();
     }
 
-    /// `frame` for `stream`, if it is open.
-    pub(crate) fn send(&mut self, now: Instant, stream: StreamId, frame: Frame) -> Option<Output> {
-        let state = self.open.get_mut(&stream)?;
-        state.last_frame = now;
-        Some(Output::ToStream { stream, frame })
+    /// Queues `frame` on `stream` if it is still open.
+    pub(crate) fn send(
+        &mut self,
+        now: Instant,
+        (stream, frame): (StreamId, Frame),
+        out: &mut impl Extend<Output>,
+    ) {
+        if let Some(state) = self.open.get_mut(&stream) {
+            state.last_frame = now;
+            out.extend([Output::ToStream { stream, frame }]);
+        }
+    }
+
+    /// Ends `stream` if it is still open.
+    pub(crate) fn end(&mut self, stream: StreamId, out: &mut impl Extend<Output>) {
+        if self.remove(stream).is_some() {
+            out.extend([Output::EndStream { stream }]);
+        }
     }
 
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
