@@ -65,8 +65,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
-// The top-level modules' `use crate::` lines form an acyclic graph (rustfmt keeps the
-// declarations alphabetical); inside `hub` the behaviour files still import each other.
+// The import graph is acyclic: the top-level modules' `use crate::` lines (rustfmt keeps
+// the declarations alphabetical), and inside `hub`, where a part never imports a behaviour
+// file (one that adds `impl Hub` methods) and those import one another one way.
 // Public: the modules whose names are the protocol's (the CLI, HTTP framing, the HTTP
 // surface, the hub, routed ids, SSE frames); the rest is reached through the re-exports
 // below, exactly what the shells, the test kit, the fuzz targets and the benches use.

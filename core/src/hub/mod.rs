@@ -3,29 +3,35 @@
 //!
 //! | part | owns |
 //! |---|---|
-//! | `backend` | the process: spawn, restart backoff, stdin budget, pings, `/health` waiters, the stop sequence |
-//! | `sessions` | the one table of live sessions (principal, kind, subscriptions, creation order) and the Streamable timers (idle, resume window) |
+//! | `backend` | the process: spawn, restart backoff, stdin budget, pings, `/health` waiters, the stop sequence; it writes its own outputs |
+//! | `sessions` | the one table of live sessions (principal, kind, subscriptions, creation order), the Streamable timers (idle, resume window) and the streams' logs and windows |
 //! | `in_flight` | every request in flight of either transport, its progress token and its timeout |
 //! | `exchanges` | the HTTP exchanges owed an answer: each one's CORS origin and observation context until `respond` |
-//! | `streams` | open SSE streams and their keep-alives |
+//! | `streams` | open SSE streams, what is sent on them and their end, their keep-alives |
 //! | `resume` | each Streamable session's event log: numbered events kept for resumption |
-//! | `post` | POSTs waiting for a restarted backend |
 //! | `keys` | the key sets: their fetches, refreshes and backoff (SPEC section 9) |
-//! | `buckets` | the rate limits' token buckets (SPEC section 10; `crate::limits`) |
-//! | `router` | the message-level rules (SPEC sections 2 and 3), returning decisions |
+//! | `authz` | the policy's decisions, remembered, and the filtering of list results (SPEC section 10) |
+//! | `deadlines` | the timer set the other parts keep their deadlines in |
 //!
-//! The hub's own files say what each input does: `post` and `mcp` the two transports'
-//! requests, `resumption` their streams (numbered, kept, resumed), `dispatch` a backend
-//! line, `fetching` what a key set fetch brought, `lifecycle` the backend's and the proxy's
-//! life, `reload` a configuration read again; `auditing` is the one reader of what happened
-//! (`observe`).
+//! Beside them the hub holds the `Router` (the message-level rules of SPEC sections 2 and
+//! 3, returning decisions), the rate limits' token buckets (`crate::limits`), the POSTs
+//! waiting for a restarted backend (`post`'s `WaitingPosts`), the metrics and the output
+//! queue. A part imports only other parts, never a behaviour file, and the behaviour files
+//! import one another one way: besides `Hub` itself, which every file names, the hub's
+//! imports form no circle. The behaviour files (each adds `impl Hub` methods) say what each
+//! input does: `post` a legacy session and every POST, `mcp` the rest of `/mcp`,
+//! `resumption` Streamable streams (numbered, kept, resumed), `dispatch` a backend line,
+//! `fetching` what a key set fetch brought, `lifecycle` the backend's and the proxy's life,
+//! `reload` a configuration read again; `auditing` is the one reader of what happened
+//! (`observe`); `inspect` is the read-only view ([`Hub::inspect`]).
 //!
-//! Every input takes `now`; after each one the shell drains [`Hub::poll_output`] and
-//! performs every [`Output`] in order, then sleeps until its next input or
-//! [`Hub::poll_timeout`], whichever comes first, and calls [`Hub::handle_timeout`] when the
-//! latter passes. The hub refers to the shell's things by the ids it hands out
-//! ([`RequestId`], [`StreamId`], [`BackendId`]); the shell keeps its own maps from those ids
-//! to senders, sockets and processes.
+//! The loop contract is the crate's: every input but `handle_audit_dropped` takes `now`;
+//! after each one the shell drains [`Hub::poll_output`] and performs every [`Output`] in
+//! order (an input that arises while it does is fed at once, its outputs joining the
+//! drain), then sleeps until its next input or [`Hub::poll_timeout`], whichever comes
+//! first, and calls [`Hub::handle_timeout`] when the latter passes. The hub refers to the
+//! shell's things by the ids it hands out ([`RequestId`], [`StreamId`], [`BackendId`]); the
+//! shell keeps its own maps from those ids to senders, sockets and processes.
 
 mod auditing;
 mod authz;

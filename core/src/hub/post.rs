@@ -90,7 +90,7 @@ pub(super) struct Post {
 }
 
 /// POSTs waiting for a restarted backend to be ready, in arrival order, within a count
-/// (`--stdin-queue`'s) and a byte budget (`--restart-buffer`) over their bodies.
+/// (`Settings::stdin_queue`) and a byte budget (`--restart-buffer`) over their bodies.
 #[derive(Debug, Default)]
 pub(super) struct WaitingPosts {
     queue: VecDeque<Post>,
