@@ -2,9 +2,9 @@
 //! with the hub's `now`, through `Hub::observe`, and nowhere else; the audit log
 //! (SPEC section 11) is their reader. A request's context is noted when it arrives,
 //! completed once its message is read, and then either answered at once (a refusal: its
-//! event is written with the HTTP answer) or carried with the request in flight (legacy:
-//! the session's bounded in-flight table; Streamable: its `InFlight` entry) until its
-//! JSON-RPC answer. Routing never looks at any of it.
+//! event is written with the HTTP answer) or carried with the request in its in-flight
+//! entry (an `in_flight::Entry`, of either transport) until its JSON-RPC answer. Routing
+//! never looks at any of it.
 
 use std::collections::VecDeque;
 use std::sync::Arc;

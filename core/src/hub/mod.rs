@@ -246,6 +246,7 @@ impl Hub {
     /// `Retry-After`, the connection closed), counted like every refusal.
     pub fn handle_unserved(&mut self, now: Instant) -> RequestId {
         let id = RequestId(self.mint());
+        self.exchanges.open(id, Exchange::default());
         self.refuse(now, id, Rejection::Overloaded);
         id
     }
@@ -392,7 +393,9 @@ impl Hub {
     /// headers added, a refusal counted and, while the request's observation context is
     /// still with the exchange (it was not accepted), observed.
     fn respond(&mut self, now: Instant, request: RequestId, answer: Answer) {
-        let exchange = self.exchanges.close(request).unwrap_or_default();
+        let exchange = self.exchanges.close(request);
+        debug_assert!(exchange.is_some(), "{request:?} answered twice");
+        let exchange = exchange.unwrap_or_default();
         let (mut response, stream) = match answer {
             Answer::Served(response) => (response, None),
             Answer::Refused(rejection, response) => {
