@@ -52,6 +52,23 @@ pub(super) enum Happened<'a> {
     Restarted,
 }
 
+impl<'a> Happened<'a> {
+    /// Request `started` of session `session` was answered with `message`.
+    pub(super) fn answered(
+        session: SessionNumber,
+        started: Box<Started>,
+        message: &'a [u8],
+        outcome: Option<Outcome>,
+    ) -> Self {
+        Happened::Answered {
+            session,
+            started,
+            message,
+            outcome,
+        }
+    }
+}
+
 /// The audit log's reader of what happened, over the parts it reads (and writes: a
 /// request's context in its exchange, a session's client).
 struct Auditor<'a> {

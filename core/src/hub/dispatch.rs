@@ -190,13 +190,7 @@ impl Hub {
             &mut self.outputs,
         );
         if let Some((started, outcome)) = answered {
-            let answered = Happened::Answered {
-                session: number,
-                started,
-                message: &message,
-                outcome,
-            };
-            self.observe(now, answered);
+            self.observe(now, Happened::answered(number, started, &message, outcome));
         }
         true
     }

@@ -245,11 +245,6 @@ impl InFlight {
         keys.into_iter().filter_map(take).collect()
     }
 
-    /// Forgets every request of session `number` (it ended).
-    pub(crate) fn forget(&mut self, number: SessionNumber) {
-        self.take_all(number);
-    }
-
     /// Forgets every request (the sessions all ended).
     pub(crate) fn clear(&mut self) {
         *self = InFlight::default();

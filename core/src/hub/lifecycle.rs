@@ -53,15 +53,9 @@ impl Hub {
             // A command that never ran is a configuration error, not a crash to ride out.
             false => AfterExit::Shutdown { status: 1 },
         };
-        match after {
-            AfterExit::Restart { after } => self
-                .outputs
-                .push_back(Output::Log(Event::Restarting { after })),
-            AfterExit::Shutdown { status } => {
-                self.outputs
-                    .push_back(Output::Log(Event::ShuttingDown { status }));
-                self.begin_stop(now, status);
-            }
+        self.outputs.push_back(Output::Log(after.event()));
+        if let AfterExit::Shutdown { status } = after {
+            self.begin_stop(now, status);
         }
     }
 
@@ -95,15 +89,10 @@ impl Hub {
         for request in self.backend.all_health() {
             self.respond_health(now, request, false);
         }
-        match after.unwrap_or_else(|| self.backend.after_exit(now, exit, ran_for)) {
-            AfterExit::Restart { after } => self
-                .outputs
-                .push_back(Output::Log(Event::Restarting { after })),
-            AfterExit::Shutdown { status } => {
-                self.outputs
-                    .push_back(Output::Log(Event::ShuttingDown { status }));
-                self.begin_stop(now, status);
-            }
+        let after = after.unwrap_or_else(|| self.backend.after_exit(now, exit, ran_for));
+        self.outputs.push_back(Output::Log(after.event()));
+        if let AfterExit::Shutdown { status } = after {
+            self.begin_stop(now, status);
         }
     }
 
@@ -127,13 +116,15 @@ impl Hub {
                     &mut self.outputs,
                 );
                 if let Some(started) = tracked.audit {
-                    let answered = Happened::Answered {
-                        session: number,
-                        started,
-                        message: &message,
-                        outcome: Some(crate::audit::Outcome::Error),
-                    };
-                    self.observe(now, answered);
+                    self.observe(
+                        now,
+                        Happened::answered(
+                            number,
+                            started,
+                            &message,
+                            Some(crate::audit::Outcome::Error),
+                        ),
+                    );
                 }
             }
         }
@@ -232,7 +223,6 @@ impl Hub {
             self.observe(now, Happened::Unanswered(Some(number), started));
         }
         self.observe(now, Happened::Closed(number));
-        self.in_flight.forget(number);
         let Some((session, released)) = self.sessions.close(number) else {
             return;
         };

@@ -245,13 +245,7 @@ impl Hub {
         self.backend.forget(number);
         self.sessions.close(number);
         if let Some(started) = entry.audit.take() {
-            let answered = Happened::Answered {
-                session: number,
-                started,
-                message: &message,
-                outcome,
-            };
-            self.observe(now, answered);
+            self.observe(now, Happened::answered(number, started, &message, outcome));
         }
         let response = match opens.stream {
             Some(_) => streamable::sse_answer(&message),
@@ -393,13 +387,7 @@ impl Hub {
             return self.answer_opening(now, number, (entry, opens), (message, outcome));
         }
         if let Some(started) = entry.audit.take() {
-            let answered = Happened::Answered {
-                session: number,
-                started,
-                message: &message,
-                outcome,
-            };
-            self.observe(now, answered);
+            self.observe(now, Happened::answered(number, started, &message, outcome));
         }
         match entry.stream {
             Some(key) => {
