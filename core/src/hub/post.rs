@@ -12,6 +12,7 @@ use super::dispatch::Delivery;
 use super::exchanges::{Answer, Sender};
 use super::in_flight::Entry;
 use super::mcp::{self, McpPost};
+use super::modern::ModernPost;
 use super::sessions::{Kind, SessionNumber, Sessions};
 use super::streams::Role;
 use super::{Hub, Request};
@@ -37,6 +38,8 @@ pub(super) enum Prepared {
     },
     /// A Streamable POST.
     Mcp(McpPost),
+    /// A 2026-07-28 request (SPEC section 13).
+    Modern(ModernPost),
 }
 
 impl Prepared {
@@ -62,6 +65,7 @@ impl Prepared {
         match self {
             Prepared::Legacy { msg, .. } => msg,
             Prepared::Mcp(post) => post.message(),
+            Prepared::Modern(post) => post.message(),
         }
     }
 
@@ -76,6 +80,7 @@ impl Prepared {
         match self {
             Prepared::Legacy { session, .. } => Some(*session),
             Prepared::Mcp(post) => post.session(),
+            Prepared::Modern(_) => None,
         }
     }
 }
@@ -230,6 +235,17 @@ impl Hub {
     ) -> Result<(), Rejection> {
         let (grant, principal) = (req.grant.clone(), req.principal.clone());
         let prepared = match req.endpoint {
+            Endpoint::McpPost if super::modern::is_modern(&req, &self.settings) => {
+                let (instance, tools) = (self.settings.instance.as_ref(), &self.modern.tools);
+                match ModernPost::prepare(req, instance, tools) {
+                    Ok(post) => Prepared::Modern(post),
+                    Err(Ok(answer)) => {
+                        self.respond(now, request, Answer::Served(answer));
+                        return Ok(());
+                    }
+                    Err(Err(rejection)) => return Err(rejection),
+                }
+            }
             Endpoint::McpPost => {
                 let instance = self.settings.instance.as_ref();
                 Prepared::Mcp(McpPost::prepare(req, &self.sessions, instance)?)
@@ -292,7 +308,7 @@ impl Hub {
     /// (`client_left`; audited as an `error`). Any other request goes on as usual.
     pub fn handle_client_left(&mut self, now: Instant, request: RequestId) {
         let Some(post) = self.posts.remove(request) else {
-            return;
+            return super::modern::client_left(self, now, request);
         };
         let exchange = self.exchanges.close(request);
         if let Some(started) = exchange.and_then(|e| e.started) {
@@ -324,6 +340,7 @@ impl Hub {
                 }
                 return;
             }
+            Prepared::Modern(post) => return super::modern::post(self, now, request, post, sender),
         };
         let Some(sid) = self.sessions.get(session).map(|s| s.id) else {
             return self.refuse(now, request, Rejection::SessionNotFound);
