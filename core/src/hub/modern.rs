@@ -151,25 +151,41 @@ pub(super) fn post(
         let response = streamable::notification_accepted();
         return hub.respond(now, request, Answer::Served(response));
     };
+    if msg.method == "subscriptions/listen" {
+        // Served by the listen streams (`Hub::open_listen`), not yet here.
+        let message = msg.error(-32601, "subscriptions/listen is not served yet");
+        return hub.respond(now, request, Answer::Served(Response::json(404, message)));
+    }
     if sender.forbidden {
         hub.metrics.policy_denied += 1;
     }
     if let Some(response) = answered_by_proxy(hub, &msg, &principal, sender.forbidden) {
         return hub.respond(now, request, Answer::Served(response));
     }
-    let method = msg.method.clone();
-    let filtered = super::authz::filters(&hub.settings, &msg);
-    let entry = Entry::awaited(&msg, (now, request), None, (None, None));
-    let deadline = hub.settings.request_timeout.map(|timeout| now + timeout);
-    (hub.in_flight).insert(Caller::Modern(key), id.key.clone(), entry, deadline);
-    let grant = sender.grant;
     let waiting = Waiting {
-        method,
-        filtered,
+        method: msg.method.clone(),
+        filtered: super::authz::filters(&hub.settings, &msg),
         principal,
-        grant,
+        grant: sender.grant,
         exchange: request,
     };
+    forward(hub, now, (key, id.key), msg, waiting);
+}
+
+/// Modern request `msg`, awaited under `key` with its id, goes to the backend (a
+/// `server/discover` as the proxy's own handshake).
+fn forward(
+    hub: &mut Hub,
+    now: Instant,
+    (key, id): (SessionId, IdKey),
+    msg: Checked,
+    waiting: Waiting,
+) {
+    let request = waiting.exchange;
+    let filtered = waiting.filtered;
+    let entry = Entry::awaited(&msg, (now, request), None, (None, None));
+    let deadline = hub.settings.request_timeout.map(|timeout| now + timeout);
+    (hub.in_flight).insert(Caller::Modern(key), id, entry, deadline);
     hub.modern.insert(key, waiting);
     let outbound = match msg.method.as_str() {
         "server/discover" => handshake(&msg),

@@ -208,6 +208,8 @@ impl Hub {
         arrival: Arrival<'_>,
         id: Option<&str>,
     ) -> Option<bool> {
+        // The 2026-07-28 revision forbids undefined codes in -32020..-32099 (SPEC 13).
+        let modern = arrival.msg.is_some_and(|m| m.modern.is_some());
         let (settings, decisions) = (&self.settings, &mut self.decisions);
         let denies = |msg: &Checked| {
             let sender = (arrival.principal, arrival.grant);
@@ -219,7 +221,13 @@ impl Hub {
                 if refused == Refused::Denied {
                     self.metrics.policy_denied += 1;
                 }
-                self.respond(now, request, refused.refusal(id, None).into());
+                let mut refusal = refused.refusal(id, None);
+                if let (true, Refused::RateLimited { .. }) = (modern, &refused) {
+                    let body =
+                        http::error_message(id.unwrap_or("null"), -32000, "rate limit exceeded");
+                    refusal.response.body = body.into();
+                }
+                self.respond(now, request, refusal.into());
                 None
             }
         }
