@@ -33,7 +33,8 @@ pub(super) enum Happened<'a> {
     /// A request's JSON-RPC answer `message` went out; `outcome` is the proxy's own
     /// verdict, `None` for the backend's answer.
     Answered {
-        session: SessionNumber,
+        /// `None`: a 2026-07-28 request, which has no session.
+        session: Option<SessionNumber>,
         started: Box<Started>,
         message: &'a [u8],
         outcome: Option<Outcome>,
@@ -55,13 +56,13 @@ pub(super) enum Happened<'a> {
 impl<'a> Happened<'a> {
     /// Request `started` of session `session` was answered with `message`.
     pub(super) fn answered(
-        session: SessionNumber,
+        session: impl Into<Option<SessionNumber>>,
         started: Box<Started>,
         message: &'a [u8],
         outcome: Option<Outcome>,
     ) -> Self {
         Happened::Answered {
-            session,
+            session: session.into(),
             started,
             message,
             outcome,
@@ -164,7 +165,7 @@ impl Hub {
                 let data = (audit.include_data).then(|| String::from_utf8_lossy(message));
                 let size = Some(message.len());
                 let record = auditor.record(now, *started, outcome, size, data.as_deref());
-                auditor.emit_in(Some(session), record);
+                auditor.emit_in(session, record);
             }
             Happened::Unanswered(session, started) => {
                 let record = auditor.record(now, *started, Outcome::Error, None, None);
@@ -194,8 +195,10 @@ pub(super) fn arrived(audit: Option<&Audit>, now: Instant, req: &Request) -> Opt
         Endpoint::McpDelete => (AuditType::SessionClose, Transport::Streamable),
         _ => return None,
     };
-    let session = match req.endpoint {
-        Endpoint::Messages => crate::routed_id::SessionId::parse(&req.session),
+    let session = match (req.endpoint, &req.body) {
+        // A 2026-07-28 request joins no session: `Mcp-Session-Id` is ignored (SPEC 13).
+        (_, crate::http::Body::Message(msg)) if msg.modern.is_some() => None,
+        (Endpoint::Messages, _) => crate::routed_id::SessionId::parse(&req.session),
         _ => (req.mcp.session.as_deref()).and_then(crate::routed_id::SessionId::parse),
     };
     Some(Box::new(Started {

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 use std::time::Instant;
 
+use super::auditing::Happened;
 use super::backend::LineFrom;
 use super::exchanges::{Answer, Sender};
 use super::in_flight::{Caller, Entry};
@@ -147,13 +148,13 @@ pub(super) fn post(
         msg,
         accepts,
     } = post;
-    // Its event, if any, is not written for modern requests yet.
-    let _ = hub.exchanges.take_started(request);
     let Some(id) = msg
         .id
         .clone()
         .filter(|_| msg.kind == message::Kind::Request)
     else {
+        // Accepted: a notification produces no event.
+        let _ = hub.exchanges.take_started(request);
         let response = streamable::notification_accepted();
         return hub.respond(now, request, Answer::Served(response));
     };
@@ -199,7 +200,9 @@ fn forward(
         );
         hub.streams.open_modern(now, stream, key);
     }
-    let entry = Entry::awaited(&msg, (now, request), None, (None, None));
+    // Accepted: its event goes with it, written when it is answered.
+    let audit = hub.exchanges.take_started(request);
+    let entry = Entry::awaited(&msg, (now, request), None, (audit, None));
     let deadline = hub.settings.request_timeout.map(|timeout| now + timeout);
     (hub.in_flight).insert(Caller::Modern(key), id, entry, deadline);
     hub.modern.insert(key, waiting);
@@ -276,6 +279,7 @@ pub(super) fn deliver(
     let Some(waiting) = hub.modern.remove(&key) else {
         return false;
     };
+    let mut entry = entry;
     let info = hub.router.initialize_result().and_then(modern::server_info);
     let answer = match waiting.method.as_str() {
         "server/discover" => discovered(&entry.raw_id, &message),
@@ -287,6 +291,9 @@ pub(super) fn deliver(
             modern::complete(method, &message, waiting.filtered, info.as_deref())
         }
     };
+    if let Some(started) = entry.audit.take() {
+        hub.observe(now, Happened::answered(None, started, &answer.0, None));
+    }
     answer_with(hub, now, &waiting, answer);
     true
 }
@@ -347,12 +354,15 @@ pub(super) fn unanswered(
     (code, text): (i32, &str),
     cancel: bool,
 ) {
-    let Some(entry) = hub.in_flight.take(Caller::Modern(key), id) else {
+    let Some(mut entry) = hub.in_flight.take(Caller::Modern(key), id) else {
         return;
     };
     let Some(waiting) = hub.modern.remove(&key) else {
         return;
     };
+    if let Some(started) = entry.audit.take() {
+        hub.observe(now, Happened::Unanswered(None, started));
+    }
     if cancel {
         if let Some(line) = streamable::cancel_line(&key, &entry.raw_id, text) {
             hub.queue_line(line, LineFrom::Cancellation);

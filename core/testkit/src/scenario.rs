@@ -960,8 +960,10 @@ impl Runner {
             (None, Some(label)) if !command.creates => Some(self.labels.sid(label).to_string()),
             _ => None,
         };
+        // A 2026-07-28 request is routed under a key of its own even when it names a session.
+        let modern = command.headers.version.as_deref() == Some("2026-07-28");
         let entropy = match &command.label {
-            Some(label) if command.creates => self.labels.entropy(label),
+            Some(label) if command.creates || modern => self.labels.entropy(label),
             _ => [0xee; 16],
         };
         let body = match command.body.as_deref() {
