@@ -144,7 +144,7 @@ impl Hub {
         }
         let mut watched: std::collections::BTreeSet<String> =
             self.sessions.watched().into_iter().collect();
-        watched.extend(self.listeners.held().cloned());
+        watched.extend(self.listeners.accepted().cloned());
         for uri in watched {
             let (_, line) = self.router.subscribe(&uri);
             self.queue_line(line, LineFrom::Proxy);

@@ -99,9 +99,9 @@ impl Listeners {
         self.holders.contains_key(uri)
     }
 
-    /// Every uri a listen stream holds, in order.
-    pub(crate) fn held(&self) -> impl Iterator<Item = &String> {
-        self.holders.keys()
+    /// Every uri the backend accepted for a listen stream (repeated when for several).
+    pub(crate) fn accepted(&self) -> impl Iterator<Item = &String> {
+        self.open.values().flat_map(|listen| &listen.uris)
     }
 
     /// Subscribes still awaited, (stream, uri): a restarted backend never answers them,
@@ -501,4 +501,454 @@ fn acknowledgement(listen: &Listen) -> Vec<u8> {
         r#"{{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{{"notifications":{honoured},"_meta":{{"{SUBSCRIPTION_ID}":{raw_id}}}}}}}"#
     )
     .into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::{Admitted, Endpoint, Payload};
+    use crate::output::BackendId;
+    use crate::settings::Settings;
+    use crate::supervise::Exit;
+
+    const CAPABILITIES: &str = r#"{"tools":{"listChanged":true},"resources":{"subscribe":true}}"#;
+
+    /// A hub with a backend initialized by one Streamable session, every output kept.
+    struct Bench {
+        hub: Hub,
+        now: Instant,
+        backend: BackendId,
+        outputs: Vec<Output>,
+        session: String,
+    }
+
+    impl Bench {
+        fn new(settings: Settings, capabilities: &str) -> Bench {
+            #[allow(clippy::disallowed_methods)] // the test's one origin of time
+            let now = Instant::now();
+            let mut hub = Hub::new(settings, now);
+            let Some(Output::SpawnBackend { backend, .. }) = hub.poll_output() else {
+                panic!("the backend is spawned first");
+            };
+            hub.handle_backend_spawned(now, backend, 7);
+            let mut bench = Bench {
+                hub,
+                now,
+                backend,
+                outputs: Vec::new(),
+                session: String::new(),
+            };
+            bench.drain();
+            let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}"#;
+            bench.mcp(None, init);
+            let result = format!(
+                r#"{{"jsonrpc":"2.0","id":"switchboard|initialize:1","result":{{"protocolVersion":"2025-06-18","capabilities":{capabilities},"serverInfo":{{"name":"b","version":"1"}}}}}}"#
+            );
+            bench.backend(&result);
+            bench.session = bench
+                .take()
+                .iter()
+                .find_map(|o| match o {
+                    Output::Respond { response, .. } => response
+                        .headers
+                        .iter()
+                        .find(|(name, _)| *name == "mcp-session-id")
+                        .map(|(_, value)| value.to_string()),
+                    _ => None,
+                })
+                .expect("the session opened");
+            bench
+        }
+
+        /// Drains the hub, the shell writing every line it is given at once.
+        fn drain(&mut self) {
+            loop {
+                let mut written = 0;
+                while let Some(output) = self.hub.poll_output() {
+                    written += usize::from(matches!(output, Output::ToBackend { .. }));
+                    self.outputs.push(output);
+                }
+                if written == 0 {
+                    return;
+                }
+                self.hub
+                    .handle_backend_wrote(self.now, self.backend, written);
+            }
+        }
+
+        fn take(&mut self) -> Vec<Output> {
+            std::mem::take(&mut self.outputs)
+        }
+
+        fn backend(&mut self, line: &str) {
+            let lines = [Some(line.as_bytes())];
+            self.hub.handle_backend_lines(self.now, self.backend, lines);
+            self.drain();
+        }
+
+        /// The backend exits, is restarted, and answers the cached handshake.
+        fn restart(&mut self) {
+            self.hub
+                .handle_backend_exited(self.now, self.backend, Exit::Code(1));
+            self.drain();
+            let restart = self.hub.poll_timeout().expect("a restart is due");
+            self.now = restart;
+            self.hub.handle_timeout(restart);
+            self.drain();
+            let backend = self.take().iter().find_map(|o| match o {
+                Output::SpawnBackend { backend, .. } => Some(*backend),
+                _ => None,
+            });
+            self.backend = backend.expect("a new process");
+            self.hub.handle_backend_spawned(self.now, self.backend, 8);
+            self.drain();
+            let init = to_backend(&self.take())
+                .pop()
+                .expect("the cached handshake");
+            let n = init
+                .split("initialize:")
+                .nth(1)
+                .and_then(|rest| rest.split('"').next())
+                .expect("its id");
+            self.backend(&format!(
+                r#"{{"jsonrpc":"2.0","id":"switchboard|initialize:{n}","result":{{"protocolVersion":"2025-06-18","capabilities":{CAPABILITIES}}}}}"#
+            ));
+        }
+
+        /// A `POST /mcp` of `body` in `session` (none: it opens one) by alice.
+        fn mcp(&mut self, session: Option<&str>, body: &str) -> RequestId {
+            let mut admitted = Admitted::new(Endpoint::McpPost, Principal::new("alice"), "");
+            admitted.mcp.session = session.map(str::to_owned);
+            admitted.mcp.content_type = Some("application/json".into());
+            admitted.mcp.accept = Some("application/json, text/event-stream".into());
+            let payload = Payload::Bytes(body.as_bytes().to_vec());
+            let request = admitted.into_request(payload, || [7; 16]);
+            let id = self.hub.handle_request(self.now, request);
+            self.drain();
+            id
+        }
+
+        /// A checked `subscriptions/listen` of `principal` under id `id` asking `filter`:
+        /// the stream it opened, if it did.
+        fn listen(&mut self, principal: &str, id: u32, filter: &str) -> Option<StreamId> {
+            let request = RequestId(self.hub.mint());
+            self.hub.exchanges.open(request, Default::default());
+            let body = format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"subscriptions/listen","params":{{"notifications":{filter},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
+            );
+            let msg = Checked::admit(body.into_bytes()).expect("a request");
+            let grant = Grant::default();
+            (self.hub).open_listen(self.now, request, Principal::new(principal), grant, msg);
+            self.drain();
+            self.outputs.iter().find_map(|o| match o {
+                Output::StartStream {
+                    request: r, stream, ..
+                } if *r == request => Some(*stream),
+                _ => None,
+            })
+        }
+    }
+
+    /// The JSON messages written to `stream` among `outputs`, and whether it ended.
+    fn on_stream(outputs: &[Output], stream: StreamId) -> (Vec<String>, bool) {
+        let mut messages = Vec::new();
+        let mut ended = false;
+        for output in outputs {
+            match output {
+                Output::ToStream { stream: s, frame } if *s == stream => {
+                    let text = String::from_utf8_lossy(frame.as_ref()).into_owned();
+                    messages.extend(
+                        text.strip_prefix("event: message\ndata: ")
+                            .map(|m| m.trim_end().to_owned()),
+                    );
+                }
+                Output::EndStream { stream: s } if *s == stream => ended = true,
+                _ => {}
+            }
+        }
+        (messages, ended)
+    }
+
+    /// The lines written to the backend among `outputs`.
+    fn to_backend(outputs: &[Output]) -> Vec<String> {
+        (outputs.iter())
+            .filter_map(|o| match o {
+                Output::ToBackend { line, .. } => {
+                    Some(String::from_utf8_lossy(line).trim_end().to_owned())
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    const META_7: &str = r#""_meta":{"io.modelcontextprotocol/subscriptionId":7}"#;
+
+    #[test]
+    fn acknowledged_once_the_backend_answered_then_only_what_was_asked() {
+        let mut bench = Bench::new(Settings::default(), CAPABILITIES);
+        let filter = r#"{"toolsListChanged":true,"promptsListChanged":true,"resourceSubscriptions":["file:///a","file:///a","file:///b"]}"#;
+        let stream = bench.listen("bob", 7, filter).expect("a stream");
+        let outputs = bench.take();
+        let lines = to_backend(&outputs);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines[0].contains(r#""method":"resources/subscribe","params":{"uri":"file:///a"}"#));
+        assert!(
+            lines[1].contains(r#""id":"switchboard|subscribe:3""#),
+            "{lines:?}"
+        );
+        assert_eq!(
+            on_stream(&outputs, stream),
+            (vec![], false),
+            "no ack before the answers"
+        );
+
+        bench.backend(r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#);
+        bench.backend(r#"{"jsonrpc":"2.0","id":"switchboard|subscribe:2","result":{}}"#);
+        assert_eq!(on_stream(&bench.take(), stream).0.len(), 0);
+        bench.backend(r#"{"jsonrpc":"2.0","id":"switchboard|subscribe:3","error":{"code":-32602,"message":"no"}}"#);
+        let (messages, _) = on_stream(&bench.take(), stream);
+        assert_eq!(
+            messages,
+            [
+                format!(
+                    r#"{{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{{"notifications":{{"toolsListChanged":true,"resourceSubscriptions":["file:///a"]}},{META_7}}}}}"#
+                ),
+                format!(
+                    r#"{{"jsonrpc":"2.0","method":"notifications/tools/list_changed","params":{{{META_7}}}}}"#
+                ),
+            ]
+        );
+
+        for line in [
+            r#"{"jsonrpc":"2.0","method":"notifications/prompts/list_changed"}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///b"}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///a","_meta":{"x":1}}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":7,"progress":1}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"result":{}}"#,
+        ] {
+            bench.backend(line);
+        }
+        let (messages, ended) = on_stream(&bench.take(), stream);
+        assert_eq!(
+            messages,
+            [format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{{"uri":"file:///a",{META_7}}}}}"#
+            )]
+        );
+        assert!(!ended);
+    }
+
+    #[test]
+    fn nothing_the_backend_did_not_declare_is_honoured() {
+        let mut bench = Bench::new(Settings::default(), r#"{"tools":{}}"#);
+        let filter = r#"{"toolsListChanged":true,"resourceSubscriptions":["file:///a"]}"#;
+        let stream = bench.listen("bob", 7, filter).expect("a stream");
+        let outputs = bench.take();
+        assert!(to_backend(&outputs).is_empty());
+        let ack = format!(
+            r#"{{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{{"notifications":{{}},{META_7}}}}}"#
+        );
+        assert_eq!(on_stream(&outputs, stream).0, [ack]);
+    }
+
+    #[test]
+    fn a_uri_is_unsubscribed_when_its_last_holder_of_either_kind_leaves() {
+        let mut bench = Bench::new(Settings::default(), CAPABILITIES);
+        let sid = bench.session.clone();
+        let subscribe = r#"{"jsonrpc":"2.0","id":5,"method":"resources/subscribe","params":{"uri":"file:///a"}}"#;
+        bench.mcp(Some(&sid), subscribe);
+        let filter = r#"{"resourceSubscriptions":["file:///a"]}"#;
+        let first = bench.listen("bob", 7, filter).expect("a stream");
+        let second = bench.listen("carol", 8, filter).expect("a stream");
+        bench.backend(r#"{"jsonrpc":"2.0","id":"switchboard|subscribe:2","result":{}}"#);
+        bench.backend(r#"{"jsonrpc":"2.0","id":"switchboard|subscribe:3","result":{}}"#);
+        bench.take();
+
+        // The session leaves first: its unsubscribe is answered by the proxy.
+        let unsubscribe = r#"{"jsonrpc":"2.0","id":6,"method":"resources/unsubscribe","params":{"uri":"file:///a"}}"#;
+        bench.mcp(Some(&sid), unsubscribe);
+        let outputs = bench.take();
+        assert!(
+            to_backend(&outputs).is_empty(),
+            "{:?}",
+            to_backend(&outputs)
+        );
+        assert!(outputs
+            .iter()
+            .any(|o| matches!(o, Output::Respond { response, .. }
+            if String::from_utf8_lossy(&response.body).contains(r#""id":6,"result":{}"#))));
+
+        bench
+            .hub
+            .handle_stream_closed(bench.now, first, crate::output::StreamEnd::ClientGone);
+        bench.drain();
+        assert!(
+            to_backend(&bench.take()).is_empty(),
+            "the other listen still holds it"
+        );
+        bench
+            .hub
+            .handle_stream_closed(bench.now, second, crate::output::StreamEnd::ClientGone);
+        bench.drain();
+        let lines = to_backend(&bench.take());
+        assert_eq!(lines.len(), 1);
+        assert!(
+            lines[0].contains(r#""method":"resources/unsubscribe","params":{"uri":"file:///a"}"#)
+        );
+        assert_eq!(bench.hub.sessions.of(&Principal::new("bob")), 0);
+    }
+
+    #[test]
+    fn a_session_leaving_keeps_what_a_listen_holds() {
+        let mut bench = Bench::new(Settings::default(), CAPABILITIES);
+        let sid = bench.session.clone();
+        let filter = r#"{"resourceSubscriptions":["file:///a"]}"#;
+        let stream = bench.listen("bob", 7, filter).expect("a stream");
+        bench.backend(r#"{"jsonrpc":"2.0","id":"switchboard|subscribe:2","result":{}}"#);
+        let subscribe = r#"{"jsonrpc":"2.0","id":5,"method":"resources/subscribe","params":{"uri":"file:///a"}}"#;
+        bench.mcp(Some(&sid), subscribe);
+        bench.take();
+        let unsubscribe = r#"{"jsonrpc":"2.0","id":6,"method":"resources/unsubscribe","params":{"uri":"file:///a"}}"#;
+        bench.mcp(Some(&sid), unsubscribe);
+        assert!(to_backend(&bench.take()).is_empty());
+        bench.backend(r#"{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///a"}}"#);
+        assert_eq!(on_stream(&bench.take(), stream).0.len(), 1);
+    }
+
+    #[test]
+    fn a_listen_takes_a_session_s_room() {
+        let settings = Settings {
+            max_sessions: 2,
+            ..Settings::default()
+        };
+        let mut bench = Bench::new(settings, CAPABILITIES);
+        let first = bench.listen("bob", 7, "{}").expect("room for one");
+        assert_eq!(bench.listen("bob", 8, "{}"), None);
+        assert!(bench
+            .take()
+            .iter()
+            .any(|o| matches!(o, Output::Respond { response, .. } if response.status == 503)));
+        bench
+            .hub
+            .handle_stream_closed(bench.now, first, crate::output::StreamEnd::ClientGone);
+        assert!(bench.listen("bob", 9, "{}").is_some());
+    }
+
+    #[test]
+    fn shutdown_ends_each_listen_with_its_last_result() {
+        let mut bench = Bench::new(Settings::default(), CAPABILITIES);
+        let stream = bench
+            .listen("bob", 7, r#"{"toolsListChanged":true}"#)
+            .expect("a stream");
+        bench.take();
+        bench.hub.handle_shutdown(bench.now);
+        bench.drain();
+        let last =
+            format!(r#"{{"jsonrpc":"2.0","id":7,"result":{{"resultType":"complete",{META_7}}}}}"#);
+        assert_eq!(on_stream(&bench.take(), stream), (vec![last], true));
+        assert_eq!(bench.hub.sessions.of(&Principal::new("bob")), 0);
+    }
+
+    #[test]
+    fn a_restarted_backend_is_subscribed_again_and_each_listen_told() {
+        let mut bench = Bench::new(Settings::default(), CAPABILITIES);
+        let filter =
+            r#"{"toolsListChanged":true,"resourceSubscriptions":["file:///a","file:///b"]}"#;
+        let stream = bench.listen("bob", 7, filter).expect("a stream");
+        bench.backend(r#"{"jsonrpc":"2.0","id":"switchboard|subscribe:2","result":{}}"#);
+        bench.take();
+        // file:///b is still awaited when the backend exits.
+        bench.restart();
+        let outputs = bench.take();
+        let lines = to_backend(&outputs);
+        let subscribed = |uri: &str| {
+            lines
+                .iter()
+                .filter(|l| {
+                    l.contains(&format!(
+                        r#""resources/subscribe","params":{{"uri":"{uri}"}}"#
+                    ))
+                })
+                .count()
+        };
+        assert_eq!(
+            (subscribed("file:///a"), subscribed("file:///b")),
+            (1, 1),
+            "{lines:?}"
+        );
+        // Still waiting for file:///b: the list change waits with it.
+        assert_eq!(on_stream(&outputs, stream).0.len(), 0);
+        let b = lines
+            .iter()
+            .find(|l| l.contains("file:///b"))
+            .expect("asked again");
+        let id = b
+            .split(r#""id":"#)
+            .nth(1)
+            .and_then(|rest| rest.split(',').next())
+            .expect("its id");
+        bench.backend(&format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#));
+        let (messages, _) = on_stream(&bench.take(), stream);
+        assert_eq!(messages.len(), 2, "{messages:?}");
+        assert!(messages[0].contains(r#""resourceSubscriptions":["file:///a","file:///b"]"#));
+        assert!(messages[1].contains("notifications/tools/list_changed"));
+    }
+
+    #[test]
+    fn a_uri_the_policy_denies_is_never_asked_for() {
+        let file = serde_json::json!({
+            "version": "1.0", "type": "cedarv1",
+            "cedar": {"policies": [
+                r#"permit(principal, action == Action::"read_resource", resource) when { resource.uri like "docs://*" };"#,
+            ], "entities_json": "[]"}
+        });
+        let policy = crate::policy::Policy::parse(&file.to_string()).expect("a policy");
+        let settings = Settings {
+            policy: Some(std::sync::Arc::new(policy)),
+            ..Settings::default()
+        };
+        let mut bench = Bench::new(settings, CAPABILITIES);
+        let filter = r#"{"resourceSubscriptions":["file:///etc/passwd","docs://guide"]}"#;
+        let stream = bench.listen("bob", 7, filter).expect("a stream");
+        let lines = to_backend(&bench.take());
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].contains("docs://guide"));
+        bench.backend(r#"{"jsonrpc":"2.0","id":"switchboard|subscribe:2","result":{}}"#);
+        let (messages, _) = on_stream(&bench.take(), stream);
+        assert!(messages[0].contains(r#""resourceSubscriptions":["docs://guide"]"#));
+    }
+
+    #[test]
+    fn a_silent_backend_delays_the_acknowledgement_only_until_the_request_timeout() {
+        let settings = Settings {
+            request_timeout: Some(Duration::from_secs(60)),
+            keepalive: Duration::from_secs(25),
+            ..Settings::default()
+        };
+        let mut bench = Bench::new(settings, CAPABILITIES);
+        let stream = bench.listen("bob", 7, r#"{"resourceSubscriptions":["file:///a"]}"#);
+        let stream = stream.expect("a stream");
+        bench.take();
+        let end = bench.now + Duration::from_secs(60);
+        while let Some(at) = bench.hub.poll_timeout().filter(|at| *at <= end) {
+            bench.now = at;
+            bench.hub.handle_timeout(at);
+            bench.drain();
+        }
+        let outputs = bench.take();
+        let keepalives = (outputs.iter())
+            .filter(|o| matches!(o, Output::ToStream { stream: s, frame } if *s == stream && frame.as_ref() == sse::KEEPALIVE))
+            .count();
+        assert_eq!(keepalives, 2, "at 25 s and 50 s");
+        let ack = format!(
+            r#"{{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{{"notifications":{{}},{META_7}}}}}"#
+        );
+        assert_eq!(on_stream(&outputs, stream).0, [ack]);
+        let lines = to_backend(&outputs);
+        let unsubscribes = (lines.iter()).filter(|l| l.contains("resources/unsubscribe"));
+        assert_eq!(unsubscribes.count(), 1, "{lines:?}");
+        // The late answer finds nobody waiting.
+        bench.backend(r#"{"jsonrpc":"2.0","id":"switchboard|subscribe:2","result":{}}"#);
+        assert_eq!(on_stream(&bench.take(), stream).0.len(), 0);
+    }
 }
