@@ -116,6 +116,9 @@ pub(crate) enum Routed {
         answers: Vec<Answer>,
         initialized: Option<Vec<u8>>,
     },
+    /// The answer to the proxy's `resources/subscribe` number `subscribe`: a listen stream
+    /// may wait for it (SPEC section 13).
+    Subscribed { subscribe: u64, accepted: bool },
     /// The answer to one of the proxy's unsubscribes: nothing to do.
     Consumed,
     /// Nowhere: counted and logged.
@@ -234,15 +237,25 @@ impl Router {
         Some(line.into_bytes())
     }
 
-    /// The proxy's `resources/subscribe` of `uri` for a restarted backend, under an id of
-    /// its own (whose answer it consumes).
-    pub(crate) fn subscribe(&mut self, uri: &str) -> Vec<u8> {
+    /// The proxy's `resources/subscribe` of `uri` (for a restarted backend, or a listen
+    /// stream), under an id of its own: its number and the line.
+    pub(crate) fn subscribe(&mut self, uri: &str) -> (u64, Vec<u8>) {
         let n = self.next_proxy_id(ProxyRequest::Subscribe);
-        format!(
+        let line = format!(
             "{{\"jsonrpc\":\"2.0\",\"id\":\"{PROXY_ID_PREFIX}subscribe:{n}\",\"method\":\"resources/subscribe\",\"params\":{{\"uri\":{}}}}}\n",
             serde_json::Value::from(uri)
-        )
-        .into_bytes()
+        );
+        (n, line.into_bytes())
+    }
+
+    /// The backend's cached `initialize` result (what it declared), once it has one.
+    pub(crate) fn handshake_result(&self) -> Option<&RawValue> {
+        match &self.init {
+            Init::Ready { result, .. }
+            | Init::Restore { result, .. }
+            | Init::Reinit { result, .. } => Some(result),
+            Init::Idle | Init::InFlight { .. } => None,
+        }
     }
 
     /// What `msg` of `sid` becomes (subscriptions were decided by the hub); `filtered`
@@ -382,9 +395,12 @@ impl Router {
                 Init::Reinit { request, .. } if request == n => self.reinitialized(msg),
                 _ => dropped(DropReason::UnroutedResponse, None),
             },
-            // The answer to an unsubscribe after the last subscriber left, or to a
-            // subscription renewed for a restarted backend.
-            ProxyRequest::Unsubscribe | ProxyRequest::Subscribe => Routed::Consumed,
+            ProxyRequest::Subscribe => Routed::Subscribed {
+                subscribe: n,
+                accepted: msg.error.is_none(),
+            },
+            // The answer to an unsubscribe after the last subscriber left.
+            ProxyRequest::Unsubscribe => Routed::Consumed,
         }
     }
 

@@ -222,6 +222,19 @@ impl Decisions {
         !self.allowed(policy, (principal, grant), &question)
     }
 
+    /// Whether `policy` lets `principal` read resource `uri` (a listen's subscriptions).
+    pub(super) fn may_read(
+        &mut self,
+        policy: Option<&std::sync::Arc<Policy>>,
+        caller: (&Principal, &Grant),
+        uri: &str,
+    ) -> bool {
+        let Some(policy) = policy else {
+            return true;
+        };
+        self.allowed(policy, caller, &Question::ReadResource(uri.to_owned()))
+    }
+
     /// The policy's decision on `question` of `principal` (remembered, unless its
     /// arguments are long).
     fn allowed(

@@ -88,6 +88,10 @@ impl Hub {
                 initialized,
             } => self.initialized(now, answers, initialized),
             Routed::Restored { same, initialized } => self.restored(now, same, initialized),
+            Routed::Subscribed {
+                subscribe,
+                accepted,
+            } => super::listen::subscribed(self, now, subscribe, accepted),
             Routed::Consumed => {}
             Routed::Dropped { reason, method } => self.drop_message(reason, method.as_deref()),
         }
@@ -112,12 +116,16 @@ impl Hub {
         }
     }
 
-    /// `notifications/resources/updated`: to each live session watching its uri.
+    /// `notifications/resources/updated`: to each live session and listen stream watching
+    /// its uri.
     fn updated(&mut self, now: Instant, uri: Option<&str>, message: Vec<u8>) {
         let watchers = uri
             .map(|uri| self.sessions.watchers(uri))
             .unwrap_or_default();
-        if watchers.is_empty() {
+        let listening = uri.map_or(0, |uri| {
+            (self.listeners).updated(now, uri, &mut self.outputs)
+        });
+        if watchers.is_empty() && listening == 0 {
             return self.drop_message(
                 DropReason::NoSubscriber,
                 Some("notifications/resources/updated"),
@@ -128,11 +136,16 @@ impl Hub {
         }
     }
 
-    /// A `list_changed`, to legacy streams and Streamable GET streams in creation order; a
-    /// Streamable session without a GET stream is not told (never replayed).
+    /// A `list_changed`, to legacy streams and Streamable GET streams in creation order,
+    /// then to the listen streams that asked for it; a Streamable session without a GET
+    /// stream is not told (never replayed).
     pub(super) fn list_changed(&mut self, now: Instant, method: &str, message: &[u8]) {
+        let listening = (self.listeners).list_changed(now, method, &mut self.outputs);
         if self.sessions.len() == 0 {
-            return self.drop_message(DropReason::NoLiveSession, Some(method));
+            if !listening {
+                self.drop_message(DropReason::NoLiveSession, Some(method));
+            }
+            return;
         }
         self.metrics.broadcasts += 1;
         let frame: Arc<[u8]> = Arc::from(sse::message_event(message));

@@ -143,10 +143,14 @@ impl Hub {
         if let Some(line) = initialized {
             self.queue_line(line, LineFrom::Proxy);
         }
-        for uri in self.sessions.watched() {
-            let line = self.router.subscribe(&uri);
+        let mut watched: std::collections::BTreeSet<String> =
+            self.sessions.watched().into_iter().collect();
+        watched.extend(self.listeners.accepted().cloned());
+        for uri in watched {
+            let (_, line) = self.router.subscribe(&uri);
             self.queue_line(line, LineFrom::Proxy);
         }
+        super::listen::renew_awaited(self);
         for what in ["tools", "resources", "prompts"] {
             let method = format!("notifications/{what}/list_changed");
             let message = format!(r#"{{"jsonrpc":"2.0","method":"{method}"}}"#);
@@ -192,6 +196,7 @@ impl Hub {
         for number in live {
             self.end_session(now, number, reason);
         }
+        super::listen::end_all(self, now);
         self.sessions.close_all();
         self.in_flight.clear();
         self.streams.clear();
@@ -238,6 +243,9 @@ impl Hub {
             reason,
         }));
         if let Ending::Deleted = ending {
+            let released: Vec<String> = (released.into_iter())
+                .filter(|uri| !self.listeners.holds(uri))
+                .collect();
             for uri in released {
                 let line = self.router.unsubscribe(&uri);
                 self.queue_line(line, LineFrom::Proxy);

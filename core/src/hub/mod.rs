@@ -8,6 +8,7 @@
 //! | `in_flight` | every request in flight of either transport, its progress token and its timeout |
 //! | `exchanges` | the HTTP exchanges owed an answer: each one's CORS origin and observation context until `respond` |
 //! | `streams` | open SSE streams, what is sent on them and their end, their keep-alives |
+//! | `listen` | the 2026-07-28 listen streams: what each gets, the uris they hold, their keep-alives |
 //! | `resume` | each Streamable session's event log: numbered events kept for resumption |
 //! | `keys` | the key sets: their fetches, refreshes and backoff (SPEC section 9) |
 //! | `authz` | the policy's decisions, remembered, and the filtering of list results (SPEC section 10) |
@@ -44,6 +45,7 @@ mod in_flight;
 mod inspect;
 mod keys;
 mod lifecycle;
+mod listen;
 mod mcp;
 mod modern;
 mod post;
@@ -86,6 +88,7 @@ pub struct Hub {
     sessions: Sessions,
     in_flight: InFlight,
     streams: Streams,
+    listeners: listen::Listeners,
     posts: WaitingPosts,
     /// 2026-07-28 requests in flight (SPEC section 13).
     modern: modern::ModernRequests,
@@ -107,6 +110,7 @@ impl Hub {
             sessions: Sessions::new(settings.max_sessions),
             in_flight: InFlight::default(),
             streams: Streams::new(settings.keepalive),
+            listeners: listen::Listeners::new(settings.keepalive),
             posts: WaitingPosts::default(),
             modern: modern::ModernRequests::default(),
             metrics: Metrics::default(),
@@ -141,6 +145,7 @@ impl Hub {
             self.in_flight.poll_timeout(),
             self.posts.poll_timeout(),
             self.streams.poll_timeout(),
+            self.listeners.poll_timeout(),
             self.keys.poll_timeout(),
         ]
         .into_iter()
@@ -191,6 +196,7 @@ impl Hub {
             self.respond_health(now, request, false);
         }
         self.streams.handle_timeout(now, &mut self.outputs);
+        listen::handle_timeout(self, now);
         self.keys
             .start_due(now, &mut self.next_id, &mut self.outputs);
     }
@@ -280,10 +286,11 @@ impl Hub {
     }
 
     /// A stream ended on the shell's side (the client left, or its queue was full): a
-    /// legacy session ends with it; a Streamable session only loses that stream.
+    /// legacy session ends with it; a Streamable session only loses that stream; a listen
+    /// stream ends.
     pub fn handle_stream_closed(&mut self, now: Instant, stream: StreamId, end: StreamEnd) {
         let Some(state) = self.streams.remove(stream) else {
-            return;
+            return listen::closed(self, stream);
         };
         let reason = match end {
             StreamEnd::ClientGone => crate::output::CloseReason::ClientGone,

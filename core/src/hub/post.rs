@@ -393,7 +393,7 @@ impl Hub {
             if let (true, Some(session)) = (filtered, self.sessions.get_mut(number)) {
                 session.grant = sender.grant;
             }
-            match subscription(&mut self.sessions, number, msg) {
+            match subscription((&mut self.sessions, &self.listeners), number, msg) {
                 Some(answer) => answer,
                 None => match self.router.forward(sid, msg, filtered) {
                     Forward::Line(line) => return self.queue_line(line, LineFrom::Client(number)),
@@ -418,10 +418,11 @@ impl Hub {
 }
 
 /// The proxy's own answer to a subscription request of session `number`, if it has one: a
-/// `resources/subscribe` over the cap is refused; a `resources/unsubscribe` others still
-/// watch is answered `{}` (only this session leaves; the backend keeps it).
+/// `resources/subscribe` over the cap is refused; a `resources/unsubscribe` others (a
+/// session or a listen stream) still watch is answered `{}` (only this session leaves; the
+/// backend keeps it).
 fn subscription(
-    sessions: &mut Sessions,
+    (sessions, listeners): (&mut Sessions, &super::listen::Listeners),
     number: SessionNumber,
     msg: &Checked,
 ) -> Option<(Vec<u8>, Outcome)> {
@@ -432,7 +433,9 @@ fn subscription(
         ("resources/subscribe", Some(uri)) if sessions.subscribe(number, uri).is_err() => {
             Some((msg.error(-32603, "Too many subscriptions"), Outcome::Error))
         }
-        ("resources/unsubscribe", Some(uri)) if sessions.unsubscribe(number, uri) => {
+        ("resources/unsubscribe", Some(uri))
+            if sessions.unsubscribe(number, uri) || listeners.holds(uri) =>
+        {
             Some((msg.result("{}"), Outcome::Success))
         }
         _ => None,

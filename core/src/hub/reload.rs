@@ -24,6 +24,7 @@ impl Hub {
         let old = std::mem::replace(&mut self.settings, settings);
         self.sessions.set_max(self.settings.max_sessions);
         self.streams.set_keepalive(self.settings.keepalive);
+        self.listeners.set_keepalive(self.settings.keepalive);
         self.backend.reconfigure(&self.settings);
         self.metrics.reloads += 1;
         self.outputs

@@ -118,8 +118,11 @@ pub(crate) struct Sessions {
     by_sid: BTreeMap<SessionId, SessionNumber>,
     /// Who watches each uri (kept in step with each session's own set, here only).
     subscribers: BTreeMap<String, BTreeSet<SessionId>>,
-    /// Live sessions per principal (principals with none are not listed).
+    /// Live sessions and listen streams per principal (principals with none are not
+    /// listed).
     per_principal: BTreeMap<Principal, usize>,
+    /// Open listen streams (SPEC section 13): each takes a session's room.
+    listens: usize,
     next: u64,
     max: usize,
     /// Idle checks, at most one per Streamable session.
@@ -137,6 +140,7 @@ impl Sessions {
             by_sid: BTreeMap::new(),
             subscribers: BTreeMap::new(),
             per_principal: BTreeMap::new(),
+            listens: 0,
             next: 1,
             max,
             idle_timers: Deadlines::default(),
@@ -154,9 +158,9 @@ impl Sessions {
         self.max = max;
     }
 
-    /// Whether a new session may open: 503 past `--max-sessions`.
+    /// Whether a new session (or listen stream) may open: 503 past `--max-sessions`.
     pub(crate) fn check_room(&self) -> Result<(), Rejection> {
-        if self.by_number.len() >= self.max {
+        if self.by_number.len() + self.listens >= self.max {
             return Err(Rejection::TooManySessions);
         }
         Ok(())
@@ -208,12 +212,7 @@ impl Sessions {
             let held = (m.log.bytes(), 0);
             self.holders.moved(&session.principal, number, held);
         }
-        if let Some(n) = self.per_principal.get_mut(&session.principal) {
-            *n -= 1;
-            if *n == 0 {
-                self.per_principal.remove(&session.principal);
-            }
-        }
+        self.left(&session.principal);
         self.idle_timers.remove(&number);
         let mut released = Vec::new();
         for uri in std::mem::take(&mut session.subscriptions) {
@@ -226,6 +225,28 @@ impl Sessions {
             }
         }
         Some((session, released))
+    }
+
+    /// A listen stream of `principal` opened: it counts as one of its sessions.
+    pub(crate) fn listen_opened(&mut self, principal: &Principal) {
+        self.listens += 1;
+        *self.per_principal.entry(principal.clone()).or_default() += 1;
+    }
+
+    /// A listen stream of `principal` ended.
+    pub(crate) fn listen_ended(&mut self, principal: &Principal) {
+        self.listens = self.listens.saturating_sub(1);
+        self.left(principal);
+    }
+
+    /// One session or listen stream of `principal` is gone.
+    fn left(&mut self, principal: &Principal) {
+        if let Some(n) = self.per_principal.get_mut(principal) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_principal.remove(principal);
+            }
+        }
     }
 
     /// Removes every session in creation order (nothing is unsubscribed).
