@@ -359,60 +359,58 @@ impl Asked {
     }
 }
 
-impl Hub {
-    /// A `subscriptions/listen` that passed every check opens its stream, within a
-    /// session's room (SPEC section 13): the backend is asked to subscribe each uri the
-    /// policy lets the caller read, and once it has answered them all the stream is
-    /// acknowledged with what it will carry. Called by the 2026-07-28 request path once
-    /// `request`'s exchange is open and `msg` passed every check.
-    pub fn open_listen(
-        &mut self,
-        now: Instant,
-        request: RequestId,
-        principal: Principal,
-        grant: Grant,
-        msg: Checked,
-    ) {
-        let parts = (&self.backend, &self.sessions);
-        let per_principal = self.settings.max_sessions_per_principal;
-        let opening = super::mcp::opening(now, &principal, parts, per_principal);
-        if let Err(refused) = admission::room(&Capacity::opening(opening)) {
-            let refusal = refused.refusal(Some(msg.raw_id()), None);
-            return self.respond(now, request, refusal.into());
-        }
-        let Asked { lists, uris } = Asked::honoured(&msg, self.router.handshake_result());
-        let policy = self.settings.policy.as_ref();
-        let uris: Vec<String> = uris
-            .into_iter()
-            .filter(|uri| (self.decisions).may_read(policy, (&principal, &grant), uri))
-            .collect();
-        let stream = StreamId(self.mint());
-        self.respond(now, request, Answer::Stream(stream, http::sse_head()));
-        self.sessions.listen_opened(&principal);
-        let listen = Listen {
-            principal,
-            raw_id: msg.raw_id().to_owned(),
-            lists,
-            uris: BTreeSet::new(),
-            awaiting: 0,
-            acknowledged: false,
-            missed: BTreeSet::new(),
-            last_frame: now,
-        };
-        let listeners = &mut self.listeners;
-        listeners.open.insert(stream, listen);
-        listeners.keepalives.set(stream, now + listeners.keepalive);
-        if let Some(timeout) = self.settings.request_timeout {
-            listeners.ack_timers.set(stream, now + timeout);
-        }
-        for uri in uris {
-            let (n, line) = self.router.subscribe(&uri);
-            self.listeners.awaits(n, stream, uri);
-            self.queue_line(line, LineFrom::Proxy);
-        }
-        if self.listeners.open[&stream].awaiting == 0 {
-            self.listeners.acknowledge(now, stream, &mut self.outputs);
-        }
+/// A `subscriptions/listen` that passed every check opens its stream, within a
+/// session's room (SPEC section 13): the backend is asked to subscribe each uri the
+/// policy lets the caller read, and once it has answered them all the stream is
+/// acknowledged with what it will carry. `msg` passed every check of the 2026-07-28
+/// request path.
+pub(super) fn open(
+    hub: &mut Hub,
+    now: Instant,
+    request: RequestId,
+    principal: Principal,
+    grant: Grant,
+    msg: Checked,
+) {
+    let parts = (&hub.backend, &hub.sessions);
+    let per_principal = hub.settings.max_sessions_per_principal;
+    let opening = super::mcp::opening(now, &principal, parts, per_principal);
+    if let Err(refused) = admission::room(&Capacity::opening(opening)) {
+        let refusal = refused.refusal(Some(msg.raw_id()), None);
+        return hub.respond(now, request, refusal.into());
+    }
+    let Asked { lists, uris } = Asked::honoured(&msg, hub.router.handshake_result());
+    let policy = hub.settings.policy.as_ref();
+    let uris: Vec<String> = uris
+        .into_iter()
+        .filter(|uri| (hub.decisions).may_read(policy, (&principal, &grant), uri))
+        .collect();
+    let stream = StreamId(hub.mint());
+    hub.respond(now, request, Answer::Stream(stream, http::sse_head()));
+    hub.sessions.listen_opened(&principal);
+    let listen = Listen {
+        principal,
+        raw_id: msg.raw_id().to_owned(),
+        lists,
+        uris: BTreeSet::new(),
+        awaiting: 0,
+        acknowledged: false,
+        missed: BTreeSet::new(),
+        last_frame: now,
+    };
+    let listeners = &mut hub.listeners;
+    listeners.open.insert(stream, listen);
+    listeners.keepalives.set(stream, now + listeners.keepalive);
+    if let Some(timeout) = hub.settings.request_timeout {
+        listeners.ack_timers.set(stream, now + timeout);
+    }
+    for uri in uris {
+        let (n, line) = hub.router.subscribe(&uri);
+        hub.listeners.awaits(n, stream, uri);
+        hub.queue_line(line, LineFrom::Proxy);
+    }
+    if hub.listeners.open[&stream].awaiting == 0 {
+        hub.listeners.acknowledge(now, stream, &mut hub.outputs);
     }
 }
 
@@ -638,7 +636,14 @@ mod tests {
             );
             let msg = Checked::admit(body.into_bytes()).expect("a request");
             let grant = Grant::default();
-            (self.hub).open_listen(self.now, request, Principal::new(principal), grant, msg);
+            open(
+                &mut self.hub,
+                self.now,
+                request,
+                Principal::new(principal),
+                grant,
+                msg,
+            );
             self.drain();
             self.outputs.iter().find_map(|o| match o {
                 Output::StartStream {

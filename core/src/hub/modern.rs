@@ -159,9 +159,7 @@ pub(super) fn post(
         return hub.respond(now, request, Answer::Served(response));
     };
     if msg.method == "subscriptions/listen" {
-        // Served by the listen streams (`Hub::open_listen`), not yet here.
-        let message = msg.error(-32601, "subscriptions/listen is not served yet");
-        return hub.respond(now, request, Answer::Served(Response::json(404, message)));
+        return super::listen::open(hub, now, request, principal, sender.grant, msg);
     }
     if sender.forbidden {
         hub.metrics.policy_denied += 1;
