@@ -710,6 +710,50 @@ mod tests {
     }
 
     #[test]
+    fn meta_is_set_in_place_keeping_every_other_byte() {
+        let tp = "00-0af7651916cd43dd8448eb211c80319c-c2c2c2c2c2c2c2c2-01";
+        let added = with_meta(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#, tp, None);
+        let expected = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"_meta":{{"traceparent":"{tp}"}}}}}}"#
+        );
+        assert_eq!(added.as_deref(), Some(expected.as_str()));
+        let text = r#"{"id":"a","params":{"_meta":{"tracestate":"x=1","traceparent":"old","progressToken":1.50},"n":[1, 2]},"method":"m"}"#;
+        let replaced = with_meta(text, tp, Some("y=2")).unwrap();
+        let expected = format!(
+            r#"{{"id":"a","params":{{"_meta":{{"traceparent":"{tp}","progressToken":1.50,"tracestate":"y=2"}},"n":[1, 2]}},"method":"m"}}"#
+        );
+        assert_eq!(replaced, expected);
+        assert_eq!(with_meta(r#"{"id":1,"params":[1]}"#, tp, None), None);
+        assert_eq!(
+            with_meta(r#"{"id":1,"params":{"_meta":"no"}}"#, tp, None),
+            None
+        );
+    }
+
+    #[test]
+    fn caller_errors_record_their_code_only() {
+        let answer = |text: &'static str| Ending::Answered(text.as_bytes()).attributes();
+        let caller = answer(r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"m"}}"#);
+        assert_eq!(caller, (Some(-32602), None));
+        let failed = answer(r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"m"}}"#);
+        assert_eq!(failed, (Some(-32603), Some("-32603".to_owned())));
+        let tool = answer(r#"{"jsonrpc":"2.0","id":1,"result":{"isError":true}}"#);
+        assert_eq!(tool, (None, Some("tool_error".to_owned())));
+        assert_eq!(
+            answer(r#"{"jsonrpc":"2.0","id":1,"result":{"isError":false}}"#),
+            (None, None)
+        );
+        assert_eq!(
+            Ending::Refused(429, b"Too Many").attributes(),
+            (None, Some("429".into()))
+        );
+        assert_eq!(
+            Ending::Unanswered.attributes(),
+            (None, Some("_OTHER".into()))
+        );
+    }
+
+    #[test]
     fn ids_are_never_zero_nor_equal() {
         let (trace, server, client) = ids(&[0; 32]);
         assert_ne!(trace, [0; 16]);
