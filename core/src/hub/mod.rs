@@ -53,6 +53,7 @@ mod reload;
 mod resume;
 mod resumption;
 mod sessions;
+mod spans;
 mod streams;
 
 use std::collections::VecDeque;
@@ -209,7 +210,7 @@ impl Hub {
         let id = RequestId(self.mint());
         let exchange = Exchange {
             cors: request.cors.take(),
-            started: auditing::arrived(self.settings.audit.as_ref(), now, &request),
+            started: auditing::arrived(&self.settings, now, &mut request),
         };
         self.exchanges.open(id, exchange);
         match self.backend.phase() {

@@ -1,0 +1,770 @@
+//! Traces (SPEC section 14) as data: W3C Trace Context (`traceparent`, `tracestate`), the
+//! OpenTelemetry sampler, span ids from the shell's random bytes, and the finished span the
+//! shell hands to its exporter ([`SpanRecord`]). Pure: the hub decides every span from its
+//! own times; a shell only maps `Instant`s to wall time and exports.
+
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use crate::message::Checked;
+
+/// A span's identity as W3C Trace Context carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SpanContext {
+    /// Never all zeros.
+    pub trace_id: [u8; 16],
+    /// Never all zeros.
+    pub span_id: [u8; 8],
+    /// The `sampled` trace flag.
+    pub sampled: bool,
+}
+
+impl SpanContext {
+    /// A `traceparent` value (W3C Trace Context level 1): version 00 exactly, a later
+    /// version by its first four fields; `None` for anything invalid, which is then ignored.
+    pub fn parse(text: &str) -> Option<SpanContext> {
+        let text = text.trim_matches([' ', '\t']);
+        let b = text.as_bytes();
+        if b.len() < 55 || b[2] != b'-' || b[35] != b'-' || b[52] != b'-' {
+            return None;
+        }
+        let version = hex::<1>(&text[..2])?[0];
+        let exact = version == 0 && b.len() == 55;
+        let later = version != 0 && version != 0xff && (b.len() == 55 || b[55] == b'-');
+        if !(exact || later) {
+            return None;
+        }
+        let trace_id = hex::<16>(&text[3..35])?;
+        let span_id = hex::<8>(&text[36..52])?;
+        let flags = hex::<1>(&text[53..55])?[0];
+        let valid = trace_id != [0; 16] && span_id != [0; 8];
+        valid.then_some(SpanContext {
+            trace_id,
+            span_id,
+            sampled: flags & 1 == 1,
+        })
+    }
+
+    /// The `traceparent` value naming this span as the parent.
+    pub fn traceparent(&self) -> String {
+        let mut out = String::with_capacity(55);
+        out.push_str("00-");
+        push_hex(&mut out, &self.trace_id);
+        out.push('-');
+        push_hex(&mut out, &self.span_id);
+        out.push_str(if self.sampled { "-01" } else { "-00" });
+        out
+    }
+}
+
+/// Lowercase hex of exactly `N` bytes (W3C forbids upper case).
+fn hex<const N: usize>(text: &str) -> Option<[u8; N]> {
+    let digits = text.as_bytes();
+    if digits.len() != 2 * N {
+        return None;
+    }
+    let nibble = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    let mut out = [0; N];
+    for (byte, pair) in out.iter_mut().zip(digits.chunks(2)) {
+        *byte = nibble(pair[0])? << 4 | nibble(pair[1])?;
+    }
+    Some(out)
+}
+
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    for byte in bytes {
+        let _ = write!(out, "{byte:02x}");
+    }
+}
+
+/// A `tracestate` value worth passing on: at most 512 characters and 32 members, each
+/// `key=value` in printable ASCII. Anything else is dropped, as W3C allows.
+pub(crate) fn valid_tracestate(text: &str) -> Option<&str> {
+    let text = text.trim_matches([' ', '\t']);
+    let members = text.split(',').map(|m| m.trim_matches([' ', '\t']));
+    let member_ok = |m: &str| match m.split_once('=') {
+        None => m.is_empty(),
+        Some((key, value)) => {
+            !key.is_empty()
+                && !value.is_empty()
+                && key.bytes().all(|c| c.is_ascii_graphic())
+                && value
+                    .bytes()
+                    .all(|c| (0x20..0x7f).contains(&c) && c != b',' && c != b'=')
+        }
+    };
+    let ok = !text.is_empty() && text.len() <= 512 && text.split(',').count() <= 32;
+    (ok && members.clone().all(member_ok)).then_some(text)
+}
+
+/// What a sampler decides when a span has no parent (`OTEL_TRACES_SAMPLER`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Root {
+    /// `always_on`.
+    AlwaysOn,
+    /// `always_off`.
+    AlwaysOff,
+    /// `traceidratio`: this fraction of trace ids, by the id itself.
+    Ratio(f64),
+}
+
+/// The OpenTelemetry sampler: a root decision, and whether a parent's `sampled` flag
+/// decides instead (the `parentbased_*` samplers).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sampler {
+    /// For a span without a parent (or any span when not parent-based).
+    pub root: Root,
+    /// A parent's decision wins.
+    pub parent_based: bool,
+}
+
+impl Default for Sampler {
+    /// `parentbased_always_on`, the OpenTelemetry default.
+    fn default() -> Self {
+        Sampler {
+            root: Root::AlwaysOn,
+            parent_based: true,
+        }
+    }
+}
+
+impl Sampler {
+    /// `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG` (a ratio in [0, 1], default 1).
+    pub fn parse(name: &str, arg: Option<&str>) -> Result<Sampler, String> {
+        let (parent_based, root) = match name.strip_prefix("parentbased_") {
+            Some(root) => (true, root),
+            None => (false, name),
+        };
+        let root = match root {
+            "always_on" => Root::AlwaysOn,
+            "always_off" => Root::AlwaysOff,
+            "traceidratio" => {
+                let ratio = match arg {
+                    None => 1.0,
+                    Some(arg) => arg
+                        .trim()
+                        .parse::<f64>()
+                        .map_err(|_| format!("OTEL_TRACES_SAMPLER_ARG {arg:?} is not a number"))?,
+                };
+                if !(0.0..=1.0).contains(&ratio) {
+                    return Err(format!("OTEL_TRACES_SAMPLER_ARG {ratio} is not in [0, 1]"));
+                }
+                Root::Ratio(ratio)
+            }
+            _ => {
+                return Err(format!(
+                    "OTEL_TRACES_SAMPLER {name:?} is not a known sampler"
+                ))
+            }
+        };
+        Ok(Sampler { root, parent_based })
+    }
+
+    /// Whether a span of `trace_id` under `parent` is recorded and exported.
+    pub fn samples(&self, trace_id: &[u8; 16], parent: Option<&SpanContext>) -> bool {
+        if let (true, Some(parent)) = (self.parent_based, parent) {
+            return parent.sampled;
+        }
+        match self.root {
+            Root::AlwaysOn => true,
+            Root::AlwaysOff => false,
+            // As the OpenTelemetry SDKs do: the id's last 8 bytes against the ratio.
+            Root::Ratio(ratio) => {
+                let bound = (ratio * (1u64 << 63) as f64) as u64;
+                let draw = u64::from_be_bytes(trace_id[8..].try_into().unwrap_or_default()) >> 1;
+                draw < bound
+            }
+        }
+    }
+}
+
+impl TraceHeaders {
+    /// Ids for the request's spans from its random bytes: a trace id (used when it has no
+    /// parent), the SERVER span's id and the CLIENT span's id; none all zeros.
+    pub fn ids(&self) -> ([u8; 16], [u8; 8], [u8; 8]) {
+        ids(&self.entropy)
+    }
+}
+
+fn ids(entropy: &[u8; 32]) -> ([u8; 16], [u8; 8], [u8; 8]) {
+    let mut trace_id: [u8; 16] = entropy[..16].try_into().unwrap_or_default();
+    let mut server: [u8; 8] = entropy[16..24].try_into().unwrap_or_default();
+    let mut client: [u8; 8] = entropy[24..].try_into().unwrap_or_default();
+    trace_id[15] |= (trace_id == [0; 16]) as u8;
+    server[7] |= (server == [0; 8]) as u8;
+    client[7] |= (client == [0; 8]) as u8;
+    if client == server {
+        client[0] ^= 0xff;
+    }
+    (trace_id, server, client)
+}
+
+/// What a request brings for its spans when tracing is on: the HTTP `traceparent` and
+/// `tracestate` headers (valid ones) and 32 random bytes for its ids.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TraceHeaders {
+    /// The `traceparent` header, if valid.
+    pub parent: Option<SpanContext>,
+    /// The `tracestate` header, if valid.
+    pub tracestate: Option<String>,
+    /// Random bytes from the OS ([`crate::http::Request::seed_trace`]).
+    pub entropy: [u8; 32],
+}
+
+/// SERVER for the client's request, CLIENT for the hop to the backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpanKind {
+    /// A request Switchboard answered (or the backend answered through it).
+    Server,
+    /// The backend hop.
+    Client,
+}
+
+/// The span status: the conventions set ERROR only, never a description.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpanStatus {
+    /// Nothing failed (or the caller erred).
+    Unset,
+    /// The request failed.
+    Error,
+}
+
+/// An attribute's value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    /// A string.
+    Str(String),
+    /// An integer.
+    Int(i64),
+}
+
+/// A link to another span (the HTTP header's context when `_meta` named the parent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpanLink {
+    /// The linked span.
+    pub context: SpanContext,
+    /// Its `tracestate`.
+    pub tracestate: Option<String>,
+}
+
+/// One finished, sampled span ([`crate::Output::Span`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpanRecord {
+    /// Its trace id, span id and (always true here) sampled flag.
+    pub context: SpanContext,
+    /// The parent span's id (in the same trace), if any.
+    pub parent_span_id: Option<[u8; 8]>,
+    /// SERVER or CLIENT.
+    pub kind: SpanKind,
+    /// `{mcp.method.name} {target}`, or the method alone.
+    pub name: String,
+    /// When it started, on the hub's clock.
+    pub start: Instant,
+    /// When it ended.
+    pub end: Instant,
+    /// ERROR or unset.
+    pub status: SpanStatus,
+    /// The conventions' attributes, by their names in SPEC section 14.
+    pub attributes: Vec<(&'static str, Value)>,
+    /// Links (at most one: the header's context).
+    pub links: Vec<SpanLink>,
+    /// The `tracestate` to export with it.
+    pub tracestate: Option<String>,
+}
+
+/// A sampled SERVER span under way, and its CLIENT child's.
+#[derive(Debug)]
+pub(crate) struct ServerSpan {
+    context: SpanContext,
+    parent: Option<[u8; 8]>,
+    tracestate: Option<String>,
+    link: Option<SpanLink>,
+    name: String,
+    attributes: Vec<(&'static str, Value)>,
+    /// The CLIENT span's id, and when its hop began (the line was queued for the backend).
+    client: ([u8; 8], Option<Instant>),
+}
+
+/// `params._meta`'s trace context, read only when the text names a `traceparent`.
+fn meta_context(text: &str) -> Option<(SpanContext, Option<String>)> {
+    if !text.contains("\"traceparent\"") {
+        return None;
+    }
+    #[derive(serde::Deserialize)]
+    struct Message<'a> {
+        #[serde(borrow)]
+        params: Option<Params<'a>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Params<'a> {
+        #[serde(borrow, rename = "_meta")]
+        meta: Option<Meta<'a>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Meta<'a> {
+        #[serde(borrow)]
+        traceparent: Option<std::borrow::Cow<'a, str>>,
+        #[serde(borrow)]
+        tracestate: Option<std::borrow::Cow<'a, str>>,
+    }
+    let meta = serde_json::from_str::<Message<'_>>(text)
+        .ok()?
+        .params?
+        .meta?;
+    let context = SpanContext::parse(meta.traceparent.as_deref()?)?;
+    let state = meta.tracestate.as_deref().and_then(valid_tracestate);
+    Some((context, state.map(str::to_owned)))
+}
+
+impl ServerSpan {
+    /// The SERVER span of JSON-RPC request `msg` that arrived with `headers` (and the
+    /// `MCP-Protocol-Version` header `protocol`), if `sampler` samples it: its parent from
+    /// `params._meta` else the header, the header's context as a link when it names
+    /// another span.
+    pub(crate) fn begin(
+        headers: TraceHeaders,
+        protocol: Option<&str>,
+        msg: &Checked,
+        sampler: &Sampler,
+    ) -> Option<Box<ServerSpan>> {
+        msg.id.as_ref()?;
+        let (trace_id, server, client) = headers.ids();
+        let header = headers.parent.map(|c| (c, headers.tracestate));
+        let (parent, link) = match (meta_context(msg.text()), header) {
+            (Some(meta), Some(header)) if header.0 != meta.0 => (Some(meta), Some(header)),
+            (Some(meta), _) => (Some(meta), None),
+            (None, header) => (header, None),
+        };
+        let trace_id = parent.as_ref().map_or(trace_id, |(p, _)| p.trace_id);
+        if !sampler.samples(&trace_id, parent.as_ref().map(|(p, _)| p)) {
+            return None;
+        }
+        let (parent, tracestate) = match parent {
+            Some((context, state)) => (Some(context.span_id), state),
+            None => (None, None),
+        };
+        Some(Box::new(ServerSpan {
+            context: SpanContext {
+                trace_id,
+                span_id: server,
+                sampled: true,
+            },
+            parent,
+            tracestate,
+            link: link.map(|(context, tracestate)| SpanLink {
+                context,
+                tracestate,
+            }),
+            name: span_name(msg),
+            attributes: request_attributes(msg, protocol),
+            client: (client, None),
+        }))
+    }
+}
+
+/// How a traced request ended.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Ending<'a> {
+    /// Its JSON-RPC answer went out (the backend's or the proxy's).
+    Answered(&'a [u8]),
+    /// It was refused with this HTTP status and body.
+    Refused(u16, &'a [u8]),
+    /// It is awaited no longer and gets no answer.
+    Unanswered,
+}
+
+/// The JSON-RPC errors that are the caller's: the conventions' server rule records their
+/// code, not an error.
+const CALLER_ERRORS: [i64; 5] = [-32700, -32600, -32601, -32602, -32002];
+
+impl Ending<'_> {
+    /// `rpc.response.status_code` and `error.type`, as SPEC section 14 sets them.
+    fn attributes(self) -> (Option<i64>, Option<String>) {
+        let message = match self {
+            Ending::Answered(message) => message,
+            Ending::Refused(_, body) if body.starts_with(b"{\"jsonrpc\"") => body,
+            Ending::Refused(status, _) => return (None, Some(status.to_string())),
+            Ending::Unanswered => return (None, Some("_OTHER".to_owned())),
+        };
+        #[derive(serde::Deserialize)]
+        struct Error {
+            code: i64,
+        }
+        #[derive(serde::Deserialize)]
+        struct Result {
+            #[serde(rename = "isError")]
+            is_error: Option<bool>,
+        }
+        let text = std::str::from_utf8(message).unwrap_or_default();
+        let Ok(parsed) = crate::message::parse_backend(text) else {
+            return (None, None);
+        };
+        if let Some(error) = parsed.error {
+            let code = serde_json::from_str::<Error>(error.get())
+                .ok()
+                .map(|e| e.code);
+            let error_type = code
+                .filter(|c| !CALLER_ERRORS.contains(c))
+                .map(|c| c.to_string());
+            return (code, error_type);
+        }
+        // Only a result that names `isError` is read as one.
+        let tool_error = (parsed.result)
+            .filter(|r| r.get().contains("\"isError\""))
+            .and_then(|r| serde_json::from_str::<Result>(r.get()).ok())
+            .is_some_and(|r| r.is_error == Some(true));
+        (None, tool_error.then(|| "tool_error".to_owned()))
+    }
+}
+
+impl ServerSpan {
+    /// The CLIENT span's context (the SERVER span's trace, its own id).
+    fn client_context(&self) -> SpanContext {
+        SpanContext {
+            span_id: self.client.0,
+            ..self.context
+        }
+    }
+
+    /// `msg` as the backend reads it with the CLIENT span's context in `params._meta`
+    /// (`None` when the message cannot carry it: the proxy then forwards it unchanged).
+    pub(crate) fn carried(&self, msg: &Checked) -> Option<Checked> {
+        let traceparent = self.client_context().traceparent();
+        let text = with_meta(msg.text(), &traceparent, self.tracestate.as_deref())?;
+        Checked::admit(text.into_bytes()).ok()
+    }
+
+    /// Its line was queued for the backend: the CLIENT span starts.
+    pub(crate) fn hop(&mut self, now: Instant) {
+        self.client.1.get_or_insert(now);
+    }
+
+    /// The spans it ends with: the SERVER span (with `common`: the attributes of where the
+    /// request came from) and, if the request went to the backend, the CLIENT span.
+    pub(crate) fn finish(
+        self,
+        (start, end): (Instant, Instant),
+        ending: Ending<'_>,
+        common: impl IntoIterator<Item = (&'static str, Value)>,
+    ) -> (SpanRecord, Option<SpanRecord>) {
+        let (code, error_type) = ending.attributes();
+        let mut outcome = Vec::new();
+        if let Some(code) = code {
+            outcome.push(("rpc.response.status_code", Value::Str(code.to_string())));
+        }
+        let status = match error_type {
+            Some(error_type) => {
+                outcome.push(("error.type", Value::Str(error_type)));
+                SpanStatus::Error
+            }
+            None => SpanStatus::Unset,
+        };
+        let client = self.client.1.map(|hop| {
+            let mut attributes = self.attributes.clone();
+            attributes.extend(outcome.iter().cloned());
+            attributes.push(("network.transport", Value::Str("pipe".into())));
+            SpanRecord {
+                context: self.client_context(),
+                parent_span_id: Some(self.context.span_id),
+                kind: SpanKind::Client,
+                name: self.name.clone(),
+                start: hop,
+                end,
+                status,
+                attributes,
+                links: Vec::new(),
+                tracestate: self.tracestate.clone(),
+            }
+        });
+        let mut attributes = self.attributes;
+        attributes.extend(outcome);
+        attributes.extend(common);
+        let server = SpanRecord {
+            context: self.context,
+            parent_span_id: self.parent,
+            kind: SpanKind::Server,
+            name: self.name,
+            start,
+            end,
+            status,
+            attributes,
+            links: self.link.into_iter().collect(),
+            tracestate: self.tracestate,
+        };
+        (server, client)
+    }
+}
+
+/// A JSON object's members in order, each value as written.
+struct Members<'a>(Vec<(String, &'a serde_json::value::RawValue)>);
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for Members<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
+            type Value = Members<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                mut map: M,
+            ) -> Result<Self::Value, M::Error> {
+                let mut members = Vec::new();
+                while let Some(member) = map.next_entry()? {
+                    members.push(member);
+                }
+                Ok(Members(members))
+            }
+        }
+        deserializer.deserialize_map(Visit(std::marker::PhantomData))
+    }
+}
+
+impl Members<'_> {
+    /// The object again, with `key` set to `value` (JSON text) in place or at the end.
+    fn with(&self, key: &str, value: &str) -> String {
+        let mut out = String::from("{");
+        let mut set = false;
+        for (name, raw) in &self.0 {
+            if !out.ends_with('{') {
+                out.push(',');
+            }
+            let value = match name == key {
+                true => {
+                    set = true;
+                    value
+                }
+                false => raw.get(),
+            };
+            let _ = write!(out, "{}:{value}", serde_json::Value::from(name.as_str()));
+        }
+        if !set {
+            if !out.ends_with('{') {
+                out.push(',');
+            }
+            let _ = write!(out, "{}:{value}", serde_json::Value::from(key));
+        }
+        out.push('}');
+        out
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(name, _)| name == key)
+            .map(|(_, raw)| raw.get())
+    }
+}
+
+/// `text` (a JSON-RPC request) with `params._meta.traceparent` (and `tracestate`, or
+/// none) set, `params` and `_meta` added when missing; members keep their order and
+/// values their bytes. `None` when `params` or `_meta` is not an object.
+fn with_meta(text: &str, traceparent: &str, tracestate: Option<&str>) -> Option<String> {
+    let message: Members<'_> = serde_json::from_str(text).ok()?;
+    let params: Members<'_> = serde_json::from_str(message.get("params").unwrap_or("{}")).ok()?;
+    let meta: Members<'_> = serde_json::from_str(params.get("_meta").unwrap_or("{}")).ok()?;
+    let meta = Members(
+        meta.0
+            .into_iter()
+            .filter(|(k, _)| k != "tracestate")
+            .collect(),
+    );
+    let mut meta = meta.with(
+        "traceparent",
+        &serde_json::Value::from(traceparent).to_string(),
+    );
+    if let Some(state) = tracestate {
+        let meta_members: Members<'_> = serde_json::from_str(&meta).ok()?;
+        meta = meta_members.with("tracestate", &serde_json::Value::from(state).to_string());
+    }
+    Some(message.with("params", &params.with("_meta", &meta)))
+}
+
+/// `{mcp.method.name} {target}`: the tool or prompt named, else the method alone.
+fn span_name(msg: &Checked) -> String {
+    match (msg.method.as_str(), target(msg)) {
+        (method, Some(target)) => format!("{method} {target}"),
+        (method, None) => method.to_owned(),
+    }
+}
+
+fn target(msg: &Checked) -> Option<&str> {
+    match msg.method.as_str() {
+        "tools/call" => msg.tool.as_deref(),
+        "prompts/get" => msg.name.as_deref(),
+        _ => None,
+    }
+}
+
+/// SPEC section 14's attributes a request's message decides.
+fn request_attributes(msg: &Checked, protocol: Option<&str>) -> Vec<(&'static str, Value)> {
+    let raw = msg.raw_id();
+    let id = match serde_json::from_str::<String>(raw) {
+        Ok(text) => text,
+        Err(_) => raw.to_owned(),
+    };
+    let mut attributes = vec![
+        ("mcp.method.name", Value::Str(msg.method.clone())),
+        ("jsonrpc.request.id", Value::Str(id)),
+    ];
+    let target = target(msg).map(|t| Value::Str(t.to_owned()));
+    match (msg.method.as_str(), target) {
+        ("tools/call", Some(tool)) => {
+            attributes.push(("gen_ai.tool.name", tool));
+            attributes.push(("gen_ai.operation.name", Value::Str("execute_tool".into())));
+        }
+        ("prompts/get", Some(prompt)) => attributes.push(("gen_ai.prompt.name", prompt)),
+        ("resources/read", _) => {
+            if let Some(uri) = &msg.uri {
+                attributes.push(("mcp.resource.uri", Value::Str(uri.clone())));
+            }
+        }
+        _ => {}
+    }
+    if let Some(version) = protocol {
+        attributes.push(("mcp.protocol.version", Value::Str(version.to_owned())));
+    }
+    attributes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn traceparent_round_trips_and_rejects_the_invalid() {
+        let context = SpanContext::parse(PARENT).unwrap();
+        assert!(context.sampled);
+        assert_eq!(
+            context.span_id,
+            [0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7]
+        );
+        assert_eq!(context.traceparent(), PARENT);
+        let unsampled = PARENT.replace("-01", "-00");
+        assert!(!SpanContext::parse(&unsampled).unwrap().sampled);
+        // A later version may add fields after a dash; version 00 may not.
+        assert!(SpanContext::parse(&format!("cc{}-what", &PARENT[2..])).is_some());
+        assert!(SpanContext::parse(&format!("{PARENT}-what")).is_none());
+        for bad in [
+            "",
+            &PARENT.to_uppercase(),
+            &PARENT.replace("4bf92f3577b34da6a3ce929d0e0e4736", &"0".repeat(32)),
+            &PARENT.replace("00f067aa0ba902b7", &"0".repeat(16)),
+            &format!("ff{}", &PARENT[2..]),
+            &PARENT[..54],
+            &PARENT.replace('-', "_"),
+        ] {
+            assert_eq!(SpanContext::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn tracestate_is_passed_on_only_when_well_formed() {
+        assert_eq!(
+            valid_tracestate("rojo=00f067aa0ba902b7, congo=t61rcWkgMzE"),
+            Some("rojo=00f067aa0ba902b7, congo=t61rcWkgMzE")
+        );
+        assert_eq!(valid_tracestate(""), None);
+        assert_eq!(valid_tracestate("novalue="), None);
+        assert_eq!(valid_tracestate(&"a=b,".repeat(40)), None);
+        assert_eq!(valid_tracestate(&format!("a={}", "x".repeat(600))), None);
+    }
+
+    #[test]
+    fn samplers_follow_the_otel_names_and_the_parent() {
+        assert_eq!(
+            Sampler::parse("parentbased_always_on", None),
+            Ok(Sampler::default())
+        );
+        assert!(Sampler::parse("sometimes", None).is_err());
+        assert!(Sampler::parse("traceidratio", Some("1.5")).is_err());
+        assert!(Sampler::parse("traceidratio", Some("half")).is_err());
+        let off = Sampler::parse("parentbased_always_off", None).unwrap();
+        let sampled = SpanContext::parse(PARENT).unwrap();
+        let id = [0xab; 16];
+        assert!(off.samples(&id, Some(&sampled)));
+        assert!(!off.samples(&id, None));
+        let on = Sampler::parse("always_on", None).unwrap();
+        let unsampled = SpanContext {
+            sampled: false,
+            ..sampled
+        };
+        assert!(on.samples(&id, Some(&unsampled)), "not parent-based");
+        let none = Sampler::parse("traceidratio", Some("0")).unwrap();
+        let all = Sampler::parse("traceidratio", Some("1")).unwrap();
+        let half = Sampler::parse("traceidratio", Some("0.5")).unwrap();
+        let mut low = [0u8; 16];
+        low[8] = 0x3f;
+        let mut high = [0u8; 16];
+        high[8] = 0xc0;
+        assert!(!none.samples(&[0xff; 16], None) && !none.samples(&[1; 16], None));
+        assert!(all.samples(&[0xff; 16], None));
+        assert!(half.samples(&low, None) && !half.samples(&high, None));
+    }
+
+    #[test]
+    fn meta_is_set_in_place_keeping_every_other_byte() {
+        let tp = "00-0af7651916cd43dd8448eb211c80319c-c2c2c2c2c2c2c2c2-01";
+        let added = with_meta(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#, tp, None);
+        let expected = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"_meta":{{"traceparent":"{tp}"}}}}}}"#
+        );
+        assert_eq!(added.as_deref(), Some(expected.as_str()));
+        let text = r#"{"id":"a","params":{"_meta":{"tracestate":"x=1","traceparent":"old","progressToken":1.50},"n":[1, 2]},"method":"m"}"#;
+        let replaced = with_meta(text, tp, Some("y=2")).unwrap();
+        let expected = format!(
+            r#"{{"id":"a","params":{{"_meta":{{"traceparent":"{tp}","progressToken":1.50,"tracestate":"y=2"}},"n":[1, 2]}},"method":"m"}}"#
+        );
+        assert_eq!(replaced, expected);
+        assert_eq!(with_meta(r#"{"id":1,"params":[1]}"#, tp, None), None);
+        assert_eq!(
+            with_meta(r#"{"id":1,"params":{"_meta":"no"}}"#, tp, None),
+            None
+        );
+    }
+
+    #[test]
+    fn caller_errors_record_their_code_only() {
+        let answer = |text: &'static str| Ending::Answered(text.as_bytes()).attributes();
+        let caller = answer(r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"m"}}"#);
+        assert_eq!(caller, (Some(-32602), None));
+        let failed = answer(r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"m"}}"#);
+        assert_eq!(failed, (Some(-32603), Some("-32603".to_owned())));
+        let tool = answer(r#"{"jsonrpc":"2.0","id":1,"result":{"isError":true}}"#);
+        assert_eq!(tool, (None, Some("tool_error".to_owned())));
+        assert_eq!(
+            answer(r#"{"jsonrpc":"2.0","id":1,"result":{"isError":false}}"#),
+            (None, None)
+        );
+        assert_eq!(
+            Ending::Refused(429, b"Too Many").attributes(),
+            (None, Some("429".into()))
+        );
+        assert_eq!(
+            Ending::Unanswered.attributes(),
+            (None, Some("_OTHER".into()))
+        );
+    }
+
+    #[test]
+    fn ids_are_never_zero_nor_equal() {
+        let (trace, server, client) = ids(&[0; 32]);
+        assert_ne!(trace, [0; 16]);
+        assert_ne!(server, [0; 8]);
+        assert_ne!(client, server);
+        let mut entropy = [0u8; 32];
+        entropy
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, b)| *b = i as u8 + 1);
+        let (trace, server, client) = ids(&entropy);
+        assert_eq!((trace[0], server[0], client[0]), (1, 17, 25));
+    }
+}
