@@ -195,6 +195,41 @@ pub struct Config {
     #[cfg_attr(feature = "cli", arg(long, default_value = "16MiB", value_name = "SIZE", value_parser = parse_size))]
     pub audit_buffer: usize,
 
+    /// OpenTelemetry: export spans and the MCP histograms over OTLP/HTTP protobuf to this
+    /// base URL (spans to URL/v1/traces, metrics to URL/v1/metrics). Off when absent.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, value_name = "URL", env = "OTEL_EXPORTER_OTLP_ENDPOINT")
+    )]
+    pub otlp_endpoint: Option<String>,
+
+    /// Which spans are sampled (OpenTelemetry's names: always_on, always_off,
+    /// traceidratio, parentbased_always_on, parentbased_always_off,
+    /// parentbased_traceidratio).
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            hide = true,
+            value_name = "NAME",
+            env = "OTEL_TRACES_SAMPLER",
+            default_value = "parentbased_always_on"
+        )
+    )]
+    pub otel_traces_sampler: String,
+
+    /// The sampler's argument: the ratio of a traceidratio sampler, in [0, 1].
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            hide = true,
+            value_name = "RATIO",
+            env = "OTEL_TRACES_SAMPLER_ARG"
+        )
+    )]
+    pub otel_traces_sampler_arg: Option<String>,
+
     /// A proxy whose X-Forwarded-For names the client, as an address or CIDR block
     /// (repeatable): the audit log's client address is then the rightmost address in that
     /// header that is not itself a trusted proxy. Without it, the peer's address.
@@ -664,6 +699,7 @@ impl Config {
             tool_rate_limits: self.tool_rate_limits.clone(),
             policy: None,
             audit: self.audit(),
+            tracing: self.tracing().ok().flatten(),
             max_sessions_per_principal: self.max_sessions_per_principal.unwrap_or(
                 if self.auth_tokens.is_some()
                     || self.jwt_jwks.is_some()
@@ -696,8 +732,23 @@ impl Config {
         };
         Ok(crate::settings::Settings {
             policy,
+            tracing: self.tracing()?,
             ..self.settings()
         })
+    }
+
+    /// What the hub decides spans with, when `--otlp-endpoint` is given; an unknown sampler
+    /// is refused at load.
+    pub fn tracing(&self) -> Result<Option<crate::settings::Tracing>, String> {
+        if self.otlp_endpoint.is_none() {
+            return Ok(None);
+        }
+        let name = match self.otel_traces_sampler.as_str() {
+            "" => "parentbased_always_on",
+            name => name,
+        };
+        let sampler = crate::trace::Sampler::parse(name, self.otel_traces_sampler_arg.as_deref())?;
+        Ok(Some(crate::settings::Tracing { sampler }))
     }
 
     /// What audit records hold, when `--audit-log` is given.
@@ -822,6 +873,7 @@ impl Config {
             metrics_auth: self.metrics_auth,
             oauth: self.resource_server().map(std::sync::Arc::new),
             trusted_proxies: self.trusted_proxies.clone(),
+            tracing: self.otlp_endpoint.is_some(),
         })
     }
 

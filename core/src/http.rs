@@ -95,6 +95,10 @@ pub struct RequestHead<'a> {
     /// Every `X-Forwarded-For` field line, in order (believed only from a
     /// `--trusted-proxy`); a line that is not visible ASCII as `""`, a hop never believed.
     pub forwarded_for: &'a [&'a str],
+    /// The `traceparent` header (W3C Trace Context).
+    pub traceparent: Option<&'a str>,
+    /// The `tracestate` header.
+    pub tracestate: Option<&'a str>,
 }
 
 impl<'a> RequestHead<'a> {
@@ -146,6 +150,8 @@ pub struct Gate {
     pub oauth: Option<std::sync::Arc<ResourceServer>>,
     /// Peers whose `X-Forwarded-For` names the client (`--trusted-proxy`).
     pub trusted_proxies: Vec<crate::audit::Cidr>,
+    /// Whether spans are made (`--otlp-endpoint`): only then are trace headers read.
+    pub tracing: bool,
 }
 
 /// The Streamable HTTP headers of a `/mcp` request, as sent.
@@ -225,6 +231,8 @@ pub struct Admitted {
     pub grant: Grant,
     /// Where it came from, for audit records.
     pub source: std::sync::Arc<crate::audit::Source>,
+    /// Its trace headers, when spans are made (`None` otherwise: no work, no allocation).
+    pub trace: Option<Box<crate::trace::TraceHeaders>>,
 }
 
 impl Admitted {
@@ -239,6 +247,7 @@ impl Admitted {
             cors: None,
             grant: Grant::default(),
             source: Default::default(),
+            trace: None,
         }
     }
 
@@ -265,6 +274,7 @@ impl Admitted {
             source: self.source,
             body: Body::admit(self.endpoint, body),
             entropy: if creates { entropy() } else { [0; 16] },
+            trace: self.trace,
         }
     }
 }
@@ -449,7 +459,19 @@ impl Gate {
             cors: head.origin.filter(|_| checked).map(str::to_owned),
             grant,
             source: std::sync::Arc::new(self.source(head)),
+            trace: self.tracing.then(|| Box::new(trace_headers(head))),
         })
+    }
+}
+
+/// A request's valid trace headers (ids come later: [`Request::seed_trace`]).
+fn trace_headers(head: &RequestHead<'_>) -> crate::trace::TraceHeaders {
+    crate::trace::TraceHeaders {
+        parent: head.traceparent.and_then(crate::trace::SpanContext::parse),
+        tracestate: (head.tracestate)
+            .and_then(crate::trace::valid_tracestate)
+            .map(str::to_owned),
+        entropy: [0; 32],
     }
 }
 
@@ -667,6 +689,19 @@ pub struct Request {
     pub body: Body,
     /// 16 random bytes from the OS, for the id of a session this request may create.
     pub entropy: [u8; 16],
+    /// Its trace headers and the random bytes of its span ids, when spans are made.
+    pub trace: Option<Box<crate::trace::TraceHeaders>>,
+}
+
+impl Request {
+    /// Gives the request the 32 random bytes of its span ids (`entropy` from the OS), only
+    /// when it will have spans: tracing is on and its body is a JSON-RPC request.
+    pub fn seed_trace(&mut self, entropy: impl FnOnce() -> [u8; 32]) {
+        let request = matches!(&self.body, Body::Message(m) if m.id.is_some());
+        if let (Some(trace), true) = (&mut self.trace, request) {
+            trace.entropy = entropy();
+        }
+    }
 }
 
 /// A request body as the shell read it.
@@ -1010,6 +1045,7 @@ mod tests {
             metrics_auth: false,
             oauth: Some(std::sync::Arc::new(oauth)),
             trusted_proxies: Vec::new(),
+            tracing: false,
         };
         let head = |method, target| RequestHead {
             method,
@@ -1055,6 +1091,7 @@ mod tests {
             metrics_auth: false,
             oauth: None,
             trusted_proxies: Vec::new(),
+            tracing: false,
         }
     }
 

@@ -98,6 +98,7 @@ mod settings; // what the hub decides with
 pub mod sse; // SSE frames
 mod streamable; // /mcp helpers: Accept, ids as keys, proxy bodies
 mod supervise; // restart policy, exits, /health
+mod trace; // W3C trace context, the sampler, finished spans
 
 pub use audit::{rfc3339_millis, Asked, AuditRecord};
 pub use auth::{Auth, Principals, TokenTable};
@@ -111,12 +112,14 @@ pub use jwt::KeyStore;
 pub use lines::LineFramer;
 pub use load::{Front, Loaded};
 pub use message::Invalid;
-pub use metrics::{DropReason, LogLevel};
+pub use metrics::{DropReason, Histogram, LogLevel, Measurement, DURATION_BUCKETS};
 pub use oauth::{check_fetchable, ResourceServer};
 pub use output::{coalesce, Level, STDIN_REPORT_EVERY};
 pub use output::{BackendId, Event, FetchId, Frame, Output, RequestId, StreamEnd, StreamId};
 pub use policy::Policy;
 pub use principal::{AuthFailure, Principal};
 pub use routed_id::SessionId;
-pub use settings::{Audit, KeySet, KeySource};
+pub use settings::{Audit, KeySet, KeySource, Tracing};
 pub use supervise::{Exit, Signal};
+pub use trace::{Root, Sampler, SpanContext, SpanKind, SpanLink, SpanRecord, SpanStatus};
+pub use trace::{TraceHeaders, Value};

@@ -83,6 +83,7 @@ impl Config {
         keep!("--log-format": log_format);
         keep!("--audit-log": audit_log);
         keep!("--audit-buffer": audit_buffer);
+        keep!("--otlp-endpoint": otlp_endpoint);
         keep!("the backend command": demo_backend, command);
         (self, ignored)
     }

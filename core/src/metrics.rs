@@ -35,6 +35,8 @@ pub(crate) struct Metrics {
     pub(crate) entries_hidden: u64,
     /// Audit events the shell's queue could not take.
     pub(crate) audit_dropped: u64,
+    /// Spans the shell's export queue could not take.
+    pub(crate) otel_dropped: u64,
     /// Drops and proxy answers by reason and method (bounded labels).
     pub(crate) drops: BTreeMap<(DropReason, String), u64>,
     /// Refused HTTP requests by reason.
@@ -160,6 +162,12 @@ fn render_decisions(out: &mut Text, m: &Metrics) {
         "counter",
         "Audit events dropped because the audit log could not keep up.",
         &one(m.audit_dropped),
+    );
+    out.metric(
+        "switchboard_otel_dropped_total",
+        "counter",
+        "Spans dropped because the OTLP exporter could not keep up.",
+        &one(m.otel_dropped),
     );
     out.metric(
         "switchboard_list_entries_hidden_total",
@@ -324,4 +332,44 @@ fn escape(label: &str) -> String {
         }
     }
     out
+}
+
+/// SPEC section 14's histograms (the MCP semantic conventions'), in seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Histogram {
+    /// A request from its arrival to its outcome.
+    ServerOperation,
+    /// A session from its opening to its end.
+    ServerSession,
+    /// The hop to the backend, from the write to its answer or the request's end.
+    ClientOperation,
+}
+
+impl Histogram {
+    /// The instrument's name in the conventions.
+    pub fn name(self) -> &'static str {
+        match self {
+            Histogram::ServerOperation => "mcp.server.operation.duration",
+            Histogram::ServerSession => "mcp.server.session.duration",
+            Histogram::ClientOperation => "mcp.client.operation.duration",
+        }
+    }
+}
+
+/// The conventions' explicit bucket boundaries, in seconds, for all three histograms.
+pub const DURATION_BUCKETS: [f64; 14] = [
+    0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+];
+
+/// One value for an OTLP histogram ([`crate::Output::Measured`]): the instrument, the
+/// duration and its attributes (the conventions' names; bounded values, never a session
+/// or request id).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Measurement {
+    /// Which histogram.
+    pub histogram: Histogram,
+    /// The duration in seconds.
+    pub seconds: f64,
+    /// Attribute names and values.
+    pub attributes: Vec<(&'static str, String)>,
 }

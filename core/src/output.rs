@@ -230,6 +230,13 @@ pub enum Output {
     /// never waits: an event that does not fit is reported with
     /// [`Hub::handle_audit_dropped`](crate::Hub::handle_audit_dropped).
     Audit(Box<crate::audit::AuditRecord>),
+    /// Export this finished, sampled span (only with `--otlp-endpoint`), through a bounded
+    /// queue that never waits: spans that do not fit are reported with
+    /// [`Hub::handle_spans_dropped`](crate::Hub::handle_spans_dropped).
+    Span(Box<crate::trace::SpanRecord>),
+    /// Record this value into its OTLP histogram (only with `--otlp-endpoint`; `/metrics`
+    /// counts it already).
+    Measured(Box<crate::metrics::Measurement>),
 }
 
 /// How often a shell reports lines written to the backend's stdin, at the latest: the hub

@@ -115,6 +115,16 @@ pub struct Settings {
     pub policy: Option<std::sync::Arc<crate::policy::Policy>>,
     /// The audit log (`--audit-log`); `None`: no audit records.
     pub audit: Option<Audit>,
+    /// Traces (`--otlp-endpoint`); `None`: no span work at all.
+    pub tracing: Option<Tracing>,
+}
+
+/// What the hub needs to decide spans (SPEC section 14); the exporter's settings are the
+/// shell's.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Tracing {
+    /// `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG`.
+    pub sampler: crate::trace::Sampler,
 }
 
 /// What audit records hold (SPEC section 11).
@@ -228,6 +238,7 @@ impl Default for Settings {
             max_sessions_per_principal: 0,
             policy: None,
             audit: None,
+            tracing: None,
         }
     }
 }

@@ -39,6 +39,7 @@ fn no_token_byte_run_reaches_an_audit_event_a_log_line_or_a_metric() {
             metrics_auth: false,
             oauth: None,
             trusted_proxies: Vec::new(),
+            tracing: false,
         };
         let settings = Settings {
             audit: Some(Audit {

@@ -275,6 +275,8 @@ impl<'s> Connection<'s> {
             peer: Some(self.peer.ip()),
             user_agent: head.text("user-agent"),
             forwarded_for: &forwarded_for,
+            traceparent: head.text("traceparent"),
+            tracestate: head.text("tracestate"),
         };
         let headers = head
             .headers
@@ -310,8 +312,10 @@ impl<'s> Connection<'s> {
         };
         let (reply, answer) = crossbeam_channel::bounded(1);
         let ticket = switchboard_shell::pending::ticket();
+        let mut request = Box::new(admitted.into_request(payload, entropy));
+        request.seed_trace(entropy);
         let input = Input::Request {
-            request: Box::new(admitted.into_request(payload, entropy)),
+            request,
             reply,
             ticket,
         };
@@ -567,9 +571,10 @@ pub fn reason(status: u16) -> &'static str {
     }
 }
 
-/// 16 bytes from the OS for the id of a session the request may create.
-fn entropy() -> [u8; 16] {
-    let mut random = [0u8; 16];
+/// Random bytes from the OS: 16 for the id of a session the request may create, 32 for
+/// the ids of its spans.
+fn entropy<const N: usize>() -> [u8; N] {
+    let mut random = [0u8; N];
     getrandom::fill(&mut random).expect("the OS random source works");
     random
 }

@@ -57,6 +57,8 @@ const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
 const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
 const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
+const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 
 /// hyper's own header count limit. Named explicitly, even at this value, a limit makes
 /// hyper allocate and fill two arrays of that many headers for every request it parses.
@@ -164,6 +166,8 @@ impl Server {
             peer: Some(peer.ip()),
             user_agent: text(header::USER_AGENT),
             forwarded_for: &forwarded_for,
+            traceparent: text(TRACEPARENT),
+            tracestate: text(TRACESTATE),
         };
         if let Err(refused) = self.check_framing(&req, reads, &front.framing) {
             return self.misframed(peer, refused, front.gate.asked(&head)).await;
@@ -280,12 +284,16 @@ impl Server {
 /// The loop's input for `admitted` with its body admitted: a large body on the blocking
 /// pool. `None` when that failed (the process is going down).
 async fn into_request(admitted: Admitted, body: Payload) -> Option<Box<hub::Request>> {
-    if !matches!(&body, Payload::Bytes(bytes) if bytes.len() > INLINE_BODY) {
-        return Some(Box::new(admitted.into_request(body, entropy)));
+    let inline = !matches!(&body, Payload::Bytes(bytes) if bytes.len() > INLINE_BODY);
+    let admit = move || {
+        let mut request = Box::new(admitted.into_request(body, entropy));
+        request.seed_trace(entropy);
+        request
+    };
+    if inline {
+        return Some(admit());
     }
-    tokio::task::spawn_blocking(move || Box::new(admitted.into_request(body, entropy)))
-        .await
-        .ok()
+    tokio::task::spawn_blocking(admit).await.ok()
 }
 
 /// The body, or [`Payload::TooLarge`] past `limit` (by header, or counted as it arrives
@@ -387,9 +395,10 @@ impl AsyncWrite for Counted {
     }
 }
 
-/// 16 bytes from the OS for the id of a session the request may create.
-fn entropy() -> [u8; 16] {
-    let mut random = [0u8; 16];
+/// Random bytes from the OS: 16 for the id of a session the request may create, 32 for
+/// the ids of its spans.
+fn entropy<const N: usize>() -> [u8; N] {
+    let mut random = [0u8; N];
     getrandom::fill(&mut random).expect("the OS random source works");
     random
 }

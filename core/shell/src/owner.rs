@@ -354,6 +354,9 @@ impl<P: Perform> Owner<P> {
                 }
             }
             Output::Log(event) => log(&event),
+            // The OTLP exporter takes these (helper C's branch); without one, none is made
+            // but with --otlp-endpoint.
+            Output::Span(_) | Output::Measured(_) => {}
             output @ (Output::SpawnBackend { .. }
             | Output::ToBackend { .. }
             | Output::CloseBackendStdin { .. }

@@ -51,6 +51,7 @@ mod resume;
 mod resumption;
 mod sessions;
 mod streams;
+mod tracing;
 
 use std::collections::VecDeque;
 use std::time::Instant;

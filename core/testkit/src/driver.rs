@@ -572,6 +572,14 @@ impl Driver {
                     "an audit event that is not JSON: {json}"
                 );
             }
+            Output::Span(span) => {
+                assert!(span.context.sampled, "only sampled spans are exported");
+                assert!(span.start <= span.end, "a span ends after it starts");
+                assert!(span.context.trace_id != [0; 16] && span.context.span_id != [0; 8]);
+            }
+            Output::Measured(measured) => {
+                assert!(measured.seconds.is_finite() && measured.seconds >= 0.0);
+            }
         }
     }
 }

@@ -1320,12 +1320,60 @@ impl Runner {
             }
             Output::Log(Event::SessionOpened { .. }) => return None,
             Output::Audit(record) => render_audit(record),
+            Output::Span(span) => render_span(span),
+            Output::Measured(m) => {
+                let attributes = m.attributes.iter().map(|(k, v)| format!(" {k}={v}"));
+                let attributes: String = attributes.collect();
+                format!(
+                    "-> measured {} {}s{attributes}",
+                    m.histogram.name(),
+                    m.seconds
+                )
+            }
             Output::Log(event) => {
                 let who = event.session().map(|s| format!("{s} ")).unwrap_or_default();
                 format!("-> log: {who}{event}")
             }
         })
     }
+}
+
+/// `-> span SERVER "tools/call get_time" trace=4bf92f35 id=0102030405060708
+/// parent=00f067aa0ba902b7 5ms [mcp.method.name=tools/call ...]`: what a span says; a
+/// trace id by its first 4 bytes.
+fn render_span(s: &switchboard_core::SpanRecord) -> String {
+    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let kind = match s.kind {
+        switchboard_core::SpanKind::Server => "SERVER",
+        switchboard_core::SpanKind::Client => "CLIENT",
+    };
+    let mut text = format!(
+        "-> span {kind} {:?} trace={} id={}",
+        s.name,
+        hex(&s.context.trace_id[..4]),
+        hex(&s.context.span_id)
+    );
+    if let Some(parent) = s.parent_span_id {
+        write!(text, " parent={}", hex(&parent)).unwrap();
+    }
+    write!(text, " {}ms", (s.end - s.start).as_millis()).unwrap();
+    if s.status == switchboard_core::SpanStatus::Error {
+        text.push_str(" ERROR");
+    }
+    for (key, value) in &s.attributes {
+        match value {
+            switchboard_core::Value::Str(v) => write!(text, " {key}={v:?}").unwrap(),
+            switchboard_core::Value::Int(v) => write!(text, " {key}={v}").unwrap(),
+        }
+    }
+    for link in &s.links {
+        let id = (hex(&link.context.trace_id[..4]), hex(&link.context.span_id));
+        write!(text, " link={}/{}", id.0, id.1).unwrap();
+    }
+    if let Some(state) = &s.tracestate {
+        write!(text, " tracestate={state:?}").unwrap();
+    }
+    text
 }
 
 /// `-> audit mcp_tool_call success method=tools/call name=get_time id=1 session=<A>
