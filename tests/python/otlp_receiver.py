@@ -1,6 +1,6 @@
 """A small OTLP/HTTP protobuf receiver for Switchboard's trace tests and benchmark.
 
-Usage: otlp_receiver.py OUT_DIR
+Usage: otlp_receiver.py OUT_DIR     (OUT_DIR `-`: only count, write nothing)
 
 Listens on 127.0.0.1 (a port of its own; its number is the first line it prints), takes
 `POST /v1/traces` and `POST /v1/metrics` as an OpenTelemetry collector does, decodes each
@@ -10,7 +10,8 @@ A span: {"service", "scope", "trace_id", "span_id", "parent_span_id", "name", "k
 (SPAN_KIND_SERVER, ...), "start_ns", "end_ns", "status" (STATUS_CODE_...), "status_message",
 "attributes" {key: value}, "links" [{"trace_id", "span_id"}], "trace_state"}. A metric data
 point: {"service", "name", "unit", "attributes", "count", "sum", "bounds", "buckets"}.
-`GET /count` answers the number of spans received so far.
+`GET /count` answers the spans received so far as JSON: {"spans": total, "by": {"<kind>
+<name>": count}} (what the benchmark counts against the calls it made).
 """
 
 import json
@@ -31,6 +32,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 LOCK = threading.Lock()
 SPANS = 0
+BY = {}
 
 
 def value(v):
@@ -115,8 +117,8 @@ class Handler(BaseHTTPRequestHandler):
         if self.path != "/count":
             return self.answer(404, b"", "text/plain")
         with LOCK:
-            count = SPANS
-        self.answer(200, str(count).encode(), "text/plain")
+            count = json.dumps({"spans": SPANS, "by": BY})
+        self.answer(200, count.encode(), "application/json")
 
     def do_POST(self):
         global SPANS
@@ -125,19 +127,27 @@ class Handler(BaseHTTPRequestHandler):
             return self.answer(415, b"", "text/plain")
         if self.path == "/v1/traces":
             request = ExportTraceServiceRequest.FromString(body)
-            lines = [json.dumps(s) for s in spans_of(request)]
+            names = [
+                f"{Span.SpanKind.Name(s.kind)} {s.name}"
+                for rs in request.resource_spans
+                for ss in rs.scope_spans
+                for s in ss.spans
+            ]
+            with LOCK:
+                SPANS += len(names)
+                for name in names:
+                    BY[name] = BY.get(name, 0) + 1
+            lines = [] if OUT == "-" else [json.dumps(s) for s in spans_of(request)]
             name, reply = "spans.jsonl", ExportTraceServiceResponse()
         elif self.path == "/v1/metrics":
             request = ExportMetricsServiceRequest.FromString(body)
-            lines = [json.dumps(p) for p in points_of(request)]
+            lines = [] if OUT == "-" else [json.dumps(p) for p in points_of(request)]
             name, reply = "metrics.jsonl", ExportMetricsServiceResponse()
         else:
             return self.answer(404, b"", "text/plain")
-        with LOCK:
-            with open(os.path.join(OUT, name), "a") as out:
+        if lines:
+            with LOCK, open(os.path.join(OUT, name), "a") as out:
                 out.writelines(line + "\n" for line in lines)
-            if name == "spans.jsonl":
-                SPANS += len(lines)
         self.answer(200, reply.SerializeToString())
 
 
