@@ -443,10 +443,9 @@ impl Gate {
                 self.origins.check(None, also)?;
             }
         }
-        let session = match endpoint {
-            Endpoint::Messages => session_param(query).to_owned(),
-            _ => String::new(),
-        };
+        let messages = endpoint == Endpoint::Messages;
+        let session = messages.then(|| session_param(query).to_owned());
+        let session = session.unwrap_or_default();
         let mcp = match endpoint {
             Endpoint::McpPost | Endpoint::McpGet | Endpoint::McpDelete => McpHeaders::of(head),
             _ => McpHeaders::default(),

@@ -6,6 +6,8 @@
 use std::fmt::Write as _;
 use std::time::Instant;
 
+use crate::message::Checked;
+
 /// A span's identity as W3C Trace Context carries it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SpanContext {
@@ -274,6 +276,362 @@ pub struct SpanRecord {
     pub tracestate: Option<String>,
 }
 
+/// A sampled SERVER span under way, and its CLIENT child's.
+#[derive(Debug)]
+pub(crate) struct ServerSpan {
+    context: SpanContext,
+    parent: Option<[u8; 8]>,
+    tracestate: Option<String>,
+    link: Option<SpanLink>,
+    name: String,
+    attributes: Vec<(&'static str, Value)>,
+    /// The CLIENT span's id, and when its hop began (the line was queued for the backend).
+    client: ([u8; 8], Option<Instant>),
+}
+
+/// `params._meta`'s trace context, read only when the text names a `traceparent`.
+fn meta_context(text: &str) -> Option<(SpanContext, Option<String>)> {
+    if !text.contains("\"traceparent\"") {
+        return None;
+    }
+    #[derive(serde::Deserialize)]
+    struct Message<'a> {
+        #[serde(borrow)]
+        params: Option<Params<'a>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Params<'a> {
+        #[serde(borrow, rename = "_meta")]
+        meta: Option<Meta<'a>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Meta<'a> {
+        #[serde(borrow)]
+        traceparent: Option<std::borrow::Cow<'a, str>>,
+        #[serde(borrow)]
+        tracestate: Option<std::borrow::Cow<'a, str>>,
+    }
+    let meta = serde_json::from_str::<Message<'_>>(text)
+        .ok()?
+        .params?
+        .meta?;
+    let context = SpanContext::parse(meta.traceparent.as_deref()?)?;
+    let state = meta.tracestate.as_deref().and_then(valid_tracestate);
+    Some((context, state.map(str::to_owned)))
+}
+
+impl ServerSpan {
+    /// The SERVER span of JSON-RPC request `msg` that arrived with `headers` (and the
+    /// `MCP-Protocol-Version` header `protocol`), if `sampler` samples it: its parent from
+    /// `params._meta` else the header, the header's context as a link when it names
+    /// another span.
+    pub(crate) fn begin(
+        headers: TraceHeaders,
+        protocol: Option<&str>,
+        msg: &Checked,
+        sampler: &Sampler,
+    ) -> Option<Box<ServerSpan>> {
+        msg.id.as_ref()?;
+        let (trace_id, server, client) = headers.ids();
+        let header = headers.parent.map(|c| (c, headers.tracestate));
+        let (parent, link) = match (meta_context(msg.text()), header) {
+            (Some(meta), Some(header)) if header.0 != meta.0 => (Some(meta), Some(header)),
+            (Some(meta), _) => (Some(meta), None),
+            (None, header) => (header, None),
+        };
+        let trace_id = parent.as_ref().map_or(trace_id, |(p, _)| p.trace_id);
+        if !sampler.samples(&trace_id, parent.as_ref().map(|(p, _)| p)) {
+            return None;
+        }
+        let (parent, tracestate) = match parent {
+            Some((context, state)) => (Some(context.span_id), state),
+            None => (None, None),
+        };
+        Some(Box::new(ServerSpan {
+            context: SpanContext {
+                trace_id,
+                span_id: server,
+                sampled: true,
+            },
+            parent,
+            tracestate,
+            link: link.map(|(context, tracestate)| SpanLink {
+                context,
+                tracestate,
+            }),
+            name: span_name(msg),
+            attributes: request_attributes(msg, protocol),
+            client: (client, None),
+        }))
+    }
+}
+
+/// How a traced request ended.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Ending<'a> {
+    /// Its JSON-RPC answer went out (the backend's or the proxy's).
+    Answered(&'a [u8]),
+    /// It was refused with this HTTP status and body.
+    Refused(u16, &'a [u8]),
+    /// It is awaited no longer and gets no answer.
+    Unanswered,
+}
+
+/// The JSON-RPC errors that are the caller's: the conventions' server rule records their
+/// code, not an error.
+const CALLER_ERRORS: [i64; 5] = [-32700, -32600, -32601, -32602, -32002];
+
+impl Ending<'_> {
+    /// `rpc.response.status_code` and `error.type`, as SPEC section 14 sets them.
+    fn attributes(self) -> (Option<i64>, Option<String>) {
+        let message = match self {
+            Ending::Answered(message) => message,
+            Ending::Refused(_, body) if body.starts_with(b"{\"jsonrpc\"") => body,
+            Ending::Refused(status, _) => return (None, Some(status.to_string())),
+            Ending::Unanswered => return (None, Some("_OTHER".to_owned())),
+        };
+        #[derive(serde::Deserialize)]
+        struct Error {
+            code: i64,
+        }
+        #[derive(serde::Deserialize)]
+        struct Result {
+            #[serde(rename = "isError")]
+            is_error: Option<bool>,
+        }
+        let text = std::str::from_utf8(message).unwrap_or_default();
+        let Ok(parsed) = crate::message::parse_backend(text) else {
+            return (None, None);
+        };
+        if let Some(error) = parsed.error {
+            let code = serde_json::from_str::<Error>(error.get())
+                .ok()
+                .map(|e| e.code);
+            let error_type = code
+                .filter(|c| !CALLER_ERRORS.contains(c))
+                .map(|c| c.to_string());
+            return (code, error_type);
+        }
+        // Only a result that names `isError` is read as one.
+        let tool_error = (parsed.result)
+            .filter(|r| r.get().contains("\"isError\""))
+            .and_then(|r| serde_json::from_str::<Result>(r.get()).ok())
+            .is_some_and(|r| r.is_error == Some(true));
+        (None, tool_error.then(|| "tool_error".to_owned()))
+    }
+}
+
+impl ServerSpan {
+    /// The CLIENT span's context (the SERVER span's trace, its own id).
+    fn client_context(&self) -> SpanContext {
+        SpanContext {
+            span_id: self.client.0,
+            ..self.context
+        }
+    }
+
+    /// `msg` as the backend reads it with the CLIENT span's context in `params._meta`
+    /// (`None` when the message cannot carry it: the proxy then forwards it unchanged).
+    pub(crate) fn carried(&self, msg: &Checked) -> Option<Checked> {
+        let traceparent = self.client_context().traceparent();
+        let text = with_meta(msg.text(), &traceparent, self.tracestate.as_deref())?;
+        Checked::admit(text.into_bytes()).ok()
+    }
+
+    /// Its line was queued for the backend: the CLIENT span starts.
+    pub(crate) fn hop(&mut self, now: Instant) {
+        self.client.1.get_or_insert(now);
+    }
+
+    /// The spans it ends with: the SERVER span (with `common`: the attributes of where the
+    /// request came from) and, if the request went to the backend, the CLIENT span.
+    pub(crate) fn finish(
+        self,
+        (start, end): (Instant, Instant),
+        ending: Ending<'_>,
+        common: impl IntoIterator<Item = (&'static str, Value)>,
+    ) -> (SpanRecord, Option<SpanRecord>) {
+        let (code, error_type) = ending.attributes();
+        let mut outcome = Vec::new();
+        if let Some(code) = code {
+            outcome.push(("rpc.response.status_code", Value::Str(code.to_string())));
+        }
+        let status = match error_type {
+            Some(error_type) => {
+                outcome.push(("error.type", Value::Str(error_type)));
+                SpanStatus::Error
+            }
+            None => SpanStatus::Unset,
+        };
+        let client = self.client.1.map(|hop| {
+            let mut attributes = self.attributes.clone();
+            attributes.extend(outcome.iter().cloned());
+            attributes.push(("network.transport", Value::Str("pipe".into())));
+            SpanRecord {
+                context: self.client_context(),
+                parent_span_id: Some(self.context.span_id),
+                kind: SpanKind::Client,
+                name: self.name.clone(),
+                start: hop,
+                end,
+                status,
+                attributes,
+                links: Vec::new(),
+                tracestate: self.tracestate.clone(),
+            }
+        });
+        let mut attributes = self.attributes;
+        attributes.extend(outcome);
+        attributes.extend(common);
+        let server = SpanRecord {
+            context: self.context,
+            parent_span_id: self.parent,
+            kind: SpanKind::Server,
+            name: self.name,
+            start,
+            end,
+            status,
+            attributes,
+            links: self.link.into_iter().collect(),
+            tracestate: self.tracestate,
+        };
+        (server, client)
+    }
+}
+
+/// A JSON object's members in order, each value as written.
+struct Members<'a>(Vec<(String, &'a serde_json::value::RawValue)>);
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for Members<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
+            type Value = Members<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                mut map: M,
+            ) -> Result<Self::Value, M::Error> {
+                let mut members = Vec::new();
+                while let Some(member) = map.next_entry()? {
+                    members.push(member);
+                }
+                Ok(Members(members))
+            }
+        }
+        deserializer.deserialize_map(Visit(std::marker::PhantomData))
+    }
+}
+
+impl Members<'_> {
+    /// The object again, with `key` set to `value` (JSON text) in place or at the end.
+    fn with(&self, key: &str, value: &str) -> String {
+        let mut out = String::from("{");
+        let mut set = false;
+        for (name, raw) in &self.0 {
+            if !out.ends_with('{') {
+                out.push(',');
+            }
+            let value = match name == key {
+                true => {
+                    set = true;
+                    value
+                }
+                false => raw.get(),
+            };
+            let _ = write!(out, "{}:{value}", serde_json::Value::from(name.as_str()));
+        }
+        if !set {
+            if !out.ends_with('{') {
+                out.push(',');
+            }
+            let _ = write!(out, "{}:{value}", serde_json::Value::from(key));
+        }
+        out.push('}');
+        out
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(name, _)| name == key)
+            .map(|(_, raw)| raw.get())
+    }
+}
+
+/// `text` (a JSON-RPC request) with `params._meta.traceparent` (and `tracestate`, or
+/// none) set, `params` and `_meta` added when missing; members keep their order and
+/// values their bytes. `None` when `params` or `_meta` is not an object.
+fn with_meta(text: &str, traceparent: &str, tracestate: Option<&str>) -> Option<String> {
+    let message: Members<'_> = serde_json::from_str(text).ok()?;
+    let params: Members<'_> = serde_json::from_str(message.get("params").unwrap_or("{}")).ok()?;
+    let meta: Members<'_> = serde_json::from_str(params.get("_meta").unwrap_or("{}")).ok()?;
+    let meta = Members(
+        meta.0
+            .into_iter()
+            .filter(|(k, _)| k != "tracestate")
+            .collect(),
+    );
+    let mut meta = meta.with(
+        "traceparent",
+        &serde_json::Value::from(traceparent).to_string(),
+    );
+    if let Some(state) = tracestate {
+        let meta_members: Members<'_> = serde_json::from_str(&meta).ok()?;
+        meta = meta_members.with("tracestate", &serde_json::Value::from(state).to_string());
+    }
+    Some(message.with("params", &params.with("_meta", &meta)))
+}
+
+/// `{mcp.method.name} {target}`: the tool or prompt named, else the method alone.
+fn span_name(msg: &Checked) -> String {
+    match (msg.method.as_str(), target(msg)) {
+        (method, Some(target)) => format!("{method} {target}"),
+        (method, None) => method.to_owned(),
+    }
+}
+
+fn target(msg: &Checked) -> Option<&str> {
+    match msg.method.as_str() {
+        "tools/call" => msg.tool.as_deref(),
+        "prompts/get" => msg.name.as_deref(),
+        _ => None,
+    }
+}
+
+/// SPEC section 14's attributes a request's message decides.
+fn request_attributes(msg: &Checked, protocol: Option<&str>) -> Vec<(&'static str, Value)> {
+    let raw = msg.raw_id();
+    let id = match serde_json::from_str::<String>(raw) {
+        Ok(text) => text,
+        Err(_) => raw.to_owned(),
+    };
+    let mut attributes = vec![
+        ("mcp.method.name", Value::Str(msg.method.clone())),
+        ("jsonrpc.request.id", Value::Str(id)),
+    ];
+    let target = target(msg).map(|t| Value::Str(t.to_owned()));
+    match (msg.method.as_str(), target) {
+        ("tools/call", Some(tool)) => {
+            attributes.push(("gen_ai.tool.name", tool));
+            attributes.push(("gen_ai.operation.name", Value::Str("execute_tool".into())));
+        }
+        ("prompts/get", Some(prompt)) => attributes.push(("gen_ai.prompt.name", prompt)),
+        ("resources/read", _) => {
+            if let Some(uri) = &msg.uri {
+                attributes.push(("mcp.resource.uri", Value::Str(uri.clone())));
+            }
+        }
+        _ => {}
+    }
+    if let Some(version) = protocol {
+        attributes.push(("mcp.protocol.version", Value::Str(version.to_owned())));
+    }
+    attributes
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -349,6 +707,50 @@ mod tests {
         assert!(!none.samples(&[0xff; 16], None) && !none.samples(&[1; 16], None));
         assert!(all.samples(&[0xff; 16], None));
         assert!(half.samples(&low, None) && !half.samples(&high, None));
+    }
+
+    #[test]
+    fn meta_is_set_in_place_keeping_every_other_byte() {
+        let tp = "00-0af7651916cd43dd8448eb211c80319c-c2c2c2c2c2c2c2c2-01";
+        let added = with_meta(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#, tp, None);
+        let expected = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"_meta":{{"traceparent":"{tp}"}}}}}}"#
+        );
+        assert_eq!(added.as_deref(), Some(expected.as_str()));
+        let text = r#"{"id":"a","params":{"_meta":{"tracestate":"x=1","traceparent":"old","progressToken":1.50},"n":[1, 2]},"method":"m"}"#;
+        let replaced = with_meta(text, tp, Some("y=2")).unwrap();
+        let expected = format!(
+            r#"{{"id":"a","params":{{"_meta":{{"traceparent":"{tp}","progressToken":1.50,"tracestate":"y=2"}},"n":[1, 2]}},"method":"m"}}"#
+        );
+        assert_eq!(replaced, expected);
+        assert_eq!(with_meta(r#"{"id":1,"params":[1]}"#, tp, None), None);
+        assert_eq!(
+            with_meta(r#"{"id":1,"params":{"_meta":"no"}}"#, tp, None),
+            None
+        );
+    }
+
+    #[test]
+    fn caller_errors_record_their_code_only() {
+        let answer = |text: &'static str| Ending::Answered(text.as_bytes()).attributes();
+        let caller = answer(r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"m"}}"#);
+        assert_eq!(caller, (Some(-32602), None));
+        let failed = answer(r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"m"}}"#);
+        assert_eq!(failed, (Some(-32603), Some("-32603".to_owned())));
+        let tool = answer(r#"{"jsonrpc":"2.0","id":1,"result":{"isError":true}}"#);
+        assert_eq!(tool, (None, Some("tool_error".to_owned())));
+        assert_eq!(
+            answer(r#"{"jsonrpc":"2.0","id":1,"result":{"isError":false}}"#),
+            (None, None)
+        );
+        assert_eq!(
+            Ending::Refused(429, b"Too Many").attributes(),
+            (None, Some("429".into()))
+        );
+        assert_eq!(
+            Ending::Unanswered.attributes(),
+            (None, Some("_OTHER".into()))
+        );
     }
 
     #[test]

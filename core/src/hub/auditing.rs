@@ -12,14 +12,16 @@ use std::time::Instant;
 
 use super::exchanges::{Exchanges, Started};
 use super::sessions::{Kind, SessionNumber, Sessions};
+use super::spans;
 use super::Hub;
 use crate::audit::Asked;
 use crate::audit::{cut, field, AuditRecord, AuditType, ClientInfo, Outcome, Transport};
 use crate::framing::FramingError;
-use crate::http::{Endpoint, Rejection, Request, Response};
+use crate::http::{Body, Endpoint, Rejection, Request, Response};
 use crate::message::Checked;
 use crate::output::{Event, Output, RequestId};
-use crate::settings::Audit;
+use crate::settings::{Audit, Settings};
+use crate::trace::{Ending, ServerSpan};
 
 /// What happened to a request or a session, as the hub's decisions produce it.
 #[derive(Debug)]
@@ -139,8 +141,19 @@ impl Hub {
         }
     }
 
-    /// The one place what happened is read (by the audit log, while auditing is on).
-    pub(super) fn observe(&mut self, now: Instant, happened: Happened<'_>) {
+    /// `lost` spans did not fit the shell's export queue (or its exporter failed): counted
+    /// (`switchboard_otel_dropped_total`).
+    pub fn handle_spans_dropped(&mut self, lost: u64) {
+        self.metrics.otel_dropped += lost;
+    }
+
+    /// The one place what happened is read: by the spans (while they are made), then by
+    /// the audit log (while auditing is on).
+    pub(super) fn observe(&mut self, now: Instant, mut happened: Happened<'_>) {
+        if self.settings.tracing.is_some() {
+            let parts = (&self.sessions, &mut self.outputs);
+            traced(parts, now, &mut happened);
+        }
         let Some(audit) = &self.settings.audit else {
             return;
         };
@@ -181,9 +194,61 @@ impl Hub {
     }
 }
 
-/// A request arrived: its observation context, while auditing is on.
-pub(super) fn arrived(audit: Option<&Audit>, now: Instant, req: &Request) -> Option<Box<Started>> {
-    audit?;
+/// What happened, as the spans read it.
+fn traced(
+    (sessions, outputs): (&Sessions, &mut VecDeque<Output>),
+    now: Instant,
+    happened: &mut Happened<'_>,
+) {
+    let id = |number: SessionNumber| sessions.get(number).map(|s| s.id);
+    match happened {
+        Happened::Refused(started, response) => {
+            let ending = Ending::Refused(response.status, &response.body);
+            spans::end(outputs, now, started, ending, None);
+        }
+        Happened::Answered {
+            session,
+            started,
+            message,
+            ..
+        } => spans::end(
+            outputs,
+            now,
+            started,
+            Ending::Answered(message),
+            id(*session),
+        ),
+        Happened::Unanswered(session, started) => {
+            spans::end(
+                outputs,
+                now,
+                started,
+                Ending::Unanswered,
+                session.and_then(id),
+            );
+        }
+        _ => {}
+    }
+}
+
+/// A request arrived: its observation context, while auditing is on or its SERVER span
+/// is sampled (a POST's JSON-RPC request, with spans made).
+pub(super) fn arrived(
+    settings: &Settings,
+    now: Instant,
+    req: &mut Request,
+) -> Option<Box<Started>> {
+    let posted = matches!(req.endpoint, Endpoint::Messages | Endpoint::McpPost);
+    let protocol = req.mcp.protocol_version.as_deref();
+    let trace = match (&settings.tracing, req.trace.take(), &req.body) {
+        (Some(tracing), Some(headers), Body::Message(msg)) if posted => {
+            ServerSpan::begin(*headers, protocol, msg, &tracing.sampler)
+        }
+        _ => None,
+    };
+    if settings.audit.is_none() && trace.is_none() {
+        return None;
+    }
     // A `GET /mcp` or `DELETE /mcp` is audited only when refused (as `mcp_request` and
     // `session_close`): an opened stream is no request, and a session that ends says
     // so itself.
@@ -209,6 +274,7 @@ pub(super) fn arrived(audit: Option<&Audit>, now: Instant, req: &Request) -> Opt
         transport,
         principal: req.principal.clone(),
         session,
+        trace,
     }))
 }
 

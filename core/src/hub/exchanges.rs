@@ -15,7 +15,7 @@ use crate::routed_id::SessionId;
 
 /// What a request's observers need of it, kept with the request until its outcome is
 /// known: in its exchange while that is open, then with the request in flight. Present
-/// only while auditing is on; a trace context belongs here too.
+/// only while auditing is on or spans are made.
 #[derive(Debug)]
 pub(crate) struct Started {
     pub(super) at: Instant,
@@ -28,6 +28,8 @@ pub(crate) struct Started {
     pub(super) transport: Transport,
     pub(super) principal: Principal,
     pub(super) session: Option<SessionId>,
+    /// Its SERVER span, when spans are made (`--otlp-endpoint`) and it is sampled.
+    pub(super) trace: Option<Box<crate::trace::ServerSpan>>,
 }
 
 /// What the gate and the policy said of a POST's sender.

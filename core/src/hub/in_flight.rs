@@ -112,6 +112,13 @@ impl InFlight {
         self.requests.get(&Caller::Session(number))?.get(key)
     }
 
+    /// Request `key` of session `number`, to change its observation context.
+    pub(crate) fn get_mut(&mut self, number: SessionNumber, key: &IdKey) -> Option<&mut Entry> {
+        self.requests
+            .get_mut(&Caller::Session(number))?
+            .get_mut(key)
+    }
+
     /// Requests of session `number` in flight.
     pub(crate) fn count(&self, number: SessionNumber) -> usize {
         self.requests

@@ -50,8 +50,8 @@ mod reload;
 mod resume;
 mod resumption;
 mod sessions;
+mod spans;
 mod streams;
-mod tracing;
 
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -194,7 +194,7 @@ impl Hub {
         let id = RequestId(self.mint());
         let exchange = Exchange {
             cors: request.cors.take(),
-            started: auditing::arrived(self.settings.audit.as_ref(), now, &request),
+            started: auditing::arrived(&self.settings, now, &mut request),
         };
         self.exchanges.open(id, exchange);
         match self.backend.phase() {

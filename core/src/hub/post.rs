@@ -13,6 +13,7 @@ use super::exchanges::{Answer, Sender};
 use super::in_flight::Entry;
 use super::mcp::{self, McpPost};
 use super::sessions::{Kind, SessionNumber, Sessions};
+use super::spans;
 use super::streams::Role;
 use super::{Hub, Request};
 use crate::admission::{self, Arrival, Capacity, Refused, Verdict};
@@ -368,9 +369,10 @@ impl Hub {
             if let (true, Some(session)) = (filtered, self.sessions.get_mut(number)) {
                 session.grant = sender.grant;
             }
+            let hop = (&mut self.router, &mut self.in_flight, self.settings.tracing);
             match subscription(&mut self.sessions, number, msg) {
                 Some(answer) => answer,
-                None => match self.router.forward(sid, msg, filtered) {
+                None => match spans::forward(hop, (sid, number, now), msg, filtered) {
                     Forward::Line(line) => return self.queue_line(line, LineFrom::Client(number)),
                     Forward::Answer(answer) => {
                         let outcome = Outcome::of_answer(&answer);

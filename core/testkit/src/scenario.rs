@@ -39,7 +39,8 @@
 //! | `mcp-get A`, `mcp-delete A` | `GET /mcp` (the stream `A/get`), `DELETE /mcp` for A |
 //! | `mcp-raw METHOD [A] [key=value ...] [{...}]` | any `/mcp` request: `as=bob`, `session=none\|B\|text`, `accept=json\|sse\|both\|any\|none\|TYPE`, `type=json\|none\|TYPE`, `version=V`, `last-event-id=ID`, `origin=O`, `scopes=a,b` and `claims={...}` (the token's; JSON without spaces), `body=too-large` |
 //! | `hangup S`, `stall S` with a stream name | `A`, `A/get`, `A@12`, `A/resume@12` |
-//! | `with FLAG VALUE` | before any other command: `restart never`, `keepalive 10s`, `ping-interval 5s`, `ping-timeout 2s`, `grace 1s`, `session-buffer 8192`, `max-sessions 2`, `stdin-queue 2`, `stdin-window 2` (lines the shell holds), `restart-wait 1s`, `restart-buffer 1KiB`, `on-backend-exit close-sessions`, `resume-window 0s` (no resumption), `resume-buffer 1KiB`, `resume-global 8KiB` (the cap over every session), `oauth-issuer URL`, `jwks-url URL` (key sources), `required-scope S`, `tool-scope T=S` (an OAuth resource server at `http://127.0.0.1:8000/`), `rate-limit 2/min`, `tool-rate-limit T=1/min`, `max-sessions-per-principal 2`, `authz {...}` (a policy file, on one line), `audit on` or `audit data=64` (with the messages, cut to 64 bytes), `instance a` (ids are minted as `a.<uuid>`, `<A>` still expands to the whole id and transcripts show it as `a.<A>`); `spawn-fails N` makes the first N starts fail |
+//! | `trace-headers TRACEPARENT [TRACESTATE]` | the next POST carries these `traceparent` and `tracestate` headers (with `with trace`) |
+//! | `with FLAG VALUE` | before any other command: `restart never`, `keepalive 10s`, `ping-interval 5s`, `ping-timeout 2s`, `grace 1s`, `session-buffer 8192`, `max-sessions 2`, `stdin-queue 2`, `stdin-window 2` (lines the shell holds), `restart-wait 1s`, `restart-buffer 1KiB`, `on-backend-exit close-sessions`, `resume-window 0s` (no resumption), `resume-buffer 1KiB`, `resume-global 8KiB` (the cap over every session), `oauth-issuer URL`, `jwks-url URL` (key sources), `required-scope S`, `tool-scope T=S` (an OAuth resource server at `http://127.0.0.1:8000/`), `rate-limit 2/min`, `tool-rate-limit T=1/min`, `max-sessions-per-principal 2`, `authz {...}` (a policy file, on one line), `audit on` or `audit data=64` (with the messages, cut to 64 bytes), `trace on` or `trace SAMPLER[:ARG]` (spans made, as with `--otlp-endpoint`; `trace traceidratio:0`), `instance a` (ids are minted as `a.<uuid>`, `<A>` still expands to the whole id and transcripts show it as `a.<A>`); `spawn-fails N` makes the first N starts fail |
 //!
 //! The transcript shows each command, then what followed, indented:
 //!
@@ -151,6 +152,8 @@ pub enum Command {
     ReloadFails(String),
     /// `with FLAG VALUE`, before any other command: a setting of the hub.
     With(String, String),
+    /// `trace-headers TRACEPARENT [TRACESTATE]`: the next POST's trace headers.
+    TraceHeaders(String, Option<String>),
     /// A request on `/mcp`.
     Mcp(Box<McpCommand>),
 }
@@ -478,6 +481,10 @@ fn parse_command(line: &str) -> Option<Command> {
         "stubborn-backend" => Command::StubbornBackend,
         "at" => Command::At(parse_duration(rest.strip_prefix('+')?)?),
         "health" => Command::Health,
+        "trace-headers" => match rest.split_once(' ') {
+            Some((parent, state)) => Command::TraceHeaders(parent.into(), Some(state.into())),
+            None => Command::TraceHeaders(rest.to_owned(), None),
+        },
         "metrics" => Command::Metrics(rest.to_owned()),
         "sigterm" => Command::Sigterm,
         "unserved" => Command::Unserved,
@@ -777,6 +784,15 @@ fn apply_setting(settings: &mut Settings, flag: &str, value: &str) -> Option<()>
             }
         }
         "instance" => settings.instance = Some(Instance::new(value).ok()?),
+        "trace" => {
+            let (name, arg) = match value.split_once(':') {
+                Some((name, arg)) => (name, Some(arg)),
+                None if value == "on" => ("parentbased_always_on", None),
+                None => (value, None),
+            };
+            let sampler = switchboard_core::Sampler::parse(name, arg).ok()?;
+            settings.tracing = Some(switchboard_core::Tracing { sampler });
+        }
         "audit" => {
             let max_data = match value {
                 "on" => None,
@@ -813,6 +829,10 @@ struct Runner {
     /// The request of the line being run, answered inline.
     current: Option<RequestId>,
     metrics_prefix: Option<String>,
+    /// The next POST's trace headers (`trace-headers`).
+    trace_headers: Option<switchboard_core::TraceHeaders>,
+    /// POSTs traced so far: the next one's ids are made of this number.
+    traced: u8,
     out: String,
 }
 
@@ -847,6 +867,8 @@ impl Runner {
             line_number: 0,
             current: None,
             metrics_prefix: None,
+            trace_headers: None,
+            traced: 0,
             out: String::new(),
         };
         if !usual {
@@ -970,7 +992,7 @@ impl Runner {
             },
             ..Admitted::new(endpoint, principal, "")
         };
-        let request = self.driver.send(admitted.into_request(body, || entropy));
+        let request = self.send(admitted, body, entropy);
         if let Some(label) = &command.label {
             let name = match command.method {
                 "GET" if command.headers.last_event_id.is_some() => {
@@ -982,6 +1004,27 @@ impl Runner {
             self.request_names.insert(request, name);
         }
         request
+    }
+
+    /// Sends a request the shell admitted; with tracing on, a POST gets the trace headers
+    /// of `trace-headers` and ids of the number of POSTs traced before it (trace id bytes
+    /// `n`, SERVER span `0x50 + n`, CLIENT span `0xc0 + n`).
+    fn send(&mut self, mut admitted: Admitted, body: Payload, entropy: [u8; 16]) -> RequestId {
+        let post = matches!(admitted.endpoint, Endpoint::Messages | Endpoint::McpPost);
+        if self.settings.tracing.is_some() && post {
+            let headers = self.trace_headers.take().unwrap_or_default();
+            admitted.trace = Some(Box::new(headers));
+        }
+        let mut request = admitted.into_request(body, || entropy);
+        request.seed_trace(|| {
+            self.traced += 1;
+            let n = self.traced;
+            let mut bytes = [n; 32];
+            bytes[16..24].fill(0x50 + n);
+            bytes[24..].fill(0xc0 + n);
+            bytes
+        });
+        self.driver.send(request)
     }
 
     fn stream(&self, label: &str) -> StreamId {
@@ -1060,7 +1103,7 @@ impl Runner {
                     },
                     ..Admitted::new(Endpoint::Messages, principal, sid.as_str())
                 };
-                Some(self.driver.send(admitted.into_request(body, || [0; 16])))
+                Some(self.send(admitted, body, [0; 16]))
             }
             Command::PostSid {
                 session,
@@ -1072,13 +1115,8 @@ impl Runner {
                 let principal = principal
                     .as_deref()
                     .map_or_else(Principal::anonymous, Principal::new);
-                Some(self.driver.request(
-                    Endpoint::Messages,
-                    principal,
-                    &session,
-                    Payload::Bytes(body),
-                    [0; 16],
-                ))
+                let admitted = Admitted::new(Endpoint::Messages, principal, &session);
+                Some(self.send(admitted, Payload::Bytes(body), [0; 16]))
             }
             Command::Backend { line, raw } => {
                 let text = self.labels.expand(line);
@@ -1180,6 +1218,14 @@ impl Runner {
                 None
             }
             Command::With(..) => unreachable!("handled before the hub starts"),
+            Command::TraceHeaders(parent, state) => {
+                self.trace_headers = Some(switchboard_core::TraceHeaders {
+                    parent: switchboard_core::SpanContext::parse(parent),
+                    tracestate: state.clone(),
+                    entropy: [0; 32],
+                });
+                None
+            }
             Command::Mcp(command) => Some(self.mcp(command)),
         }
     }

@@ -1,0 +1,82 @@
+//! The spans' reader of what happened (SPEC section 14): a request's SERVER span is decided
+//! when it arrives (its message admitted by the shell), its CLIENT child starts when its
+//! line is queued for the backend, and both end with its outcome, the moment its audit
+//! event is written. Only sampled requests carry a span; with tracing off nothing here runs.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use super::exchanges::Started;
+use super::in_flight::InFlight;
+use super::sessions::SessionNumber;
+use crate::message::Checked;
+use crate::output::Output;
+use crate::routed_id::SessionId;
+use crate::router::{Forward, Router};
+use crate::settings::Tracing;
+use crate::trace::{Ending, Value};
+
+/// The sampled span of request `msg` of session `number`, if it is in flight and is no
+/// `initialize` (the proxy's own message to the backend carries no client's context).
+fn span_of<'a>(
+    in_flight: &'a mut InFlight,
+    number: SessionNumber,
+    msg: &Checked,
+) -> Option<&'a mut crate::trace::ServerSpan> {
+    let id = msg.id.as_ref().filter(|_| msg.method != "initialize")?;
+    let entry = in_flight.get_mut(number, &id.key)?;
+    entry.audit.as_deref_mut()?.trace.as_deref_mut()
+}
+
+/// The router's decision for `msg` of session `number`; with spans made, a sampled
+/// request's line carries its CLIENT span's context in `params._meta`, and that span
+/// starts as the line is queued for the backend.
+pub(super) fn forward(
+    (router, in_flight, tracing): (&mut Router, &mut InFlight, Option<Tracing>),
+    (sid, number, now): (SessionId, SessionNumber, Instant),
+    msg: &Checked,
+    filtered: bool,
+) -> Forward {
+    if tracing.is_none() {
+        return router.forward(sid, msg, filtered);
+    }
+    let Some(span) = span_of(in_flight, number, msg) else {
+        return router.forward(sid, msg, filtered);
+    };
+    let carried = span.carried(msg);
+    let forward = router.forward(sid, carried.as_ref().unwrap_or(msg), filtered);
+    if matches!(forward, Forward::Line(_)) {
+        span.hop(now);
+    }
+    forward
+}
+
+/// A request ended: its spans, if it has any (`session`: the session it belongs to).
+pub(super) fn end(
+    outputs: &mut VecDeque<Output>,
+    now: Instant,
+    started: &mut Started,
+    ending: Ending<'_>,
+    session: Option<SessionId>,
+) {
+    let Some(span) = started.trace.take() else {
+        return;
+    };
+    let session = session.or(started.session);
+    let common = [
+        ("network.transport", Some("tcp".to_owned())),
+        ("network.protocol.name", Some("http".to_owned())),
+        ("network.protocol.version", Some("1.1".to_owned())),
+        ("client.address", started.source.ip.map(|ip| ip.to_string())),
+        ("user.id", Some(started.principal.to_string())),
+        ("mcp.session.id", session.map(|s| s.as_str().to_owned())),
+    ];
+    let common = common
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, Value::Str(v?))));
+    let (server, client) = span.finish((started.at, now), ending, common);
+    if let Some(client) = client {
+        outputs.push_back(Output::Span(Box::new(client)));
+    }
+    outputs.push_back(Output::Span(Box::new(server)));
+}
