@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# What the authorization policy and the audit log cost, side by side in one run:
+# What the authorization policy, the audit log and traces cost, side by side in one run:
 #
 #   tests/bench_features.sh
 #
 # Builds everything in release, then starts, on loopback and each in front of its own fast
-# echo backend, both binaries (`switchboard`, `switchboard-blocking`) in four
+# echo backend, both binaries (`switchboard`, `switchboard-blocking`) in six
 # configurations:
-#   plain   no policy, no audit log
+#   plain   no policy, no audit log, no traces
 #   policy  --authz-config: a ToolHive Cedar file permitting `tools/call` of `echo` (the
 #           only tool loadgen calls; initialize, notifications and lists are never asked)
 #   audit   --audit-log FILE
 #   both    --authz-config and --audit-log
+#   traced  --otlp-endpoint: every request sampled (loadgen sends no trace context), spans
+#           exported over OTLP/HTTP to tests/python/otlp_receiver.py (counting only)
+#   unsampled  --otlp-endpoint with OTEL_TRACES_SAMPLER=parentbased_traceidratio at 0
 # and drives each with loadgen: 10 sessions x 1,000 calls, 4 in flight per session
 # (10,000 calls a run), over legacy HTTP+SSE (/sse) and Streamable HTTP (/mcp), in
 # BENCH_ROUNDS interleaved rounds (default 5): the configuration order rotates every
@@ -24,9 +27,12 @@
 # request id) pairs, plus one `session_open`, one `mcp_initialize` and one
 # `session_close` per session, and nothing else. After every run the proxy's /metrics
 # must show `switchboard_policy_denied_total` and `switchboard_audit_dropped_total` at 0.
-# Any failed call, missing or extra event, denial or dropped event fails the script
-# (exit 1); the ratios are reported (the issue's target: audit on >= 0.9x audit off) but
-# fail it only with BENCH_STRICT=1.
+# After every `traced` run the receiver must have counted one SERVER span `tools/call
+# echo` per call made, less the spans the proxy counted lost
+# (`switchboard_otel_dropped_total`, reported); after an `unsampled` run, none.
+# Any failed call, missing or extra event or span, denial or dropped event fails the
+# script (exit 1); the ratios are reported (the issues' targets: audit on >= 0.9x audit
+# off, traced >= 0.85x and unsampled >= 0.97x plain) but fail it only with BENCH_STRICT=1.
 #
 # Prints a table (medians per binary x transport x configuration, the ratios, the event
 # counts). Raw lines: target/bench/features.jsonl, the report: target/bench/features.txt;
@@ -37,7 +43,9 @@
 # Environment: BENCH_ROUNDS (5), BENCH_BUDGET (seconds after the build, default 300: runs
 # that would start later are skipped and reported), BENCH_TRANSPORTS ("sse mcp"),
 # BENCH_STRICT (0), BENCH_NO_BUILD=1 (use the binaries already built), BENCH_DOC (the page
-# the report goes into, default tests/BENCHMARKS.md; empty: none). Needs python3. Every
+# the report goes into, default tests/BENCHMARKS.md; empty: none), BENCH_CONFIGS (the
+# configurations, default all six). Needs python3, and for the receiver a Python with
+# `opentelemetry-proto` (SWITCHBOARD_PYTHON, else the venv tests/run.sh makes). Every
 # process started here is stopped on exit (trap EXIT); every wait is bounded.
 set -euo pipefail
 
@@ -56,6 +64,8 @@ run_timeout=60  # seconds, per loadgen run (its own --timeout; `timeout` backs i
 audit_wait=15   # seconds an audit file may take to hold a run's events
 
 command -v python3 >/dev/null || { echo "bench_features: needs python3" >&2; exit 1; }
+otel_python="${SWITCHBOARD_PYTHON:-$root/.venv/bin/python}"
+span_wait=30    # seconds a traced run's spans may take to reach the receiver
 
 target_dir="${CARGO_TARGET_DIR:-$root/target}"
 [[ "$target_dir" = /* ]] || target_dir="$root/$target_dir"
@@ -83,7 +93,8 @@ cat >"$policy" <<'EOF'
 {"version":"1.0","type":"cedarv1","cedar":{"policies":["permit(principal, action == Action::\"call_tool\", resource == Tool::\"echo\");"],"entities_json":"[]"}}
 EOF
 
-# metrics URL: prints "<policy denied> <audit dropped>" from the proxy's /metrics.
+# metrics URL: prints "<policy denied> <audit dropped> <spans lost>" from the proxy's
+# /metrics.
 metrics() {
     python3 - "$1/metrics" <<'EOF'
 import sys, urllib.request
@@ -94,7 +105,8 @@ for line in text.splitlines():
     if len(parts) == 2 and not line.startswith("#"):
         values[parts[0]] = parts[1]
 print(values.get("switchboard_policy_denied_total", "missing"),
-      values.get("switchboard_audit_dropped_total", "missing"))
+      values.get("switchboard_audit_dropped_total", "missing"),
+      values.get("switchboard_otel_dropped_total", "0"))
 EOF
 }
 
@@ -151,15 +163,41 @@ print(json.dumps(out))
 EOF
 }
 
+# spans_served: how many SERVER spans `tools/call echo` the receiver counted so far.
+spans_served() {
+    python3 - "$receiver_url/count" <<'EOF'
+import json, sys, urllib.request
+counts = json.load(urllib.request.urlopen(sys.argv[1], timeout=5))
+print(counts["by"].get("SPAN_KIND_SERVER tools/call echo", 0))
+EOF
+}
+
 binaries=(switchboard switchboard-blocking)
-configs=(plain policy audit both)
+read -r -a configs <<<"${BENCH_CONFIGS:-plain policy audit both traced unsampled}"
 declare -A url pid audit_file
 echo_backend="$bin/echo-backend"
+receiver_url=""
+if [[ " ${configs[*]} " == *" traced "* || " ${configs[*]} " == *" unsampled "* ]]; then
+    "$otel_python" -c 'import opentelemetry.proto' 2>/dev/null ||
+        { echo "bench_features: $otel_python lacks opentelemetry-proto (run tests/run.sh)" >&2; exit 1; }
+    "$otel_python" "$root/tests/python/otlp_receiver.py" - >"$work/receiver.port" 2>"$work/receiver.log" &
+    started_pids+=("$!")
+    for _ in $(seq 200); do
+        [[ -s "$work/receiver.port" ]] && break
+        sleep 0.05
+    done
+    receiver_url="http://127.0.0.1:$(head -n1 "$work/receiver.port")"
+fi
 for b in "${binaries[@]}"; do
     for c in "${configs[@]}"; do
-        flags=()
+        flags=() env=()
         case "$c" in
         policy | both) flags+=(--authz-config "$policy") ;;
+        traced) flags+=(--otlp-endpoint "$receiver_url") env+=(OTEL_BSP_SCHEDULE_DELAY=200) ;;
+        unsampled)
+            flags+=(--otlp-endpoint "$receiver_url")
+            env+=(OTEL_TRACES_SAMPLER=parentbased_traceidratio OTEL_TRACES_SAMPLER_ARG=0)
+            ;;
         esac
         case "$c" in
         audit | both)
@@ -167,7 +205,7 @@ for b in "${binaries[@]}"; do
             flags+=(--audit-log "${audit_file[$b/$c]}")
             ;;
         esac
-        start "$b-$c" "$bin/$b" --listen 127.0.0.1:0 --grace 1s "${flags[@]}" -- "$echo_backend"
+        start "$b-$c" env "${env[@]}" "$bin/$b" --listen 127.0.0.1:0 --grace 1s "${flags[@]}" -- "$echo_backend"
         url[$b/$c]=$SERVER_URL pid[$b/$c]=$SERVER_PID
     done
 done
@@ -193,9 +231,13 @@ fail() {
 # run ROUND BINARY CONFIG TRANSPORT: one loadgen run, its audit events, its metrics.
 run() {
     local round="$1" b="$2" c="$3" path="$4" key="$2/$3"
-    local tags offset=0 file="${audit_file[$key]:-}" line
+    local tags offset=0 file="${audit_file[$key]:-}" line spans_before=0 lost_before=0
     tags=(--tag "round=$round" --tag "binary=$b" --tag "config=$c" --tag "transport=$path")
     [[ -n "$file" ]] && offset="$(stat -c %s "$file" 2>/dev/null || echo 0)"
+    if [[ "$c" == traced || "$c" == unsampled ]]; then
+        spans_before="$(spans_served)"
+        read -r _ _ lost_before <<<"$(metrics "${url[$key]}")"
+    fi
     line="$(timeout -k 5 $((run_timeout + 15)) "$bin/loadgen" --url "${url[$key]}" \
         --pid "${pid[$key]}" --transport "$path" -s "$sessions" -c "$calls" -k "$inflight" \
         --timeout "$run_timeout" --json "${tags[@]}" || true)"
@@ -223,8 +265,26 @@ run() {
         echo "$line" >>"$results"
         grep -q '"ok": true' <<<"$line" || fail "$b $c /$path round $round: audit events: $line"
     fi
+    if [[ "$c" == traced || "$c" == unsampled ]]; then
+        # Every sampled call's SERVER span reaches the receiver or is counted lost.
+        local want=0 got lost waited=0
+        [[ "$c" == traced ]] && want=$((sessions * calls))
+        while :; do
+            got=$(($(spans_served) - spans_before))
+            read -r _ _ lost <<<"$(metrics "${url[$key]}")"
+            lost=$((lost - lost_before))
+            ((got + lost >= want && waited >= 4)) && break
+            ((waited >= span_wait * 4)) && break
+            sleep 0.25
+            waited=$((waited + 1))
+        done
+        printf '{"kind":"spans","round":"%s","binary":"%s","config":"%s","transport":"%s","calls":%d,"server_spans":%d,"lost":%d}\n' \
+            "$round" "$b" "$c" "$path" "$want" "$got" "$lost" >>"$results"
+        ((got + lost == want)) ||
+            fail "$b $c /$path round $round: $got SERVER spans received and $lost lost for $want sampled calls"
+    fi
     local denied dropped
-    read -r denied dropped <<<"$(metrics "${url[$key]}" || echo "unreadable unreadable")"
+    read -r denied dropped _ <<<"$(metrics "${url[$key]}" || echo "unreadable unreadable")"
     printf '{"kind":"metrics","round":"%s","binary":"%s","config":"%s","transport":"%s","policy_denied":"%s","audit_dropped":"%s"}\n' \
         "$round" "$b" "$c" "$path" "$denied" "$dropped" >>"$results"
     [[ "$denied" == 0 ]] || fail "$b $c /$path round $round: switchboard_policy_denied_total $denied"
@@ -269,13 +329,14 @@ echo
 mkdir -p "$target_dir/bench"
 cp "$results" "$target_dir/bench/features.jsonl"
 report="$target_dir/bench/features.txt"
-python3 - "$results" "$sessions" "$calls" "$inflight" "$rounds" "$strict" "${transports[*]}" >"$report" <<'EOF' || failures=$((failures + 1))
+python3 - "$results" "$sessions" "$calls" "$inflight" "$rounds" "$strict" "${transports[*]}" "${configs[*]}" >"$report" <<'EOF' || failures=$((failures + 1))
 import collections, json, statistics, sys
 path, sessions, calls, inflight, rounds, strict = sys.argv[1], *map(int, sys.argv[2:7])
 transports = sys.argv[7].split()
 binaries = ["switchboard", "switchboard-blocking"]
-configs = ["plain", "policy", "audit", "both"]
+configs = sys.argv[8].split()
 runs = collections.defaultdict(list)
+spans = collections.defaultdict(list)
 audits = collections.defaultdict(list)
 metrics = collections.defaultdict(list)
 for line in open(path):
@@ -284,6 +345,8 @@ for line in open(path):
     kind = v.get("kind")
     if kind == "audit":
         audits[key].append(v)
+    elif kind == "spans":
+        spans[key].append(v)
     elif kind == "metrics":
         metrics[key].append(v)
     else:
@@ -321,18 +384,22 @@ for b in binaries:
 print()
 print("Ratios of the medians above (calls/s; same run, same load):")
 print()
-print("| binary | transport | policy/plain | audit/plain | both/plain | both/policy (audit on/off under the policy) |")
-print("|---|---|---|---|---|---|")
+pairs = [(on, off, target) for on, off, target in (
+    ("policy", "plain", None), ("audit", "plain", 0.9), ("both", "plain", None),
+    ("both", "policy", 0.9), ("traced", "plain", 0.85), ("unsampled", "plain", 0.97))
+    if on in configs and off in configs]
+print("| binary | transport | " + " | ".join(f"{on}/{off}" for on, off, _ in pairs) + " |")
+print("|---|---|" + "---|" * len(pairs))
 checks = []
 for b in binaries:
     for t in transports:
         m = {c: med((b, t, c), "calls_per_s") for c in configs}
         r = lambda x, y: m[x] / m[y] if m[x] and m[y] else None
-        print(f"| {b} | /{t} | {fmt(r('policy', 'plain'), 3)} | {fmt(r('audit', 'plain'), 3)} "
-              f"| {fmt(r('both', 'plain'), 3)} | {fmt(r('both', 'policy'), 3)} |")
-        for on, off in (("audit", "plain"), ("both", "policy")):
-            x = r(on, off)
-            checks.append((f"{b} /{t}: {on}/{off} = {fmt(x, 3)} >= 0.9", x is not None and x >= 0.9))
+        print(f"| {b} | /{t} | " + " | ".join(fmt(r(on, off), 3) for on, off, _ in pairs) + " |")
+        for on, off, target in pairs:
+            if target is not None:
+                x = r(on, off)
+                checks.append((f"{b} /{t}: {on}/{off} = {fmt(x, 3)} >= {target}", x is not None and x >= target))
 print()
 print("Audit events, summed over the runs of each audit configuration (each run checked on "
       f"its own: exactly {total:,} mcp_tool_call, {sessions} session_open, {sessions} "
@@ -343,7 +410,7 @@ print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 failed = False
 for b in binaries:
     for t in transports:
-        for c in ("audit", "both"):
+        for c in [c for c in ("audit", "both") if c in configs]:
             a = audits[(b, t, c)]
             made = sum(r.get("completed", 0) for r in runs[(b, t, c)])
             types = collections.Counter()
@@ -357,6 +424,20 @@ for b in binaries:
                   f"| {sum(v['distinct_calls'] for v in a):,} | {types['session_open']} "
                   f"| {types['mcp_initialize']} | {types['session_close']} | {other} "
                   f"| {sum(v['lines'] for v in a):,} |")
+if any(c in configs for c in ("traced", "unsampled")):
+    print()
+    print("Spans, summed over the runs (each run checked on its own: the receiver's SERVER spans "
+          "`tools/call echo` plus those the proxy counted lost equal the sampled calls):")
+    print()
+    print("| binary | transport | config | runs checked | calls sampled | SERVER spans received | lost |")
+    print("|---|---|---|---|---|---|---|")
+    for b in binaries:
+        for t in transports:
+            for c in [c for c in ("traced", "unsampled") if c in configs]:
+                s = spans[(b, t, c)]
+                failed |= not s or any(v["server_spans"] + v["lost"] != v["calls"] for v in s)
+                print(f"| {b} | /{t} | {c} | {len(s)} | {sum(v['calls'] for v in s):,} "
+                      f"| {sum(v['server_spans'] for v in s):,} | {sum(v['lost'] for v in s):,} |")
 denied = sum(1 for vs in metrics.values() for v in vs if v["policy_denied"] != "0")
 dropped = sum(1 for vs in metrics.values() for v in vs if v["audit_dropped"] != "0")
 reads = sum(len(vs) for vs in metrics.values())
@@ -365,7 +446,8 @@ print(f"/metrics after each of the {reads} runs: switchboard_policy_denied_total
       f"{'everywhere' if not denied else f'NOT 0 after {denied} runs'}, "
       f"switchboard_audit_dropped_total 0 {'everywhere' if not dropped else f'NOT 0 after {dropped} runs'}.")
 print()
-print("Target (the issue: auditing on runs at >= 0.9x the calls/s of auditing off):")
+print("Targets (auditing on >= 0.9x the calls/s of auditing off; traces with every request "
+      "sampled >= 0.85x, with the sampler at 0 >= 0.97x plain):")
 print()
 for what, ok in checks:
     print(f"- {'MET' if ok else 'MISS'} {what}")

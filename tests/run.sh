@@ -6,7 +6,8 @@
 #   tests/run.sh -p switchboard-tests -- tokio::   # extra arguments go to `cargo test`
 #
 # The venv lives at <repo>/.venv (git-ignored) and is reused when it already has `mcp` and
-# `mcp-server-time`. Set SWITCHBOARD_PYTHON to use another Python with both installed.
+# `mcp-server-time` (and OpenTelemetry's SDK, OTLP/HTTP exporter and protobuf definitions).
+# Set SWITCHBOARD_PYTHON to use another Python with all of them installed.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,9 +19,13 @@ if [[ -z "${SWITCHBOARD_PYTHON:-}" ]]; then
         echo "run.sh: creating $venv"
         python3 -m venv "$venv"
     fi
-    if ! "$venv/bin/python" -c 'import mcp.client.sse, mcp.client.streamable_http' 2>/dev/null || [[ ! -x "$venv/bin/mcp-server-time" ]]; then
-        echo "run.sh: installing mcp and mcp-server-time into $venv"
-        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "mcp==2.3.0" "mcp-server-time==2026.10.19"
+    # The trace tests' OTLP receiver and instrumented SDK client and backend need the
+    # OpenTelemetry SDK, its OTLP/HTTP exporter and the protobuf definitions.
+    otel="opentelemetry-sdk==1.45.2 opentelemetry-exporter-otlp-proto-http==1.45.2 opentelemetry-proto==1.45.2"
+    if ! "$venv/bin/python" -c 'import mcp.client.sse, mcp.client.streamable_http, opentelemetry.sdk, opentelemetry.proto, opentelemetry.exporter.otlp.proto.http' 2>/dev/null || [[ ! -x "$venv/bin/mcp-server-time" ]]; then
+        echo "run.sh: installing mcp, mcp-server-time and OpenTelemetry into $venv"
+        # shellcheck disable=SC2086
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "mcp==2.3.0" "mcp-server-time==2026.10.19" $otel
     fi
     export SWITCHBOARD_PYTHON="$venv/bin/python"
 fi

@@ -17,6 +17,7 @@ use switchboard_core::CommandLine;
 use switchboard_core::Loaded;
 use switchboard_shell::audit::{self, AuditLog};
 use switchboard_shell::budget::{session_budget, HostLimits, SessionCost};
+use switchboard_shell::otel::{self, Telemetry};
 use switchboard_shell::Shared;
 use tracing::{error, info, warn};
 use tracing_subscriber::EnvFilter;
@@ -87,6 +88,15 @@ fn start_audit_log(config: &Config) -> std::io::Result<Option<(AuditLog, audit::
     AuditLog::start(path, component, config.audit_buffer).map(Some)
 }
 
+/// The OTLP exporters, when `--otlp-endpoint` is given.
+fn start_telemetry(config: &Config) -> Result<Option<(Telemetry, otel::Flush)>, String> {
+    config
+        .otlp_endpoint
+        .as_deref()
+        .map(Telemetry::start)
+        .transpose()
+}
+
 fn run(
     config: Config,
     line: CommandLine,
@@ -100,6 +110,7 @@ fn run(
     ])?;
     let loaded = capped(config.load(read_file)?, budget);
     let (audit, writer) = start_audit_log(&loaded.config)?.unzip();
+    let (telemetry, exported) = start_telemetry(&loaded.config)?.unzip();
     let me = std::env::current_exe()?;
     let command = loaded.config.backend_command(&me.to_string_lossy());
     let listener = bind(loaded.config.listen_addr())?;
@@ -128,6 +139,7 @@ fn run(
 
     supervisor.owner().use_key_store(key_store);
     supervisor.owner().use_audit_log(audit);
+    supervisor.owner().use_telemetry(telemetry);
     let reloads = inputs.clone();
     thread::Builder::new()
         .name("signals".into())
@@ -152,8 +164,12 @@ fn run(
     server.drain(drain);
     // What is queued is written out, within --grace (a stalled sink does not keep the
     // proxy from exiting).
+    let deadline = std::time::Instant::now() + grace;
     if let Some(writer) = writer {
         writer.within(grace);
+    }
+    if let Some(exported) = exported {
+        exported.within(deadline.saturating_duration_since(std::time::Instant::now()));
     }
     Ok(status)
 }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use switchboard_core::config::{Config, LogFormat};
 use switchboard_core::CommandLine;
 use switchboard_shell::audit::{self, AuditLog};
+use switchboard_shell::otel::{self, Telemetry};
 use switchboard_shell::Shared;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::mpsc;
@@ -66,9 +67,19 @@ fn start_audit_log(config: &Config) -> std::io::Result<Option<(AuditLog, audit::
     AuditLog::start(path, component, config.audit_buffer).map(Some)
 }
 
+/// The OTLP exporters, when `--otlp-endpoint` is given.
+fn start_telemetry(config: &Config) -> Result<Option<(Telemetry, otel::Flush)>, String> {
+    config
+        .otlp_endpoint
+        .as_deref()
+        .map(Telemetry::start)
+        .transpose()
+}
+
 fn run(config: Config, line: CommandLine) -> Result<i32, Box<dyn std::error::Error>> {
     let loaded = config.load(read_file)?;
     let (audit, writer) = start_audit_log(&loaded.config)?.unzip();
+    let (telemetry, exported) = start_telemetry(&loaded.config)?.unzip();
     let grace = loaded.config.grace;
     let me = std::env::current_exe()?;
     let command = loaded.config.backend_command(&me.to_string_lossy());
@@ -99,6 +110,7 @@ fn run(config: Config, line: CommandLine) -> Result<i32, Box<dyn std::error::Err
         );
         supervisor.owner().use_key_store(key_store);
         supervisor.owner().use_audit_log(audit);
+        supervisor.owner().use_telemetry(telemetry);
         tokio::spawn(reload_on_hangup(
             hangup,
             (line, config.clone()),
@@ -128,8 +140,12 @@ fn run(config: Config, line: CommandLine) -> Result<i32, Box<dyn std::error::Err
     })?;
     // The loop is gone with its end of the queue: what is queued is written out, within
     // --grace (a stalled sink does not keep the proxy from exiting).
+    let deadline = std::time::Instant::now() + grace;
     if let Some(writer) = writer {
         writer.within(grace);
+    }
+    if let Some(exported) = exported {
+        exported.within(deadline.saturating_duration_since(std::time::Instant::now()));
     }
     Ok(status)
 }

@@ -12,6 +12,7 @@
 pub mod audit;
 pub mod budget;
 pub mod fetch;
+pub mod otel;
 mod owner;
 pub mod pending;
 mod shared;

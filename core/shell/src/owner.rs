@@ -18,6 +18,7 @@ use switchboard_core::{Front, Loaded};
 use tracing::{debug, info, warn};
 
 use crate::audit::AuditLog;
+use crate::otel::Telemetry;
 use crate::pending::Pending;
 use crate::Shared;
 
@@ -153,6 +154,8 @@ pub struct Owner<P: Perform> {
     key_store: Option<Arc<KeyStore>>,
     /// The audit log's queue, with `--audit-log`.
     audit: Option<AuditLog>,
+    /// The OTLP exporters, with `--otlp-endpoint`.
+    telemetry: Option<Telemetry>,
     /// What request handlers read, and a reloaded one waiting for the hub's outputs (the
     /// fetched key sets) to be performed before it takes requests.
     front: Arc<Shared<Front>>,
@@ -177,6 +180,7 @@ impl<P: Perform> Owner<P> {
             backend: None,
             key_store: None,
             audit: None,
+            telemetry: None,
             front,
             next_front: None,
         }
@@ -190,6 +194,11 @@ impl<P: Perform> Owner<P> {
     /// Writes the hub's audit events to `log` (`--audit-log`).
     pub fn use_audit_log(&mut self, log: Option<AuditLog>) {
         self.audit = log;
+    }
+
+    /// Exports the hub's spans and measurements with `telemetry` (`--otlp-endpoint`).
+    pub fn use_telemetry(&mut self, telemetry: Option<Telemetry>) {
+        self.telemetry = telemetry;
     }
 
     /// When the hub next needs [`Owner::handle_timeout`].
@@ -354,9 +363,16 @@ impl<P: Perform> Owner<P> {
                 }
             }
             Output::Log(event) => log(&event),
-            // The OTLP exporter takes these (helper C's branch); without one, none is made
-            // but with --otlp-endpoint.
-            Output::Span(_) | Output::Measured(_) => {}
+            Output::Span(span) => {
+                if let Some(lost) = self.telemetry.as_ref().map(|t| t.export(span)) {
+                    self.hub.handle_spans_dropped(lost);
+                }
+            }
+            Output::Measured(measured) => {
+                if let Some(telemetry) = &self.telemetry {
+                    telemetry.measure(*measured);
+                }
+            }
             output @ (Output::SpawnBackend { .. }
             | Output::ToBackend { .. }
             | Output::CloseBackendStdin { .. }

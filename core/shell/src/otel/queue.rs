@@ -1,0 +1,229 @@
+//! The spans' way out: a queue of [`QUEUE`] spans between the loop and an exporter thread of
+//! its own. The loop only `try_send`s (a span that does not fit is lost, and counted); the
+//! thread turns each span into the SDK's form, batches them ([`BATCH`] at most, or what
+//! came within `OTEL_BSP_SCHEDULE_DELAY`) and sends each batch with the OTLP exporter.
+//! Spans the collector did not take (down, stalled past the timeout, refusing) are
+//! counted lost too.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{channel, sync_channel, Receiver, RecvTimeoutError, Sender, SyncSender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use opentelemetry_sdk::trace::{SpanData, SpanExporter};
+
+/// Spans that may wait for the exporter (SPEC section 14).
+pub(crate) const QUEUE: usize = 2_048;
+/// The most spans sent in one request (the SDK's `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` default).
+pub(crate) const BATCH: usize = 512;
+
+/// The loop's end.
+pub(crate) struct Queue<T> {
+    items: SyncSender<T>,
+    /// Spans the exporter failed to send, not reported yet.
+    unsent: Arc<AtomicU64>,
+}
+
+impl<T: Send + 'static> Queue<T> {
+    /// Starts the exporter thread; the receiver is disconnected once it has sent what was
+    /// queued when the last `Queue` was dropped.
+    pub(crate) fn start<E: SpanExporter + 'static>(
+        convert: impl Fn(T) -> SpanData + Send + 'static,
+        exporter: E,
+        delay: Duration,
+    ) -> std::io::Result<(Queue<T>, Receiver<()>)> {
+        let (items, received) = sync_channel(QUEUE);
+        let unsent = Arc::new(AtomicU64::new(0));
+        let (done_tx, done) = channel();
+        let thread = Thread {
+            exporter,
+            delay,
+            unsent: unsent.clone(),
+            failing: false,
+            _done: done_tx,
+        };
+        std::thread::Builder::new()
+            .name("otlp-spans".into())
+            .spawn(move || thread.run(received, convert))?;
+        Ok((Queue { items, unsent }, done))
+    }
+
+    /// Queues `item` without waiting. Returns how many spans were lost since the last
+    /// call: this one if the queue is full, and those the collector did not take.
+    pub(crate) fn push(&self, item: T) -> u64 {
+        let unsent = match self.unsent.load(Ordering::Relaxed) {
+            0 => 0,
+            _ => self.unsent.swap(0, Ordering::Relaxed),
+        };
+        match self.items.try_send(item) {
+            Ok(()) => unsent,
+            Err(_) => unsent + 1,
+        }
+    }
+}
+
+struct Thread<E> {
+    exporter: E,
+    delay: Duration,
+    unsent: Arc<AtomicU64>,
+    /// The last export failed (only the first failure of a run is a warning).
+    failing: bool,
+    _done: Sender<()>,
+}
+
+impl<E: SpanExporter> Thread<E> {
+    fn run<T>(mut self, items: Receiver<T>, convert: impl Fn(T) -> SpanData) {
+        let mut batch = Vec::with_capacity(BATCH);
+        let mut due = Instant::now() + self.delay;
+        loop {
+            match items.recv_timeout(due.saturating_duration_since(Instant::now())) {
+                Ok(item) => {
+                    batch.push(convert(item));
+                    if batch.len() < BATCH {
+                        continue;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.export(&mut batch);
+                    let _ = self.exporter.shutdown();
+                    return;
+                }
+            }
+            self.export(&mut batch);
+            due = Instant::now() + self.delay;
+        }
+    }
+
+    fn export(&mut self, batch: &mut Vec<SpanData>) {
+        if batch.is_empty() {
+            return;
+        }
+        let spans = std::mem::replace(batch, Vec::with_capacity(BATCH));
+        let count = spans.len() as u64;
+        match futures_executor::block_on(self.exporter.export(spans)) {
+            Ok(()) => self.failing = false,
+            Err(error) => {
+                if !self.failing {
+                    tracing::warn!(%error, "cannot export spans; they are counted lost until the collector takes them");
+                }
+                self.failing = true;
+                self.unsent.fetch_add(count, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry::trace::TraceState;
+    use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId};
+    use opentelemetry::InstrumentationScope;
+    use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+    use opentelemetry_sdk::trace::{SpanEvents, SpanLinks};
+    use std::sync::Mutex;
+    use std::time::SystemTime;
+
+    /// Collects the batches it is given, or refuses them all.
+    #[derive(Debug, Clone, Default)]
+    struct Collector {
+        batches: Arc<Mutex<Vec<Vec<String>>>>,
+        down: bool,
+    }
+
+    impl SpanExporter for Collector {
+        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+            if self.down {
+                return Err(OTelSdkError::InternalFailure("down".into()));
+            }
+            let names = batch.into_iter().map(|s| s.name.into_owned()).collect();
+            self.batches.lock().unwrap().push(names);
+            Ok(())
+        }
+    }
+
+    fn span(name: String) -> SpanData {
+        let context = SpanContext::new(
+            TraceId::from_bytes([1; 16]),
+            SpanId::from_bytes([2; 8]),
+            TraceFlags::SAMPLED,
+            false,
+            TraceState::NONE,
+        );
+        SpanData {
+            span_context: context,
+            parent_span_id: SpanId::INVALID,
+            parent_span_is_remote: false,
+            span_kind: SpanKind::Server,
+            name: name.into(),
+            start_time: SystemTime::UNIX_EPOCH,
+            end_time: SystemTime::UNIX_EPOCH,
+            attributes: Vec::new(),
+            dropped_attributes_count: 0,
+            events: SpanEvents::default(),
+            links: SpanLinks::default(),
+            status: Status::Unset,
+            instrumentation_scope: InstrumentationScope::builder("test").build(),
+        }
+    }
+
+    #[test]
+    fn what_is_queued_is_sent_in_order_when_the_loop_lets_go() {
+        let collector = Collector::default();
+        let hour = Duration::from_secs(3600);
+        let (queue, done) = Queue::start(span, collector.clone(), hour).unwrap();
+        let names: Vec<String> = (0..BATCH + 3).map(|n| n.to_string()).collect();
+        for name in &names {
+            assert_eq!(queue.push(name.clone()), 0);
+        }
+        drop(queue);
+        assert!(done.recv_timeout(Duration::from_secs(10)).is_err());
+        let batches = collector.batches.lock().unwrap().clone();
+        assert!(batches.iter().all(|b| b.len() <= BATCH));
+        assert_eq!(batches.concat(), names);
+    }
+
+    #[test]
+    fn spans_a_collector_refuses_are_counted_lost() {
+        let collector = Collector {
+            down: true,
+            ..Collector::default()
+        };
+        let (queue, _done) = Queue::start(span, collector, Duration::from_millis(1)).unwrap();
+        assert_eq!(queue.push("a".into()), 0);
+        assert_eq!(queue.push("b".into()), 0);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut lost = 0;
+        while lost < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+            lost += queue.unsent.swap(0, Ordering::Relaxed);
+        }
+        assert_eq!(lost, 2);
+    }
+
+    #[test]
+    fn a_full_queue_drops_and_counts_without_waiting() {
+        /// Holds the exporter thread until told, so the queue fills.
+        #[derive(Debug)]
+        struct Stalled(Mutex<std::sync::mpsc::Receiver<()>>);
+        impl SpanExporter for Stalled {
+            async fn export(&self, _: Vec<SpanData>) -> OTelSdkResult {
+                let _ = self.0.lock().unwrap().recv();
+                Ok(())
+            }
+        }
+        let (release, stalled) = channel();
+        let exporter = Stalled(Mutex::new(stalled));
+        let (queue, _done) = Queue::start(span, exporter, Duration::ZERO).unwrap();
+        let started = Instant::now();
+        // The thread takes at most one batch before it stalls; the rest of the pushes fill
+        // the queue, and what does not fit comes back counted.
+        let lost: u64 = (0..QUEUE + BATCH + 10)
+            .map(|n| queue.push(n.to_string()))
+            .sum();
+        assert!(lost >= 10, "lost {lost}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        drop(release);
+    }
+}
