@@ -1,0 +1,575 @@
+//! MCP 2026-07-28 ("modern") clients on `/mcp` of each binary (SPEC 13), beside 2025 clients
+//! on the same proxy: the Python SDK 2.x `Client` in `auto` mode and pinned to 2026-07-28
+//! (`tests/python/modern_client.py`), the TypeScript SDK 2.x `@modelcontextprotocol/client`
+//! pinned to 2026-07-28 (`tests/node/modern-client.mjs`), against the real `mcp-server-time`
+//! and `@modelcontextprotocol/server-everything`. Every SDK client numbers its requests from
+//! 0, so the modern and the 2025 clients always send colliding ids at once: each must get
+//! exactly its own answers. A few of §13's answers are also checked on the wire (discover,
+//! the version and header refusals, 405 for GET, `--modern off`).
+//!
+//! Needs `SWITCHBOARD_PYTHON` (the venv `tests/run.sh` makes, with `mcp` 2.x and
+//! `mcp-server-time`) and the pinned Node packages in `tests/node`; without them the SDK
+//! tests skip loudly, or fail when `CI=true`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use switchboard_tests::mcp::{post, Answer};
+use switchboard_tests::node::{node_with, Node};
+use switchboard_tests::python::{mcp_server_time, python, run_script};
+use switchboard_tests::{suite, Body, Proxy, Target};
+
+const MODERN: &str = "2026-07-28";
+
+/// Every version the proxy speaks, newest first (SPEC 13, `server/discover`).
+const SUPPORTED: [&str; 5] = [
+    "2026-07-28",
+    "2025-11-25",
+    "2025-06-18",
+    "2025-03-26",
+    "2024-11-05",
+];
+
+/// The TypeScript packages these tests need beside the common ones.
+const TS_PACKAGES: [&str; 2] = [
+    "@modelcontextprotocol/client",
+    "@modelcontextprotocol/server-everything",
+];
+
+/// How long `modern-client.mjs` may take in all (it gives up after 60 s itself).
+const TS_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Runs `modern_client.py` with one Python SDK client per `(mode, args)`, all at once;
+/// returns each client's summary in order.
+fn python_clients(
+    python: &Path,
+    proxy: &Proxy,
+    tool: &str,
+    clients: &[(&str, Value)],
+) -> Vec<Value> {
+    let mut args = vec![format!("http://{}", proxy.addr), tool.to_owned()];
+    args.extend(clients.iter().map(|(mode, args)| format!("{mode}={args}")));
+    let summary = run_script(python, proxy, "modern_client.py", &args);
+    let got = summary["clients"].as_array().cloned().unwrap_or_default();
+    assert_eq!(got.len(), clients.len(), "{summary}");
+    for (got, (mode, _)) in got.iter().zip(clients) {
+        assert_eq!(got["mode"], *mode, "{summary}");
+        assert_eq!(got["is_error"], false, "{got}");
+        let tools = got["tools"].as_array().expect("tools");
+        assert!(tools.contains(&json!(tool)), "{mode}: {got}");
+    }
+    got
+}
+
+/// The era a client of `mode` must end up in: modern unless it asked for 2025.
+fn assert_era(client: &Value, mode: &str) {
+    let protocol = client["protocol"].as_str().unwrap_or_default();
+    if mode == "legacy" || mode == "sse" {
+        assert!(protocol.starts_with("2025-"), "{mode}: {client}");
+    } else {
+        assert_eq!(
+            protocol, MODERN,
+            "{mode} must end up in the 2026-07-28 era: {client}"
+        );
+    }
+}
+
+/// Python SDK 2.x clients of every mode at once through one proxy to `mcp-server-time`: the
+/// `auto` and pinned ones end up in the 2026-07-28 era, the 2025 ones (Streamable and
+/// legacy SSE) keep theirs, and each gets its own timezone back although all send the same
+/// ids.
+fn python_sdk_auto_and_pinned_beside_2025_clients(target: Target) {
+    let Some(python) = python() else { return };
+    let server = mcp_server_time(&python);
+    let p = Proxy::builder(target)
+        .backend([server.display().to_string()])
+        .start();
+    // Alone first: the very first request of an `auto` client is `server/discover`.
+    for mode in ["auto", MODERN] {
+        let one = python_clients(
+            &python,
+            &p,
+            "get_current_time",
+            &[(mode, json!({"timezone": "UTC"}))],
+        );
+        assert_era(&one[0], mode);
+        assert_eq!(one[0]["server"], "mcp-time", "{}", one[0]);
+        let text = one[0]["texts"][0].as_str().unwrap_or_default();
+        time_check("get_current_time", &json!({"timezone": "UTC"}), text).unwrap();
+    }
+    let clients = [
+        ("auto", "Asia/Tokyo"),
+        ("legacy", "Europe/Paris"),
+        (MODERN, "America/New_York"),
+        ("sse", "Africa/Cairo"),
+        ("auto", "Asia/Kolkata"),
+        (MODERN, "Europe/London"),
+    ]
+    .map(|(mode, zone)| (mode, json!({"timezone": zone})));
+    let all = python_clients(&python, &p, "get_current_time", &clients);
+    for (client, (mode, args)) in all.iter().zip(&clients) {
+        assert_era(client, mode);
+        let text = client["texts"][0].as_str().unwrap_or_default();
+        if let Err(e) = time_check("get_current_time", args, text) {
+            panic!("{mode} got someone else's answer: {e}");
+        }
+    }
+    let (_, health) = p.health();
+    assert_eq!(
+        health["sessions"],
+        json!(0),
+        "modern clients hold no session: {health}"
+    );
+}
+
+/// The Python SDK 2.x against `server-everything` (a Node backend that declares `logging`),
+/// in `auto` mode and pinned, beside a 2025 client.
+fn python_sdk_to_server_everything(target: Target) {
+    let Some(python) = python() else { return };
+    let Some(node) = node_with("Python SDK against server-everything", &TS_PACKAGES) else {
+        return;
+    };
+    let p = Proxy::builder(target).backend(everything(&node)).start();
+    let clients = [("auto", "first"), (MODERN, "second"), ("legacy", "third")]
+        .map(|(mode, m)| (mode, json!({"message": format!("{mode} {m}")})));
+    let all = python_clients(&python, &p, "echo", &clients);
+    for (client, (mode, args)) in all.iter().zip(&clients) {
+        assert_era(client, mode);
+        let text = client["texts"][0].as_str().unwrap_or_default();
+        if let Err(e) = everything_check("echo", args, text) {
+            panic!("{mode} got someone else's answer: {e}");
+        }
+    }
+}
+
+/// `server-everything` on stdio, from the pinned Node packages.
+fn everything(node: &Node) -> [String; 3] {
+    let script = node
+        .dir
+        .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    [
+        "node".to_owned(),
+        script.display().to_string(),
+        "stdio".to_owned(),
+    ]
+}
+
+/// Whether `text` is the right first text of `tool` called with `args`.
+type Check = fn(&str, &Value, &str) -> Result<(), String>;
+
+fn time_check(tool: &str, args: &Value, text: &str) -> Result<(), String> {
+    let time: Value = serde_json::from_str(text).map_err(|e| format!("not JSON ({e}): {text}"))?;
+    if tool != "get_current_time"
+        || time["timezone"] != args["timezone"]
+        || !time["datetime"].is_string()
+    {
+        return Err(format!("{tool} for {}: {text}", args["timezone"]));
+    }
+    Ok(())
+}
+
+fn everything_check(tool: &str, args: &Value, text: &str) -> Result<(), String> {
+    let want = match tool {
+        "echo" => format!("Echo: {}", args["message"].as_str().unwrap_or_default()),
+        "get-sum" => {
+            let (a, b) = (
+                args["a"].as_i64().unwrap_or(0),
+                args["b"].as_i64().unwrap_or(0),
+            );
+            format!("The sum of {a} and {b} is {}.", a + b)
+        }
+        _ => return Err(format!("no such tool {tool}")),
+    };
+    if text != want {
+        return Err(format!("{tool} {args}: want {want:?}, got {text:?}"));
+    }
+    Ok(())
+}
+
+/// One TypeScript client of `modern-client.mjs`: its name, mode (`legacy` or a pinned
+/// version), and calls.
+struct TsClient {
+    name: &'static str,
+    mode: &'static str,
+    calls: Vec<(&'static str, Value)>,
+}
+
+/// Runs the TypeScript SDK clients all at once on `/mcp` and checks each one: its era, its
+/// results in order, and on the wire every request answered exactly once under its own id
+/// and nothing else received. Returns the reports.
+fn ts_clients(node: &Node, proxy: &Proxy, clients: &[TsClient], check: Check) -> Vec<Value> {
+    let spec = json!({"clients": clients.iter().map(|c| json!({
+        "name": c.name,
+        "mode": c.mode,
+        "calls": c.calls.iter().map(|(tool, args)| json!({"tool": tool, "arguments": args})).collect::<Vec<_>>(),
+    })).collect::<Vec<_>>()});
+    let script = node.file("modern-client.mjs");
+    let run = node.spawn(
+        "node",
+        [
+            script.display().to_string(),
+            format!("http://{}/mcp", proxy.addr),
+            spec.to_string(),
+        ],
+        proxy.dir().path(),
+        "ts-modern",
+    );
+    let out = run.wait(TS_TIMEOUT);
+    assert!(
+        out.status.success(),
+        "the TypeScript SDK clients failed ({}):\n{}\n--- proxy log ---\n{}",
+        out.status,
+        out.transcript(),
+        proxy.log()
+    );
+    let report: Value = serde_json::from_str(out.stdout.trim())
+        .unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", out.transcript()));
+    let got = report["clients"].as_array().cloned().unwrap_or_default();
+    assert_eq!(got.len(), clients.len(), "{report}");
+    for (report, client) in got.iter().zip(clients) {
+        check_ts_client(report, client, check);
+    }
+    got
+}
+
+fn check_ts_client(report: &Value, client: &TsClient, check: Check) {
+    let name = client.name;
+    assert_eq!(
+        report["errors"],
+        json!([]),
+        "{name}: the SDK reported errors: {report}"
+    );
+    let modern = client.mode != "legacy";
+    let era = report["protocolVersion"].as_str().unwrap_or_default();
+    if modern {
+        assert_eq!(era, MODERN, "{name}: {report}");
+        assert_eq!(
+            report["sessionId"],
+            Value::Null,
+            "{name}: a modern client has no session"
+        );
+    } else {
+        assert!(era.starts_with("2025-"), "{name}: {report}");
+        assert!(report["sessionId"].is_string(), "{name}: {report}");
+    }
+    let results = report["results"].as_array().expect("results");
+    assert_eq!(results.len(), client.calls.len(), "{name}: {report}");
+    for (got, (tool, args)) in results.iter().zip(&client.calls) {
+        assert_eq!(got["isError"], false, "{name}: {tool} {args}: {got}");
+        let text = got["content"][0]["text"].as_str().unwrap_or_default();
+        if let Err(e) = check(tool, args, text) {
+            panic!("{name} got a wrong answer: {e}");
+        }
+    }
+
+    let sent = report["sent"].as_array().expect("sent");
+    let requests: BTreeMap<u64, &Value> = sent
+        .iter()
+        .filter(|m| m.get("method").is_some())
+        .filter_map(|m| Some((m.get("id")?.as_u64()?, m)))
+        .collect();
+    let want_first = if modern {
+        "server/discover"
+    } else {
+        "initialize"
+    };
+    assert_eq!(
+        requests.get(&0).map(|m| &m["method"]),
+        Some(&json!(want_first)),
+        "{name}: ids from 0, colliding with the other clients': {sent:?}"
+    );
+    let mut answered = BTreeSet::new();
+    for m in report["received"].as_array().expect("received") {
+        let id = m["id"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{name} received something it did not ask for: {m}"));
+        let request = requests
+            .get(&id)
+            .unwrap_or_else(|| panic!("{name} got an answer to no request of its own: {m}"));
+        assert!(answered.insert(id), "{name}: two answers to id {id}: {m}");
+        assert!(m.get("result").is_some(), "{name}: {request} failed: {m}");
+        if request["method"] == "tools/call" {
+            let p = &request["params"];
+            let text = m["result"]["content"][0]["text"]
+                .as_str()
+                .unwrap_or_default();
+            if let Err(e) = check(
+                p["name"].as_str().unwrap_or_default(),
+                &p["arguments"],
+                text,
+            ) {
+                panic!("{name} got someone else's answer under id {id} on the wire: {e}");
+            }
+        }
+        if modern {
+            assert_modern_result(name, &request["method"], &m["result"]);
+        }
+    }
+    assert_eq!(
+        answered.len(),
+        requests.len(),
+        "{name}: unanswered requests: {report}"
+    );
+}
+
+/// What SPEC 13 adds to a forwarded modern result, as a modern client receives it.
+fn assert_modern_result(name: &str, method: &Value, result: &Value) {
+    if method == "server/discover" {
+        assert_discover(result);
+        return;
+    }
+    assert_eq!(
+        result["resultType"], "complete",
+        "{name}: {method}: {result}"
+    );
+    assert!(
+        result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"].is_string(),
+        "{name}: {method}: the backend's serverInfo: {result}"
+    );
+    if method == "tools/list" {
+        assert_eq!(result["ttlMs"], 0, "{name}: {result}");
+        assert_eq!(result["cacheScope"], "private", "{name}: {result}");
+    }
+}
+
+/// `server/discover`'s answer (SPEC 13), for any backend.
+fn assert_discover(result: &Value) {
+    assert_eq!(result["resultType"], "complete", "{result}");
+    assert_eq!(result["supportedVersions"], json!(SUPPORTED), "{result}");
+    assert_eq!(result["ttlMs"], 60000, "{result}");
+    assert_eq!(result["cacheScope"], "public", "{result}");
+    assert!(result["capabilities"].is_object(), "{result}");
+    assert!(
+        result["capabilities"].get("logging").is_none(),
+        "logging is never offered: {result}"
+    );
+    assert!(
+        result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"].is_string(),
+        "{result}"
+    );
+}
+
+/// The TypeScript SDK 2.x pinned to 2026-07-28, two clients, beside a 2025 TypeScript
+/// client, all calling `mcp-server-time` at once with the same ids.
+fn ts_sdk_pinned_beside_a_2025_client_on_mcp_server_time(target: Target) {
+    let Some(node) = node_with("TypeScript SDK 2.x interop", &TS_PACKAGES) else {
+        return;
+    };
+    let Some(python) = python() else { return };
+    let server = mcp_server_time(&python);
+    let _turn = switchboard_tests::node::one_at_a_time();
+    let p = Proxy::builder(target)
+        .backend([server.display().to_string()])
+        .start();
+    let clients = [
+        (
+            "modern-a",
+            MODERN,
+            ["Asia/Tokyo", "Europe/Paris", "Africa/Cairo"],
+        ),
+        (
+            "legacy",
+            "legacy",
+            ["UTC", "America/New_York", "Australia/Sydney"],
+        ),
+        (
+            "modern-b",
+            MODERN,
+            ["America/Sao_Paulo", "Asia/Kolkata", "Europe/London"],
+        ),
+    ]
+    .map(|(name, mode, zones)| TsClient {
+        name,
+        mode,
+        calls: zones
+            .map(|z| ("get_current_time", json!({"timezone": z})))
+            .to_vec(),
+    });
+    for r in ts_clients(&node, &p, &clients, time_check) {
+        assert_eq!(r["server"]["name"], "mcp-time", "{r}");
+        let tools = r["tools"].as_array().expect("tools");
+        assert!(tools.contains(&json!("get_current_time")), "{r}");
+    }
+}
+
+/// The same against `server-everything`, whose `logging` capability a modern client must
+/// not be offered.
+fn ts_sdk_pinned_beside_a_2025_client_on_server_everything(target: Target) {
+    let Some(node) = node_with("TypeScript SDK 2.x interop", &TS_PACKAGES) else {
+        return;
+    };
+    let _turn = switchboard_tests::node::one_at_a_time();
+    let p = Proxy::builder(target).backend(everything(&node)).start();
+    let calls = |tag: &str, base: i64| {
+        vec![
+            ("echo", json!({"message": format!("{tag} one")})),
+            ("get-sum", json!({"a": base, "b": 1})),
+            ("echo", json!({"message": format!("{tag} two")})),
+        ]
+    };
+    let clients = [
+        TsClient {
+            name: "modern-a",
+            mode: MODERN,
+            calls: calls("modern-a", 10),
+        },
+        TsClient {
+            name: "legacy",
+            mode: "legacy",
+            calls: calls("legacy", 20),
+        },
+        TsClient {
+            name: "modern-b",
+            mode: MODERN,
+            calls: calls("modern-b", 30),
+        },
+    ];
+    for r in ts_clients(&node, &p, &clients, everything_check) {
+        let tools = r["tools"].as_array().expect("tools");
+        assert!(tools.contains(&json!("get-sum")), "{r}");
+    }
+}
+
+/// A modern request's body: `params` with the revision's required `_meta` (`version` as
+/// its protocol version) added.
+fn modern_body(id: u64, method: &str, mut params: Value, version: &str) -> String {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": version,
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
+}
+
+/// POSTs a modern request to `/mcp` with the headers the revision requires (`Mcp-Name` from
+/// `name`, when given).
+fn modern_post(
+    proxy: &Proxy,
+    method: &str,
+    name: Option<&str>,
+    version: &str,
+    body: &str,
+) -> Answer {
+    let mut headers = vec![("MCP-Protocol-Version", version), ("Mcp-Method", method)];
+    headers.extend(name.map(|n| ("Mcp-Name", n)));
+    post(proxy.addr, "/mcp", &headers, body)
+}
+
+/// A refusal as a JSON body: its status and JSON-RPC error.
+fn refusal(answer: Answer) -> (u16, Value, Value) {
+    let Answer::Whole(r) = answer else {
+        panic!("a refusal is a JSON body, not a stream")
+    };
+    let body = r.json();
+    (r.status, body["id"].clone(), body["error"].clone())
+}
+
+/// SPEC 13 on the real binary, on the wire: `server/discover` answered by the proxy, a
+/// forwarded call changed as the revision requires, the refusals in their order's codes,
+/// and 405 for a modern GET; no session is ever made.
+fn modern_requests_on_the_wire(target: Target) {
+    let p = Proxy::builder(target).start();
+    let discover = modern_body(1, "server/discover", json!({}), MODERN);
+    let (_, result) = modern_post(&p, "server/discover", None, MODERN, &discover).response();
+    assert_eq!(result["id"], 1, "{result}");
+    assert_discover(&result["result"]);
+    let info = &result["result"]["_meta"]["io.modelcontextprotocol/serverInfo"];
+    assert_eq!(info["name"], "switchboard-demo", "{result}");
+
+    let params = json!({"name": "echo", "arguments": {"text": "modern hello"}});
+    let call = modern_body(2, "tools/call", params.clone(), MODERN);
+    let (_, answer) = modern_post(&p, "tools/call", Some("echo"), MODERN, &call).response();
+    assert_eq!(answer["id"], 2, "{answer}");
+    let result = &answer["result"];
+    assert_eq!(result["content"][0]["text"], "modern hello", "{answer}");
+    assert_modern_result("raw", &json!("tools/call"), result);
+
+    let old = modern_body(3, "tools/call", params.clone(), "2025-01-01");
+    let (status, id, error) = refusal(modern_post(
+        &p,
+        "tools/call",
+        Some("echo"),
+        "2025-01-01",
+        &old,
+    ));
+    assert_eq!(
+        (status, id, &error["code"]),
+        (400, json!(3), &json!(-32022)),
+        "{error}"
+    );
+    assert_eq!(
+        error["data"],
+        json!({"supported": SUPPORTED, "requested": "2025-01-01"}),
+        "{error}"
+    );
+
+    let (status, id, error) = refusal(modern_post(&p, "tools/call", Some("add"), MODERN, &call));
+    assert_eq!(
+        (status, id, &error["code"]),
+        (400, json!(2), &json!(-32020)),
+        "Mcp-Name is not params.name: {error}"
+    );
+
+    let mut bare: Value = serde_json::from_str(&call).unwrap();
+    bare["id"] = json!(4);
+    bare["params"]["_meta"]
+        .as_object_mut()
+        .unwrap()
+        .remove("io.modelcontextprotocol/clientCapabilities");
+    let (status, id, error) = refusal(modern_post(
+        &p,
+        "tools/call",
+        Some("echo"),
+        MODERN,
+        &bare.to_string(),
+    ));
+    assert_eq!(
+        (status, id, &error["code"]),
+        (400, json!(4), &json!(-32602)),
+        "{error}"
+    );
+
+    let ping = modern_body(5, "ping", json!({}), MODERN);
+    let (status, id, error) = refusal(modern_post(&p, "ping", None, MODERN, &ping));
+    assert_eq!(
+        (status, id, &error["code"]),
+        (404, json!(5), &json!(-32601)),
+        "{error}"
+    );
+
+    let get = p.request(
+        "GET",
+        "/mcp",
+        &[
+            ("Accept", "text/event-stream"),
+            ("MCP-Protocol-Version", MODERN),
+        ],
+        Body::None,
+    );
+    assert_eq!(get.status, 405, "{}", get.text());
+
+    let (_, health) = p.health();
+    assert_eq!(
+        health["sessions"],
+        json!(0),
+        "a modern request makes no session: {health}"
+    );
+}
+
+/// `--modern off`: a modern request gets §7's plain -32600, so a dual-era client falls back.
+fn modern_off_keeps_the_2025_answer(target: Target) {
+    let p = Proxy::builder(target).args(["--modern", "off"]).start();
+    let discover = modern_body(7, "server/discover", json!({}), MODERN);
+    let (status, _, error) = refusal(modern_post(&p, "server/discover", None, MODERN, &discover));
+    assert_eq!((status, &error["code"]), (400, &json!(-32600)), "{error}");
+}
+
+suite!(
+    modern_requests_on_the_wire,
+    modern_off_keeps_the_2025_answer,
+    python_sdk_auto_and_pinned_beside_2025_clients,
+    python_sdk_to_server_everything,
+    ts_sdk_pinned_beside_a_2025_client_on_mcp_server_time,
+    ts_sdk_pinned_beside_a_2025_client_on_server_everything,
+);
