@@ -19,7 +19,11 @@ use serde_json::{json, Value};
 use switchboard_tests::mcp::{post, Answer};
 use switchboard_tests::node::{node_with, Node};
 use switchboard_tests::python::{mcp_server_time, python, run_script};
-use switchboard_tests::{suite, Body, Proxy, Target};
+use switchboard_tests::{
+    backend_seen_id, echoed_args, suite, wait_until, Body, McpSession, Proxy, Target, WAIT,
+};
+
+const BACKEND: &str = env!("CARGO_BIN_EXE_test-backend");
 
 const MODERN: &str = "2026-07-28";
 
@@ -565,8 +569,120 @@ fn modern_off_keeps_the_2025_answer(target: Target) {
     assert_eq!((status, &error["code"]), (400, &json!(-32600)), "{error}");
 }
 
+/// §6 for modern requests on the real binary: two modern clients, a modern request that
+/// names a 2025 session's `Mcp-Session-Id` (ignored on a modern request), and that 2025
+/// session itself, all send the same ids at once to a backend that answers them out of
+/// order; each POST gets exactly its own answers, and the backend saw each modern request
+/// under a routing key of its own, never the session's.
+fn modern_and_2025_requests_with_colliding_ids_stay_isolated(target: Target) {
+    let p = Proxy::builder(target).backend([BACKEND]).record().start();
+    let session = McpSession::start(&p, None);
+    let gate = p.dir().file("gate");
+    let ids = [1u64, 2, 3];
+    let who = ["modern-a", "modern-b", "modern-with-sid", "session"];
+    let sid = session.sid.clone();
+    let answers: Vec<(String, u64, Value)> = std::thread::scope(|scope| {
+        let mut calls = Vec::new();
+        for (i, id) in ids.iter().copied().enumerate() {
+            for (n, who) in who.iter().copied().enumerate() {
+                // Later ids and later clients answer sooner: the backend reorders them all.
+                let ms = ((ids.len() - i) * 40 + (who.len() - n) * 10) as u64;
+                let args = json!({"ms": ms, "who": who, "id": id, "gate": gate});
+                let params = json!({"name": "delay", "arguments": args});
+                let (session, sid, addr) = (&session, sid.as_str(), p.addr);
+                calls.push(scope.spawn(move || {
+                    let answer = match who {
+                        "session" => {
+                            let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+                            session.post(&body.to_string())
+                        }
+                        _ => {
+                            let body = modern_body(id, "tools/call", params, MODERN);
+                            let mut headers = vec![
+                                ("MCP-Protocol-Version", MODERN),
+                                ("Mcp-Method", "tools/call"),
+                                ("Mcp-Name", "delay"),
+                            ];
+                            if who == "modern-with-sid" {
+                                headers.push(("Mcp-Session-Id", sid));
+                            }
+                            post(addr, "/mcp", &headers, &body)
+                        }
+                    };
+                    (who.to_owned(), id, answer.response().1)
+                }));
+            }
+        }
+        wait_until("every delayed call at the backend", WAIT, || {
+            let sent = p
+                .recorded()
+                .iter()
+                .filter(|l| l.contains(r#""delay""#))
+                .count();
+            (sent == ids.len() * who.len()).then_some(())
+        });
+        std::fs::write(&gate, b"open").expect("open the gate");
+        calls
+            .into_iter()
+            .map(|c| c.join().expect("a caller panicked"))
+            .collect()
+    });
+    let mut routed = BTreeSet::new();
+    for (who, id, answer) in &answers {
+        assert_eq!(answer["id"], *id, "{who}: {answer}");
+        let args = echoed_args(answer);
+        assert_eq!(
+            (&args["who"], &args["id"]),
+            (&json!(who), &json!(id)),
+            "{who} id {id} got someone else's answer: {answer}"
+        );
+        let seen = backend_seen_id(answer);
+        let seen = seen
+            .as_str()
+            .unwrap_or_else(|| panic!("{who}: routed id {seen}"));
+        assert_eq!(
+            seen.starts_with(&format!("{sid}|")),
+            who == "session",
+            "{who}: the backend saw id {seen}"
+        );
+        assert!(
+            routed.insert(seen.to_owned()),
+            "{who}: routed id {seen} twice"
+        );
+    }
+    assert_eq!(answers.len(), ids.len() * who.len());
+}
+
+/// Closing the connection that waits for a modern request's JSON answer cancels it at the
+/// backend (SPEC 13: the hang-up is the cancel), under the id the backend saw.
+fn a_modern_hang_up_cancels_at_the_backend(target: Target) {
+    use std::io::Write;
+    let p = Proxy::builder(target).backend([BACKEND]).record().start();
+    let params = json!({"name": "delay", "arguments": {"ms": 60_000, "who": "hangs up"}});
+    let body = modern_body(9, "tools/call", params, MODERN);
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json\r\n\
+MCP-Protocol-Version: {MODERN}\r\nMcp-Method: tools/call\r\nMcp-Name: delay\r\nContent-Length: {}\r\n\r\n",
+        p.addr,
+        body.len()
+    );
+    let mut conn = std::net::TcpStream::connect(p.addr).expect("connect");
+    conn.write_all(format!("{head}{body}").as_bytes())
+        .expect("write");
+    let line = p.wait_recorded("the delayed call", |l| l.contains("hangs up"));
+    let seen: Value = serde_json::from_str(&line).expect("a JSON line");
+    drop(conn);
+    let cancel = p.wait_recorded("notifications/cancelled", |l| {
+        l.contains("notifications/cancelled")
+    });
+    let cancel: Value = serde_json::from_str(&cancel).expect("a JSON line");
+    assert_eq!(cancel["params"]["requestId"], seen["id"], "{cancel}");
+}
+
 suite!(
     modern_requests_on_the_wire,
+    modern_and_2025_requests_with_colliding_ids_stay_isolated,
+    a_modern_hang_up_cancels_at_the_backend,
     modern_off_keeps_the_2025_answer,
     python_sdk_auto_and_pinned_beside_2025_clients,
     python_sdk_to_server_everything,
