@@ -41,21 +41,26 @@ async function runClient({ name, mode, calls }) {
   const received = [];
   const errors = [];
   const transport = new StreamableHTTPClientTransport(new URL(url));
-  // Record the wire: Protocol.connect sets onmessage before it starts the transport.
-  const send = transport.send.bind(transport);
+    const send = transport.send.bind(transport);
   transport.send = (message, options) => {
     sent.push(message);
     return send(message, options);
   };
-  const start = transport.start.bind(transport);
-  transport.start = () => {
-    const deliver = transport.onmessage;
-    transport.onmessage = (message, extra) => {
-      received.push(message);
-      deliver?.(message, extra);
-    };
-    return start();
-  };
+  // Whatever handler the client installs (it installs another once the era is known)
+  // records first.
+  let deliver;
+  Object.defineProperty(transport, "onmessage", {
+    configurable: true,
+    get: () => deliver,
+    set: (handler) => {
+      deliver =
+        handler &&
+        ((message, extra) => {
+          received.push(message);
+          handler(message, extra);
+        });
+    },
+  });
   const client = new Client(
     { name: `switchboard-tests-${name}`, version: "1.0.0" },
     { versionNegotiation: negotiation(mode) },
