@@ -4,8 +4,9 @@
 //! pinned to 2026-07-28 (`tests/node/modern-client.mjs`), against the real `mcp-server-time`
 //! and `@modelcontextprotocol/server-everything`. Every SDK client numbers its requests from
 //! 0, so the modern and the 2025 clients always send colliding ids at once: each must get
-//! exactly its own answers. A few of §13's answers are also checked on the wire (discover,
-//! the version and header refusals, 405 for GET, `--modern off`).
+//! exactly its own answers. A few of §13's rules are also checked on the wire: discover, the
+//! version and header refusals, 405 for GET, `--modern off`, colliding ids answered out of
+//! order beside a session, the hang-up as the cancel, the audit.
 //!
 //! Needs `SWITCHBOARD_PYTHON` (the venv `tests/run.sh` makes, with `mcp` 2.x and
 //! `mcp-server-time`) and the pinned Node packages in `tests/node`; without them the SDK
@@ -20,7 +21,7 @@ use switchboard_tests::mcp::{post, Answer};
 use switchboard_tests::node::{node_with, Node};
 use switchboard_tests::python::{mcp_server_time, python, run_script};
 use switchboard_tests::{
-    backend_seen_id, echoed_args, suite, wait_until, Body, McpSession, Proxy, Target, WAIT,
+    backend_seen_id, echoed_args, suite, wait_until, Body, McpSession, Proxy, Target, TempDir, WAIT,
 };
 
 const BACKEND: &str = env!("CARGO_BIN_EXE_test-backend");
@@ -688,10 +689,54 @@ MCP-Protocol-Version: {MODERN}\r\nMcp-Method: tools/call\r\nMcp-Name: delay\r\nC
     assert_eq!(cancel["params"]["requestId"], seen["id"], "{cancel}");
 }
 
+/// SPEC 13's audit of modern requests: no session, the Streamable transport, the revision's
+/// protocol version; `server/discover` is an `mcp_request`.
+fn modern_requests_are_audited(target: Target) {
+    let dir = TempDir::new("modern-audit");
+    let log = dir.file("audit.jsonl");
+    let p = Proxy::builder(target)
+        .args(["--audit-log".to_owned(), log.display().to_string()])
+        .start();
+    let discover = modern_body(1, "server/discover", json!({}), MODERN);
+    modern_post(&p, "server/discover", None, MODERN, &discover).response();
+    let params = json!({"name": "echo", "arguments": {"text": "audited"}});
+    let call = modern_body(2, "tools/call", params, MODERN);
+    modern_post(&p, "tools/call", Some("echo"), MODERN, &call).response();
+    let of = |events: &[Value], method: &str| {
+        events
+            .iter()
+            .find(|e| e["target"]["method"] == method)
+            .cloned()
+    };
+    let events = wait_until("both modern requests audited", WAIT, || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let events: Vec<Value> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        (of(&events, "server/discover").is_some() && of(&events, "tools/call").is_some())
+            .then_some(events)
+    });
+    for (method, kind) in [
+        ("server/discover", "mcp_request"),
+        ("tools/call", "mcp_tool_call"),
+    ] {
+        let e = of(&events, method).expect("audited");
+        assert_eq!(e["type"], kind, "{e}");
+        assert_eq!(e["source"]["extra"]["session_id"], Value::Null, "{e}");
+        assert_eq!(
+            e["metadata"]["extra"]["transport"], "streamable-http",
+            "{e}"
+        );
+        assert_eq!(e["metadata"]["extra"]["protocol_version"], MODERN, "{e}");
+    }
+}
+
 suite!(
     modern_requests_on_the_wire,
     modern_and_2025_requests_with_colliding_ids_stay_isolated,
     a_modern_hang_up_cancels_at_the_backend,
+    modern_requests_are_audited,
     modern_off_keeps_the_2025_answer,
     python_sdk_auto_and_pinned_beside_2025_clients,
     python_sdk_to_server_everything,
