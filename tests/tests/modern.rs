@@ -21,7 +21,8 @@ use switchboard_tests::mcp::{post, Answer};
 use switchboard_tests::node::{node_with, Node};
 use switchboard_tests::python::{mcp_server_time, python, run_script};
 use switchboard_tests::{
-    backend_seen_id, echoed_args, suite, wait_until, Body, McpSession, Proxy, Target, TempDir, WAIT,
+    backend_seen_id, echoed_args, suite, wait_until, Body, Events, Frame, McpSession, Proxy,
+    Target, TempDir, WAIT,
 };
 
 const BACKEND: &str = env!("CARGO_BIN_EXE_test-backend");
@@ -732,11 +733,92 @@ fn modern_requests_are_audited(target: Target) {
     }
 }
 
+/// The next message of a modern stream (its events may carry no id: it has no resumption).
+fn next_message(events: &mut Events) -> Option<Value> {
+    loop {
+        match events.next_frame(WAIT) {
+            Frame::Event { data, .. } if !data.is_empty() => {
+                return Some(serde_json::from_str(&data).expect("a JSON event"))
+            }
+            Frame::Event { .. } | Frame::Comment(_) => continue,
+            Frame::Timeout | Frame::Closed => return None,
+        }
+    }
+}
+
+/// `subscriptions/listen` (SPEC 13) on the real binary, sharing a resource subscription with
+/// a 2025 session: the acknowledgement names the listen's id and the URIs it got; an update
+/// of its URI reaches it with that id; closing it unsubscribes only the URI no one else holds.
+fn a_listen_stream_shares_subscriptions_with_a_session(target: Target) {
+    const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+    let p = Proxy::builder(target).backend([BACKEND]).record().start();
+    let session = McpSession::start(&p, None);
+    let (shared, own) = ("test://switchboard/shared", "test://switchboard/own");
+    let subscribe = json!({"jsonrpc": "2.0", "id": 1, "method": "resources/subscribe", "params": {"uri": shared}});
+    let (_, r) = session.post(&subscribe.to_string()).response();
+    assert!(r.get("result").is_some(), "{r}");
+
+    let mut listen: Value = serde_json::from_str(&modern_body(
+        0,
+        "subscriptions/listen",
+        json!({"notifications": {"resourceSubscriptions": [shared, own]}}),
+        MODERN,
+    ))
+    .unwrap();
+    listen["id"] = json!("L1");
+    let headers = [
+        ("MCP-Protocol-Version", MODERN),
+        ("Mcp-Method", "subscriptions/listen"),
+    ];
+    let Answer::Stream(mut events) = post(p.addr, "/mcp", &headers, &listen.to_string()) else {
+        panic!("subscriptions/listen is answered with a stream")
+    };
+    let ack = next_message(&mut events).expect("the acknowledgement");
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
+    assert_eq!(ack["params"]["_meta"][SUBSCRIPTION_ID], "L1", "{ack}");
+    assert_eq!(
+        ack["params"]["notifications"]["resourceSubscriptions"],
+        json!([shared, own]),
+        "{ack}"
+    );
+    let sent = |method: &str, uri: &str| {
+        let quoted = format!("\"{uri}\"");
+        p.recorded()
+            .iter()
+            .filter(|l| l.contains(&format!("\"{method}\"")) && l.contains(&quoted))
+            .count()
+    };
+    assert_eq!(sent("resources/subscribe", own), 1, "the listen's own uri");
+
+    let updated = json!({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": own}});
+    session.call(json!(2), "emit", json!({"lines": [updated]}));
+    let m = next_message(&mut events).expect("the update");
+    assert_eq!(m["method"], "notifications/resources/updated", "{m}");
+    assert_eq!(m["params"]["uri"], own, "{m}");
+    assert_eq!(m["params"]["_meta"][SUBSCRIPTION_ID], "L1", "{m}");
+
+    drop(events);
+    p.wait_recorded("the listen's uri released", |l| {
+        l.contains("\"resources/unsubscribe\"") && l.contains(own)
+    });
+    // A barrier through the backend: the shared uri, still the session's, stayed subscribed.
+    session.call(json!(3), "echo", json!({}));
+    assert_eq!(
+        sent("resources/unsubscribe", shared),
+        0,
+        "the session still holds {shared}"
+    );
+}
+
 suite!(
     modern_requests_on_the_wire,
     modern_and_2025_requests_with_colliding_ids_stay_isolated,
     a_modern_hang_up_cancels_at_the_backend,
     modern_requests_are_audited,
+    a_listen_stream_shares_subscriptions_with_a_session,
     modern_off_keeps_the_2025_answer,
     python_sdk_auto_and_pinned_beside_2025_clients,
     python_sdk_to_server_everything,
