@@ -11,7 +11,7 @@ use clap::{Parser, ValueEnum};
 use crate::auth::{Auth, TokenTable};
 use crate::http::{Gate, OriginPolicy};
 use crate::routed_id::Instance;
-pub use crate::settings::{OnBackendExit, Restart};
+pub use crate::settings::{Modern, OnBackendExit, Restart};
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -289,6 +289,11 @@ pub struct Config {
     /// or close-sessions (clients start again).
     #[cfg_attr(feature = "cli", arg(long, value_enum, default_value_t = OnBackendExit::KeepSessions))]
     pub on_backend_exit: OnBackendExit,
+
+    /// Serve MCP 2026-07-28 clients on /mcp beside 2025 sessions (on), or refuse them with
+    /// 400 -32600 so that dual-era clients fall back to initialize (off).
+    #[cfg_attr(feature = "cli", arg(long, value_enum, default_value_t = Modern::On))]
+    pub modern: Modern,
 
     /// How long a request waits for a restarting backend before 503.
     #[cfg_attr(feature = "cli", arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION"))]
@@ -656,6 +661,7 @@ impl Config {
             restart_buffer: self.restart_buffer,
             session_idle: self.session_idle,
             max_inflight: self.max_inflight,
+            modern: self.modern,
             endpoint_prefix: format!("{base}{}", self.base_path()),
             instance: self.instance(),
             key_sources: self.key_sources(),

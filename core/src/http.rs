@@ -88,6 +88,10 @@ pub struct RequestHead<'a> {
     /// The `Last-Event-ID` header (a Streamable client resuming a stream), as sent: one
     /// that is not text still names no stream (400), it is not absent.
     pub last_event_id: Option<&'a [u8]>,
+    /// Every `Mcp-Method`, `Mcp-Name` and `Mcp-Param-*` field line (names as sent, see
+    /// [`is_modern_field`]), in order, duplicates kept: a 2026-07-28 request mirrors its
+    /// body in them. Empty for every 2025 request, so it costs those nothing.
+    pub mcp_fields: &'a [(&'a str, &'a str)],
     /// The peer's address.
     pub peer: Option<std::net::IpAddr>,
     /// The `User-Agent` header.
@@ -161,11 +165,38 @@ pub struct McpHeaders {
     pub protocol_version: Option<Cow<'static, str>>,
     /// `Last-Event-ID` (GET).
     pub last_event_id: Option<String>,
+    /// The 2026-07-28 mirror headers (`Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`), names
+    /// lowercase, in order, duplicates kept.
+    pub fields: Vec<(String, String)>,
+}
+
+/// Whether a header is one a shell puts in [`RequestHead::mcp_fields`]: `Mcp-Method`,
+/// `Mcp-Name` or `Mcp-Param-*`, in any case.
+pub fn is_modern_field(name: &str) -> bool {
+    let lower = |prefix: &str| {
+        name.len() >= prefix.len()
+            && name.as_bytes()[..prefix.len()].eq_ignore_ascii_case(prefix.as_bytes())
+    };
+    name.eq_ignore_ascii_case("mcp-method")
+        || name.eq_ignore_ascii_case("mcp-name")
+        || lower("mcp-param-")
 }
 
 /// The protocol revisions a `MCP-Protocol-Version` header may name.
 pub(crate) const PROTOCOL_VERSIONS: [&str; 4] =
     ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+
+/// The revision of SPEC section 13 (no session; headers mirror the body).
+pub(crate) const MODERN_VERSION: &str = "2026-07-28";
+
+/// Whether a POST is a modern request: its version header says so, or it names no session
+/// and its `_meta` names a protocol version.
+pub(crate) fn is_modern(version: Option<&str>, has_session: bool, meta_version: bool) -> bool {
+    match version.map(str::trim) {
+        Some(MODERN_VERSION) => true,
+        _ => !has_session && meta_version,
+    }
+}
 
 /// The media types clients send in nearly every `/mcp` request: a header holding one of
 /// these (or a protocol version this proxy speaks) exactly is borrowed, not copied.
@@ -192,6 +223,9 @@ impl McpHeaders {
             accept: head.accept.map(common_or_owned),
             protocol_version: head.mcp_protocol_version.map(common_or_owned),
             last_event_id: (head.last_event_id).map(|id| String::from_utf8_lossy(id).into_owned()),
+            fields: (head.mcp_fields.iter())
+                .map(|(name, value)| (name.to_ascii_lowercase(), (*value).to_owned()))
+                .collect(),
         }
     }
 }
@@ -250,9 +284,14 @@ impl Admitted {
     /// connection's task or thread), never on the hub's: a large body then costs its own
     /// connection, not every session's latency. Pure, like the gate.
     pub fn into_request(self, body: Payload, entropy: impl FnOnce() -> [u8; 16]) -> Request {
+        let mut body = Body::admit(self.endpoint, body);
+        let mut modern = false;
+        if self.endpoint == Endpoint::McpPost {
+            (body, modern) = body.modernize(&self.mcp);
+        }
         let creates = match self.endpoint {
             Endpoint::Stream => true,
-            Endpoint::McpPost => self.mcp.session.is_none(),
+            Endpoint::McpPost => modern || self.mcp.session.is_none(),
             _ => false,
         };
         Request {
@@ -263,7 +302,7 @@ impl Admitted {
             cors: self.cors,
             grant: self.grant,
             source: self.source,
-            body: Body::admit(self.endpoint, body),
+            body,
             entropy: if creates { entropy() } else { [0; 16] },
         }
     }
@@ -703,6 +742,19 @@ impl Body {
             }
             (_, Payload::TooLarge) => Body::TooLarge,
             (_, Payload::Bytes(_)) => Body::Ignored,
+        }
+    }
+
+    /// Makes a `/mcp` message a modern request when SPEC section 13 says it is one (its
+    /// reserved `_meta` keys removed here, off the owner loop); true when it is.
+    fn modernize(self, headers: &McpHeaders) -> (Body, bool) {
+        let version = headers.protocol_version.as_deref();
+        let session = headers.session.is_some();
+        match self {
+            Body::Message(msg) if is_modern(version, session, msg.meta_version) => {
+                (Body::Message(Box::new(msg.into_modern())), true)
+            }
+            body => (body, is_modern(version, session, false)),
         }
     }
 

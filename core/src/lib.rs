@@ -88,6 +88,7 @@ mod lines; // newline framing of the backend's stdout
 mod load; // flags and files read and checked whole, at start and on reload
 mod message; // one-pass admission of a JSON-RPC object
 mod metrics; // counters, drop reasons, Prometheus text
+mod modern; // MCP 2026-07-28 requests: the era, the checks, the answers changed
 mod oauth; // the OAuth resource server: metadata, challenges, the resource
 mod output; // what a shell must do, ids it is told
 mod policy; // Cedar policies in ToolHive's format: the entities a request becomes

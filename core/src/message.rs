@@ -344,6 +344,8 @@ pub(crate) struct Params<'a> {
     /// `params._meta` names a protocol version (`io.modelcontextprotocol/protocolVersion`):
     /// a client of the 2026 revision that sends no session.
     pub(crate) meta_protocol_version: bool,
+    /// `params._meta` (a modern request's reserved keys are removed from it).
+    pub(crate) meta: Option<&'a RawValue>,
 }
 
 struct Members<'a> {
@@ -525,9 +527,15 @@ impl<'de> Visitor<'de> for ParamsSeed {
         while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
             match &*key {
                 "_meta" => {
-                    let meta = map.next_value_seed(MetaSeed { deep: self.deep })?;
+                    // Read as raw text first (its span), then checked as before.
+                    let raw: &'de RawValue = map.next_value()?;
+                    let mut de = serde_json::Deserializer::from_str(raw.get());
+                    let meta = MetaSeed { deep: self.deep }
+                        .deserialize(&mut de)
+                        .map_err(de::Error::custom)?;
                     out.meta_progress_token = meta.progress_token;
                     out.meta_protocol_version = meta.protocol_version;
+                    out.meta = Some(raw);
                 }
                 "progressToken" => out.progress_token = Some(raw_value(&mut map, self.deep)?),
                 "requestId" => out.request_id = Some(raw_value(&mut map, self.deep)?),
@@ -595,6 +603,86 @@ impl<'de> Visitor<'de> for MetaSeed {
         }
         Ok(meta)
     }
+}
+
+/// The `result` of a backend response, as JSON text.
+pub(crate) fn parse_backend_result(message: &[u8]) -> Option<&str> {
+    let text = std::str::from_utf8(message).ok()?;
+    Some(parse_backend(text).ok()?.result?.get())
+}
+
+/// SPEC section 13: what a 2026-07-28 request's reserved `_meta` keys say.
+/// The `_meta` prefix the revision reserves; its keys never reach the 2025-era backend.
+const RESERVED: &str = "io.modelcontextprotocol/";
+
+/// The client capabilities a modern request carries in `_meta`.
+const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+
+/// What the reserved `_meta` keys of a modern message said; the keys themselves are gone
+/// from the text the backend gets.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ModernMeta {
+    /// `io.modelcontextprotocol/protocolVersion`, when a string (`Some("")` otherwise).
+    pub(crate) version: Option<String>,
+    /// Whether `io.modelcontextprotocol/clientCapabilities` was there.
+    pub(crate) capabilities: bool,
+}
+
+/// `_meta` (the JSON object `meta`) without its reserved keys, and what they said; `None`
+/// when it has none (nothing to change).
+pub(crate) fn strip_reserved(meta: &str) -> Option<(String, ModernMeta)> {
+    let members = members(meta)?;
+    if !members.iter().any(|(key, _)| key.starts_with(RESERVED)) {
+        return None;
+    }
+    let mut said = ModernMeta::default();
+    let mut kept = String::with_capacity(meta.len());
+    kept.push('{');
+    for (key, value) in &members {
+        match key.as_ref() {
+            META_PROTOCOL_VERSION => {
+                let version = serde_json::from_str::<String>(value.get()).unwrap_or_default();
+                said.version = Some(version);
+            }
+            META_CAPABILITIES => said.capabilities = true,
+            _ if key.starts_with(RESERVED) => {}
+            _ => push_member(&mut kept, key, value.get()),
+        }
+    }
+    kept.push('}');
+    Some((kept, said))
+}
+
+/// Appends `"key":value` (a comma first unless right after `{`).
+pub(crate) fn push_member(out: &mut String, key: &str, value: &str) {
+    if !out.ends_with('{') {
+        out.push(',');
+    }
+    out.push_str(&serde_json::Value::from(key).to_string());
+    out.push(':');
+    out.push_str(value);
+}
+
+/// The members of a JSON object (a result, an error, a `_meta`), in order, values as raw text; `None` for anything else.
+pub(crate) fn members(object: &str) -> Option<Vec<(Cow<'_, str>, &RawValue)>> {
+    struct Members;
+    impl<'de> Visitor<'de> for Members {
+        type Value = Vec<(Cow<'de, str>, &'de RawValue)>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::new();
+            while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                out.push((key, map.next_value()?));
+            }
+            Ok(out)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_str(object);
+    let members = (&mut de).deserialize_map(Members).ok()?;
+    de.end().ok()?;
+    Some(members)
 }
 
 /// Walks a whole value and fails on the first object with a repeated key (or what else
@@ -735,6 +823,13 @@ pub struct Checked {
     arguments: Option<Range<usize>>,
     /// Where `params.ref` is (a `completion/complete`'s), for policies.
     reference: Option<Range<usize>>,
+    /// Where `params._meta` is.
+    meta: Option<Range<usize>>,
+    /// `params._meta` names a protocol version (the era decision, SPEC section 13).
+    pub(crate) meta_version: bool,
+    /// A modern request (SPEC section 13): what its reserved `_meta` keys said, which are
+    /// gone from `text`.
+    pub(crate) modern: Option<Box<ModernMeta>>,
 }
 
 impl Checked {
@@ -766,10 +861,31 @@ impl Checked {
                 .map(|s| s.into_owned()),
             arguments: msg.params.arguments.map(|a| msg.span(a)),
             reference: msg.params.reference.map(|r| msg.span(r)),
+            meta: msg.params.meta.map(|m| msg.span(m)),
+            meta_version: msg.params.meta_protocol_version,
+            modern: None,
             method,
             text: String::new(),
         };
         Ok(Checked { text, ..checked })
+    }
+
+    /// This message as a modern request: its reserved `_meta` keys removed (read again
+    /// when there were any, so every span is right) and what they said kept aside.
+    pub(crate) fn into_modern(self) -> Checked {
+        let stripped = (self.meta.clone())
+            .and_then(|span| Some((span.clone(), strip_reserved(&self.text[span])?)));
+        let Some((span, (kept, said))) = stripped else {
+            let modern = Some(Box::default());
+            return Checked { modern, ..self };
+        };
+        let text = [&self.text[..span.start], &kept, &self.text[span.end..]].concat();
+        // The text only lost members of an object that was admitted: it admits again.
+        let again = Checked::admit(text.into_bytes()).expect("admitted before");
+        Checked {
+            modern: Some(Box::new(said)),
+            ..again
+        }
     }
 
     /// Whether it asks something of the server: a request, or a method sent without an id

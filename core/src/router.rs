@@ -201,6 +201,14 @@ impl Router {
         };
     }
 
+    /// The backend's cached `initialize` result, once it has one.
+    pub(crate) fn initialize_result(&self) -> Option<&str> {
+        match &self.init {
+            Init::Ready { result, .. } => Some(result.get()),
+            _ => None,
+        }
+    }
+
     /// Whether client lines may reach the backend: no cached handshake is owed to it.
     pub(crate) fn is_ready(&self) -> bool {
         !matches!(self.init, Init::Restore { .. } | Init::Reinit { .. })

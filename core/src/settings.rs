@@ -35,6 +35,17 @@ pub enum OnBackendExit {
     CloseSessions,
 }
 
+/// Whether `/mcp` serves MCP 2026-07-28 requests (SPEC section 13).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "cli", derive(ValueEnum))]
+pub enum Modern {
+    /// Served beside 2025 sessions.
+    #[default]
+    On,
+    /// Refused with 400 and a plain -32600, so dual-era clients fall back to `initialize`.
+    Off,
+}
+
 /// Client lines the hub lets wait in the backend's stdin queue by default, shared fairly
 /// among the sessions that have lines queued (SPEC section 12). The proxy's own lines may
 /// use as much again.
@@ -91,8 +102,11 @@ pub struct Settings {
     pub request_timeout: Option<Duration>,
     /// How long a Streamable session may go without a request or an open stream.
     pub session_idle: Duration,
-    /// Requests one Streamable session may have in flight.
+    /// Requests one Streamable session (or one principal's 2026-07-28 requests) may have
+    /// in flight.
     pub max_inflight: usize,
+    /// `--modern`.
+    pub modern: Modern,
     /// Prefix of the POST URL in a session's `endpoint` event (`--public-url` and
     /// `--base-path`), without a trailing slash.
     pub endpoint_prefix: String,
@@ -218,6 +232,7 @@ impl Default for Settings {
             request_timeout: Some(Duration::from_secs(300)),
             session_idle: Duration::from_secs(1800),
             max_inflight: 256,
+            modern: Modern::On,
             endpoint_prefix: String::new(),
             instance: None,
             oauth: None,

@@ -21,6 +21,7 @@ fn mcp(d: &mut Driver, endpoint: Endpoint, session: Option<&str>, body: &str) ->
             accept: Some(ACCEPT.into()),
             protocol_version: None,
             last_event_id: None,
+            fields: Vec::new(),
         },
         ..Admitted::new(endpoint, Principal::new("alice"), "")
     };

@@ -260,6 +260,11 @@ impl<'s> Connection<'s> {
     fn serve(&mut self, head: Head) -> Result<bool, Stop> {
         let limits = self.front.framing;
         let forwarded_for = head.all_text("x-forwarded-for");
+        // Empty (no allocation) for every 2025 request.
+        let mcp_fields: Vec<(&str, &str)> = (head.headers.iter())
+            .filter(|(name, _)| http::is_modern_field(name))
+            .map(|(name, value)| (name.as_str(), visible(value).unwrap_or_default()))
+            .collect();
         let request_head = RequestHead {
             method: &head.method,
             target: &head.target,
@@ -272,6 +277,7 @@ impl<'s> Connection<'s> {
             mcp_session_id: head.text("mcp-session-id"),
             mcp_protocol_version: head.text("mcp-protocol-version"),
             last_event_id: head.bytes("last-event-id"),
+            mcp_fields: &mcp_fields,
             peer: Some(self.peer.ip()),
             user_agent: head.text("user-agent"),
             forwarded_for: &forwarded_for,

@@ -105,12 +105,16 @@ struct Arguments {
 
 impl Question {
     /// What the policy is asked about `msg`; `None` for what always passes: responses,
-    /// `notifications/*`, `initialize`, `ping`, `logging/setLevel` and the lists. A method
+    /// `notifications/*`, `initialize`, `ping`, `logging/setLevel`, the lists and, of the
+    /// 2026-07-28 revision, `server/discover` and `subscriptions/listen` (SPEC 13). A method
     /// sent without an id (`tools/call` as a notification) is asked like its request.
     /// Arguments are read only `with_arguments`.
     fn of(msg: &Checked, with_arguments: bool) -> Option<Question> {
         let method = msg.method.as_str();
-        let passes = matches!(method, "initialize" | "ping" | "logging/setLevel");
+        let passes = matches!(
+            method,
+            "initialize" | "ping" | "logging/setLevel" | "server/discover" | "subscriptions/listen"
+        );
         if !msg.is_call() || passes || LISTS.contains(&method) {
             return None;
         }

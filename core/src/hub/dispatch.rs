@@ -46,7 +46,8 @@ impl Hub {
             } => {
                 let (mut message, mut id) = (message, id);
                 if filtered {
-                    let caller = self.sessions.caller(&session);
+                    let caller =
+                        (self.sessions.caller(&session)).or_else(|| self.modern.caller(&session));
                     let hidden;
                     (message, id, hidden) =
                         (self.decisions).filter_list(&self.settings, caller, message, id);
@@ -166,7 +167,11 @@ impl Hub {
         what: Delivery,
     ) -> bool {
         let Some(number) = self.sessions.find(&sid) else {
-            return false;
+            let response_id = match what {
+                Delivery::Response { id, .. } => Some(id),
+                _ => None,
+            };
+            return super::modern::deliver(self, now, sid, message, response_id);
         };
         self.metrics.delivered += 1;
         let stream = match self.sessions.get(number).map(|s| &s.kind) {

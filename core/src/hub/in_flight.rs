@@ -13,12 +13,21 @@ use super::sessions::SessionNumber;
 use crate::admission;
 use crate::message::{Checked, IdKey};
 use crate::output::RequestId;
+use crate::routed_id::SessionId;
 
 /// Who a request in flight belongs to. A request without a session (answered on its own
 /// exchange) gets a variant of its own; the table does not care which.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Caller {
     Session(SessionNumber),
+    /// A 2026-07-28 request, by the routing key minted for it alone (SPEC section 13).
+    Modern(SessionId),
+}
+
+impl From<SessionNumber> for Caller {
+    fn from(number: SessionNumber) -> Self {
+        Caller::Session(number)
+    }
 }
 
 /// Observation contexts of legacy requests awaited no longer, each with when it expired.
@@ -107,9 +116,9 @@ pub(crate) struct InFlight {
 }
 
 impl InFlight {
-    /// Request `key` of session `number`.
-    pub(crate) fn get(&self, number: SessionNumber, key: &IdKey) -> Option<&Entry> {
-        self.requests.get(&Caller::Session(number))?.get(key)
+    /// Request `key` of `caller`.
+    pub(crate) fn get(&self, caller: impl Into<Caller>, key: &IdKey) -> Option<&Entry> {
+        self.requests.get(&caller.into())?.get(key)
     }
 
     /// Requests of session `number` in flight.
@@ -137,13 +146,13 @@ impl InFlight {
     /// timeout due at `deadline`.
     pub(crate) fn insert(
         &mut self,
-        number: SessionNumber,
+        caller: impl Into<Caller>,
         key: IdKey,
         entry: Entry,
         deadline: Option<Instant>,
     ) {
-        let caller = Caller::Session(number);
-        self.take(number, &key);
+        let caller = caller.into();
+        self.take(caller, &key);
         if let Some(token) = &entry.token {
             let carriers = self.tokens.entry((caller, token.clone())).or_default();
             carriers.push(key.clone());
@@ -197,8 +206,8 @@ impl InFlight {
 
     /// Removes request `key` of session `number`, its timeout and its claim on its
     /// progress token with it.
-    pub(crate) fn take(&mut self, number: SessionNumber, key: &IdKey) -> Option<Entry> {
-        let caller = Caller::Session(number);
+    pub(crate) fn take(&mut self, caller: impl Into<Caller>, key: &IdKey) -> Option<Entry> {
+        let caller = caller.into();
         let requests = self.requests.get_mut(&caller)?;
         let (key, entry) = requests.remove_entry(key)?;
         if requests.is_empty() {
@@ -245,6 +254,13 @@ impl InFlight {
         keys.into_iter().filter_map(take).collect()
     }
 
+    /// The ids of `caller`'s requests in flight.
+    pub(crate) fn keys(&self, caller: Caller) -> Vec<IdKey> {
+        (self.requests.get(&caller).into_iter())
+            .flat_map(|r| r.keys().cloned())
+            .collect()
+    }
+
     /// Forgets every request (the sessions all ended).
     pub(crate) fn clear(&mut self) {
         *self = InFlight::default();
@@ -255,13 +271,13 @@ impl InFlight {
     pub(crate) fn progress(
         &mut self,
         now: Instant,
-        number: SessionNumber,
+        caller: impl Into<Caller>,
         token: &IdKey,
         timeout: Option<Duration>,
     ) -> Option<Option<StreamKey>> {
-        let caller = Caller::Session(number);
+        let caller = caller.into();
         let key = self.tokens.get(&(caller, token.clone()))?.last()?.clone();
-        let stream = self.get(number, &key)?.stream;
+        let stream = self.get(caller, &key)?.stream;
         if let Some(timeout) = timeout {
             self.timers.set((caller, key), now + timeout);
         }
@@ -274,9 +290,9 @@ impl InFlight {
     }
 
     /// The next request whose timeout is due at `now` (its timer gone, its entry kept).
-    pub(crate) fn take_due(&mut self, now: Instant) -> Option<(SessionNumber, IdKey)> {
-        let (_, (Caller::Session(number), key)) = self.timers.pop_due(now)?;
-        Some((number, key))
+    pub(crate) fn take_due(&mut self, now: Instant) -> Option<(Caller, IdKey)> {
+        let (_, due) = self.timers.pop_due(now)?;
+        Some(due)
     }
 
     /// Request timers set.

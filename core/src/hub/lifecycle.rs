@@ -99,6 +99,7 @@ impl Hub {
     /// Every request the exited backend was asked and had not answered gets -32603
     /// `backend restarted`, under its own id, in session creation order.
     fn fail_in_flight(&mut self, now: Instant) {
+        super::modern::end_all(self, now, "backend restarted");
         let numbers: Vec<SessionNumber> = self.sessions.iter().map(|(n, _)| n).collect();
         for number in numbers {
             self.end_mcp(now, number, Ending::Restarted);
@@ -182,6 +183,11 @@ impl Hub {
     /// Ends every live session in creation order; the backend is gone or going, so
     /// nothing is unsubscribed.
     fn end_all_sessions(&mut self, now: Instant, reason: CloseReason) {
+        let text = match reason {
+            CloseReason::Shutdown => "proxy shutting down",
+            _ => "backend restarted",
+        };
+        super::modern::end_all(self, now, text);
         let live: Vec<SessionNumber> = self.sessions.iter().map(|(n, _)| n).collect();
         for number in live {
             self.end_session(now, number, reason);

@@ -22,6 +22,7 @@ use crate::message::IdKey;
 use crate::metrics::DropReason;
 use crate::output::{CloseReason, Event, Output, RequestId};
 use crate::routed_id::{Instance, SessionId};
+use crate::settings::Modern;
 use crate::streamable::{self, Accepts};
 
 /// Why requests still in flight are answered by the proxy.
@@ -265,6 +266,11 @@ impl Hub {
         req: &Request,
     ) -> Result<(), Rejection> {
         let get = req.endpoint == Endpoint::McpGet;
+        // A 2026-07-28 client has no session to read or end (SPEC section 13).
+        let version = req.mcp.protocol_version.as_deref().map(str::trim);
+        if self.settings.modern == Modern::On && version == Some(crate::modern::VERSION) {
+            return Err(Rejection::MethodNotAllowed { allow: "POST" });
+        }
         if get && !Accepts::parse(req.mcp.accept.as_deref()).event_stream {
             return Err(Rejection::NotAcceptable);
         }

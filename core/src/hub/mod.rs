@@ -45,6 +45,7 @@ mod inspect;
 mod keys;
 mod lifecycle;
 mod mcp;
+mod modern;
 mod post;
 mod reload;
 mod resume;
@@ -86,6 +87,8 @@ pub struct Hub {
     in_flight: InFlight,
     streams: Streams,
     posts: WaitingPosts,
+    /// 2026-07-28 requests in flight (SPEC section 13).
+    modern: modern::ModernRequests,
     metrics: Metrics,
     keys: keys::KeySets,
     buckets: crate::limits::Buckets,
@@ -105,6 +108,7 @@ impl Hub {
             in_flight: InFlight::default(),
             streams: Streams::new(settings.keepalive),
             posts: WaitingPosts::default(),
+            modern: modern::ModernRequests::default(),
             metrics: Metrics::default(),
             keys: keys::KeySets::new(&settings.key_sources, now),
             buckets: crate::limits::Buckets::default(),
@@ -157,8 +161,14 @@ impl Hub {
             let event = Event::Unresponsive { silent };
             self.outputs.push_back(Output::Log(event));
         }
-        while let Some((number, key)) = self.in_flight.take_due(now) {
-            self.request_timed_out(now, number, &key);
+        while let Some((caller, key)) = self.in_flight.take_due(now) {
+            match caller {
+                in_flight::Caller::Session(number) => self.request_timed_out(now, number, &key),
+                in_flight::Caller::Modern(route) => {
+                    let timed_out = (-32001, "request timed out");
+                    modern::unanswered(self, now, (route, &key), timed_out, true);
+                }
+            }
         }
         while let Some(timer) = self.sessions.take_due(now) {
             match timer {

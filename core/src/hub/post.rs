@@ -12,6 +12,7 @@ use super::dispatch::Delivery;
 use super::exchanges::{Answer, Sender};
 use super::in_flight::Entry;
 use super::mcp::{self, McpPost};
+use super::modern::ModernPost;
 use super::sessions::{Kind, SessionNumber, Sessions};
 use super::streams::Role;
 use super::{Hub, Request};
@@ -37,6 +38,8 @@ pub(super) enum Prepared {
     },
     /// A Streamable POST.
     Mcp(McpPost),
+    /// A 2026-07-28 request (SPEC section 13).
+    Modern(ModernPost),
 }
 
 impl Prepared {
@@ -62,6 +65,7 @@ impl Prepared {
         match self {
             Prepared::Legacy { msg, .. } => msg,
             Prepared::Mcp(post) => post.message(),
+            Prepared::Modern(post) => post.message(),
         }
     }
 
@@ -76,6 +80,7 @@ impl Prepared {
         match self {
             Prepared::Legacy { session, .. } => Some(*session),
             Prepared::Mcp(post) => post.session(),
+            Prepared::Modern(_) => None,
         }
     }
 }
@@ -203,6 +208,8 @@ impl Hub {
         arrival: Arrival<'_>,
         id: Option<&str>,
     ) -> Option<bool> {
+        // The 2026-07-28 revision forbids undefined codes in -32020..-32099 (SPEC 13).
+        let modern = arrival.msg.is_some_and(|m| m.modern.is_some());
         let (settings, decisions) = (&self.settings, &mut self.decisions);
         let denies = |msg: &Checked| {
             let sender = (arrival.principal, arrival.grant);
@@ -214,7 +221,13 @@ impl Hub {
                 if refused == Refused::Denied {
                     self.metrics.policy_denied += 1;
                 }
-                self.respond(now, request, refused.refusal(id, None).into());
+                let mut refusal = refused.refusal(id, None);
+                if let (true, Refused::RateLimited { .. }) = (modern, &refused) {
+                    let body =
+                        http::error_message(id.unwrap_or("null"), -32000, "rate limit exceeded");
+                    refusal.response.body = body.into();
+                }
+                self.respond(now, request, refusal.into());
                 None
             }
         }
@@ -230,6 +243,17 @@ impl Hub {
     ) -> Result<(), Rejection> {
         let (grant, principal) = (req.grant.clone(), req.principal.clone());
         let prepared = match req.endpoint {
+            Endpoint::McpPost if super::modern::is_modern(&req, &self.settings) => {
+                let (instance, tools) = (self.settings.instance.as_ref(), &self.modern.tools);
+                match ModernPost::prepare(req, instance, tools) {
+                    Ok(post) => Prepared::Modern(post),
+                    Err(Ok(answer)) => {
+                        self.respond(now, request, Answer::Served(answer));
+                        return Ok(());
+                    }
+                    Err(Err(rejection)) => return Err(rejection),
+                }
+            }
             Endpoint::McpPost => {
                 let instance = self.settings.instance.as_ref();
                 Prepared::Mcp(McpPost::prepare(req, &self.sessions, instance)?)
@@ -292,7 +316,7 @@ impl Hub {
     /// (`client_left`; audited as an `error`). Any other request goes on as usual.
     pub fn handle_client_left(&mut self, now: Instant, request: RequestId) {
         let Some(post) = self.posts.remove(request) else {
-            return;
+            return super::modern::client_left(self, now, request);
         };
         let exchange = self.exchanges.close(request);
         if let Some(started) = exchange.and_then(|e| e.started) {
@@ -324,6 +348,7 @@ impl Hub {
                 }
                 return;
             }
+            Prepared::Modern(post) => return super::modern::post(self, now, request, post, sender),
         };
         let Some(sid) = self.sessions.get(session).map(|s| s.id) else {
             return self.refuse(now, request, Rejection::SessionNotFound);

@@ -1776,6 +1776,7 @@ impl Model {
                 accept: Some(accept.to_owned().into()),
                 protocol_version: None,
                 last_event_id: None,
+                fields: Vec::new(),
             },
             ..Admitted::new(endpoint, principal, "")
         };

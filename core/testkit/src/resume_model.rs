@@ -691,6 +691,7 @@ impl Run {
                 accept: accept.map(|a| a.to_owned().into()),
                 protocol_version: version.map(|v| v.to_owned().into()),
                 last_event_id,
+                fields: Vec::new(),
             },
             ..Admitted::new(endpoint, Principal::new(principal), "")
         };

@@ -37,9 +37,9 @@
 //! | `mcp-init A alice {...}` | `POST /mcp` without a session as `alice` (an `initialize`): the new session is A |
 //! | `mcp-post A {...}` | `POST /mcp` with A's `Mcp-Session-Id`, accepting JSON and SSE; an answer stream is `A@LINE` |
 //! | `mcp-get A`, `mcp-delete A` | `GET /mcp` (the stream `A/get`), `DELETE /mcp` for A |
-//! | `mcp-raw METHOD [A] [key=value ...] [{...}]` | any `/mcp` request: `as=bob`, `session=none\|B\|text`, `accept=json\|sse\|both\|any\|none\|TYPE`, `type=json\|none\|TYPE`, `version=V`, `last-event-id=ID`, `origin=O`, `scopes=a,b` and `claims={...}` (the token's; JSON without spaces), `body=too-large` |
+//! | `mcp-raw METHOD [A] [key=value ...] [{...}]` | any `/mcp` request: `as=bob`, `session=none\|B\|text`, `accept=json\|sse\|both\|any\|none\|TYPE`, `type=json\|none\|TYPE`, `version=V`, `last-event-id=ID`, `origin=O`, `scopes=a,b` and `claims={...}` (the token's; JSON without spaces), `body=too-large`, `mcp-method=M`, `mcp-name=N`, `mcp-param-X=V` (repeatable) |
 //! | `hangup S`, `stall S` with a stream name | `A`, `A/get`, `A@12`, `A/resume@12` |
-//! | `with FLAG VALUE` | before any other command: `restart never`, `keepalive 10s`, `ping-interval 5s`, `ping-timeout 2s`, `grace 1s`, `session-buffer 8192`, `max-sessions 2`, `stdin-queue 2`, `stdin-window 2` (lines the shell holds), `restart-wait 1s`, `restart-buffer 1KiB`, `on-backend-exit close-sessions`, `resume-window 0s` (no resumption), `resume-buffer 1KiB`, `resume-global 8KiB` (the cap over every session), `oauth-issuer URL`, `jwks-url URL` (key sources), `required-scope S`, `tool-scope T=S` (an OAuth resource server at `http://127.0.0.1:8000/`), `rate-limit 2/min`, `tool-rate-limit T=1/min`, `max-sessions-per-principal 2`, `authz {...}` (a policy file, on one line), `audit on` or `audit data=64` (with the messages, cut to 64 bytes), `instance a` (ids are minted as `a.<uuid>`, `<A>` still expands to the whole id and transcripts show it as `a.<A>`); `spawn-fails N` makes the first N starts fail |
+//! | `with FLAG VALUE` | before any other command: `restart never`, `keepalive 10s`, `ping-interval 5s`, `ping-timeout 2s`, `grace 1s`, `session-buffer 8192`, `max-sessions 2`, `stdin-queue 2`, `stdin-window 2` (lines the shell holds), `restart-wait 1s`, `restart-buffer 1KiB`, `on-backend-exit close-sessions`, `resume-window 0s` (no resumption), `resume-buffer 1KiB`, `resume-global 8KiB` (the cap over every session), `oauth-issuer URL`, `jwks-url URL` (key sources), `required-scope S`, `tool-scope T=S` (an OAuth resource server at `http://127.0.0.1:8000/`), `rate-limit 2/min`, `tool-rate-limit T=1/min`, `max-sessions-per-principal 2`, `authz {...}` (a policy file, on one line), `audit on` or `audit data=64` (with the messages, cut to 64 bytes), `modern off` (2026-07-28 requests refused as under `--modern off`), `instance a` (ids are minted as `a.<uuid>`, `<A>` still expands to the whole id and transcripts show it as `a.<A>`); `spawn-fails N` makes the first N starts fail |
 //!
 //! The transcript shows each command, then what followed, indented:
 //!
@@ -197,6 +197,8 @@ pub struct McpHeaderOptions {
     pub scopes: Option<Vec<String>>,
     /// The claims of the caller's token (`claims={...}`, JSON without spaces).
     pub claims: Option<String>,
+    /// `Mcp-Method`, `Mcp-Name` and `Mcp-Param-*` (a 2026-07-28 request), in order.
+    pub fields: Vec<(String, String)>,
 }
 
 impl McpHeaderOptions {
@@ -211,6 +213,7 @@ impl McpHeaderOptions {
             origin: None,
             scopes: None,
             claims: None,
+            fields: Vec::new(),
         }
     }
 }
@@ -293,6 +296,12 @@ fn parse_mcp_raw(rest: &str) -> Option<Command> {
                 command.headers.claims = Some(value.to_owned());
             }
             "body" if value == "too-large" => command.body = Some(TOO_LARGE.to_owned()),
+            _ if switchboard_core::http::is_modern_field(key) => {
+                command
+                    .headers
+                    .fields
+                    .push((key.to_owned(), value.to_owned()));
+            }
             _ => return None,
         }
     }
@@ -777,6 +786,13 @@ fn apply_setting(settings: &mut Settings, flag: &str, value: &str) -> Option<()>
             }
         }
         "instance" => settings.instance = Some(Instance::new(value).ok()?),
+        "modern" => {
+            settings.modern = match value {
+                "on" => switchboard_core::config::Modern::On,
+                "off" => switchboard_core::config::Modern::Off,
+                _ => return None,
+            }
+        }
         "audit" => {
             let max_data = match value {
                 "on" => None,
@@ -960,6 +976,7 @@ impl Runner {
                 accept: command.headers.accept.clone().map(Into::into),
                 protocol_version: command.headers.version.clone().map(Into::into),
                 last_event_id: command.headers.last_event_id.clone(),
+                fields: command.headers.fields.clone(),
             },
             cors: command.headers.origin.clone(),
             grant: switchboard_core::http::Grant {

@@ -1,0 +1,359 @@
+//! MCP 2026-07-28 requests on `/mcp` (SPEC section 13): a kind of exchange of its own
+//! beside the two 2025 transports. A modern request never enters the session table: it
+//! is routed under a key minted for it alone, so its answer, and its cancellation when its
+//! client hangs up, belong to its POST.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use super::backend::LineFrom;
+use super::exchanges::{Answer, Sender};
+use super::in_flight::{Caller, Entry};
+use super::{Body, Hub, Request};
+use crate::auth::Principal;
+use crate::http::{Grant, Rejection, Response};
+use crate::message::{self, Checked, IdKey};
+use crate::metrics::DropReason;
+use crate::modern::{self, ToolHeaders};
+use crate::output::RequestId;
+use crate::routed_id::{Instance, SessionId};
+use crate::router::Forward;
+use crate::settings::{Modern, Settings};
+use crate::streamable::{self, Accepts};
+
+/// A modern `POST /mcp` checked in full.
+#[derive(Debug)]
+pub(super) struct ModernPost {
+    /// Its routing key: the routed id `<key>|n:<id>` names this request and no other.
+    key: SessionId,
+    principal: Principal,
+    msg: Checked,
+}
+
+impl ModernPost {
+    /// The message it carries.
+    pub(super) fn message(&self) -> &Checked {
+        &self.msg
+    }
+
+    /// SPEC section 7's header checks, then section 13's in order; a section 13 refusal
+    /// is the answer itself (`Err(Ok(response))`).
+    pub(super) fn prepare(
+        req: Request,
+        instance: Option<&Instance>,
+        tools: &ToolHeaders,
+    ) -> Result<ModernPost, Result<Response, Rejection>> {
+        if matches!(req.body, Body::TooLarge) {
+            return Err(Err(Rejection::BodyTooLarge));
+        }
+        if !streamable::is_json(req.mcp.content_type.as_deref()) {
+            return Err(Err(Rejection::UnsupportedMediaType));
+        }
+        // The answer is a JSON body (an SSE answer for modern requests is not built yet).
+        if !Accepts::parse(req.mcp.accept.as_deref()).json {
+            return Err(Err(Rejection::NotAcceptable));
+        }
+        let msg = req.body.message().map_err(Err)?;
+        if msg.kind == message::Kind::Request {
+            modern::check(&msg, &req.mcp, tools).map_err(|r| Ok(r.response(msg.raw_id())))?;
+        }
+        Ok(ModernPost {
+            key: SessionId::mint(instance, req.entropy),
+            principal: req.principal,
+            msg,
+        })
+    }
+}
+
+/// A modern request awaiting its answer: what its answer needs that the in-flight entry
+/// does not hold.
+#[derive(Debug)]
+struct Waiting {
+    method: String,
+    /// Its list result is filtered for its caller: always `private`.
+    filtered: bool,
+    principal: Principal,
+    grant: Grant,
+    exchange: RequestId,
+}
+
+/// The modern requests in flight, by routing key, and what the backend's last
+/// `tools/list` said about headers.
+#[derive(Debug, Default)]
+pub(crate) struct ModernRequests {
+    waiting: BTreeMap<SessionId, Waiting>,
+    by_exchange: BTreeMap<RequestId, SessionId>,
+    per_principal: BTreeMap<Principal, usize>,
+    /// The `Mcp-Param-*` annotations of the backend's last `tools/list`.
+    pub(crate) tools: ToolHeaders,
+}
+
+impl ModernRequests {
+    fn insert(&mut self, key: SessionId, waiting: Waiting) {
+        *self
+            .per_principal
+            .entry(waiting.principal.clone())
+            .or_default() += 1;
+        self.by_exchange.insert(waiting.exchange, key);
+        self.waiting.insert(key, waiting);
+    }
+
+    fn remove(&mut self, key: &SessionId) -> Option<Waiting> {
+        let waiting = self.waiting.remove(key)?;
+        self.by_exchange.remove(&waiting.exchange);
+        if let Some(count) = self.per_principal.get_mut(&waiting.principal) {
+            *count -= 1;
+            if *count == 0 {
+                self.per_principal.remove(&waiting.principal);
+            }
+        }
+        Some(waiting)
+    }
+
+    /// Who sent the modern request routed under `key`, for filtering its list result.
+    pub(crate) fn caller(&self, key: &SessionId) -> Option<(&Principal, &Grant)> {
+        let waiting = self.waiting.get(key)?;
+        Some((&waiting.principal, &waiting.grant))
+    }
+
+    /// The routing key of the modern request `exchange` waits for.
+    pub(crate) fn of_exchange(&self, exchange: RequestId) -> Option<SessionId> {
+        self.by_exchange.get(&exchange).copied()
+    }
+
+    /// Every modern request in flight.
+    fn keys(&self) -> Vec<SessionId> {
+        self.waiting.keys().copied().collect()
+    }
+}
+
+/// An admitted modern POST acts: a notification is absorbed (202), `server/discover`
+/// is answered by the proxy, any other request is forwarded under its own key.
+pub(super) fn post(
+    hub: &mut Hub,
+    now: Instant,
+    request: RequestId,
+    post: ModernPost,
+    sender: Sender,
+) {
+    let ModernPost {
+        key,
+        principal,
+        msg,
+    } = post;
+    // Its event, if any, is not written for modern requests yet.
+    let _ = hub.exchanges.take_started(request);
+    let Some(id) = msg
+        .id
+        .clone()
+        .filter(|_| msg.kind == message::Kind::Request)
+    else {
+        let response = streamable::notification_accepted();
+        return hub.respond(now, request, Answer::Served(response));
+    };
+    if msg.method == "subscriptions/listen" {
+        // Served by the listen streams (`Hub::open_listen`), not yet here.
+        let message = msg.error(-32601, "subscriptions/listen is not served yet");
+        return hub.respond(now, request, Answer::Served(Response::json(404, message)));
+    }
+    if sender.forbidden {
+        hub.metrics.policy_denied += 1;
+    }
+    if let Some(response) = answered_by_proxy(hub, &msg, &principal, sender.forbidden) {
+        return hub.respond(now, request, Answer::Served(response));
+    }
+    let waiting = Waiting {
+        method: msg.method.clone(),
+        filtered: super::authz::filters(&hub.settings, &msg),
+        principal,
+        grant: sender.grant,
+        exchange: request,
+    };
+    forward(hub, now, (key, id.key), msg, waiting);
+}
+
+/// Modern request `msg`, awaited under `key` with its id, goes to the backend (a
+/// `server/discover` as the proxy's own handshake).
+fn forward(
+    hub: &mut Hub,
+    now: Instant,
+    (key, id): (SessionId, IdKey),
+    msg: Checked,
+    waiting: Waiting,
+) {
+    let request = waiting.exchange;
+    let filtered = waiting.filtered;
+    let entry = Entry::awaited(&msg, (now, request), None, (None, None));
+    let deadline = hub.settings.request_timeout.map(|timeout| now + timeout);
+    (hub.in_flight).insert(Caller::Modern(key), id, entry, deadline);
+    hub.modern.insert(key, waiting);
+    let outbound = match msg.method.as_str() {
+        "server/discover" => handshake(&msg),
+        _ => msg,
+    };
+    match hub.router.forward(key, &outbound, filtered) {
+        Forward::Line(line) => hub.queue_line(line, LineFrom::Proxy),
+        Forward::Answer(answer) => {
+            let at = crate::router::RESPONSE_ID_AT;
+            let id = at..at + outbound.raw_id().len();
+            deliver(hub, now, key, answer, Some(id));
+        }
+        Forward::Waiting | Forward::Absorbed => {}
+    }
+}
+
+/// The proxy's own answer to a modern request, if it has one: -32003 for what the policy
+/// denied, 429 past `--max-inflight` of its principal, `server/discover` from the cached
+/// handshake.
+fn answered_by_proxy(
+    hub: &Hub,
+    msg: &Checked,
+    principal: &Principal,
+    forbidden: bool,
+) -> Option<Response> {
+    if forbidden {
+        return Some(Response::json(
+            403,
+            msg.error(-32003, "forbidden by policy"),
+        ));
+    }
+    let held = hub.modern.per_principal.get(principal).copied();
+    if held.unwrap_or_default() >= hub.settings.max_inflight {
+        let message = msg.error(-32000, "too many requests in flight");
+        return Some(Response::json(429, message));
+    }
+    let result = hub.router.initialize_result();
+    let discovered = result.filter(|_| msg.method == "server/discover")?;
+    Some(streamable::json_answer(
+        msg.result(&modern::discover(discovered)),
+    ))
+}
+
+/// Delivers a backend message routed under `key` to its modern request (a response, the
+/// span of its restored id given; else a notification for it); false when
+/// no modern request waits under it.
+pub(super) fn deliver(
+    hub: &mut Hub,
+    now: Instant,
+    key: SessionId,
+    message: Vec<u8>,
+    response_id: Option<std::ops::Range<usize>>,
+) -> bool {
+    let Some(id) = response_id else {
+        // Progress has no stream to go to: modern answers are JSON bodies.
+        let known = hub.modern.waiting.contains_key(&key);
+        if known {
+            hub.drop_message(DropReason::NoStream, Some("notifications/progress"));
+        }
+        return known;
+    };
+    let id = std::str::from_utf8(&message[id]).ok().and_then(IdKey::of);
+    let Some(entry) = id.and_then(|id| hub.in_flight.take(Caller::Modern(key), &id)) else {
+        return false;
+    };
+    let Some(waiting) = hub.modern.remove(&key) else {
+        return false;
+    };
+    let info = hub.router.initialize_result().and_then(modern::server_info);
+    let (body, status) = match waiting.method.as_str() {
+        "server/discover" => discovered(&entry.raw_id, &message),
+        method => {
+            if method == "tools/list" {
+                let result = crate::message::parse_backend_result(&message);
+                hub.modern.tools = ToolHeaders::learn(result.unwrap_or_default());
+            }
+            modern::complete(method, &message, waiting.filtered, info.as_deref())
+        }
+    };
+    let response = Response::json(status, body);
+    hub.respond(now, entry.exchange(), Answer::Served(response));
+    true
+}
+
+/// Ends modern request `key` without the backend's answer: `code` under its id, and
+/// the backend told to cancel when `cancel` says why.
+pub(super) fn unanswered(
+    hub: &mut Hub,
+    now: Instant,
+    (key, id): (SessionId, &IdKey),
+    (code, text): (i32, &str),
+    cancel: bool,
+) {
+    let Some(entry) = hub.in_flight.take(Caller::Modern(key), id) else {
+        return;
+    };
+    let waiting = hub.modern.remove(&key);
+    if cancel {
+        if let Some(line) = streamable::cancel_line(&key, &entry.raw_id, text) {
+            hub.queue_line(line, LineFrom::Cancellation);
+        }
+    }
+    if code != 0 {
+        let message = streamable::error_message(&entry.raw_id, code, text);
+        hub.respond(
+            now,
+            entry.exchange(),
+            Answer::Served(streamable::json_answer(message)),
+        );
+    } else if waiting.is_some() {
+        // Its client hung up: nobody is owed an answer.
+        let _ = hub.exchanges.close(entry.exchange());
+    }
+}
+
+/// The client of modern request `request` hung up: the cancel (SPEC section 13).
+pub(super) fn client_left(hub: &mut Hub, now: Instant, request: RequestId) {
+    let Some(key) = hub.modern.of_exchange(request) else {
+        return;
+    };
+    let ids: Vec<IdKey> = hub.in_flight.keys(Caller::Modern(key));
+    for id in ids {
+        unanswered(hub, now, (key, &id), (0, "client disconnected"), true);
+    }
+    hub.drop_message(DropReason::ClientLeft, None);
+}
+
+/// Every modern request in flight gets -32603 (the backend restarted, the proxy stops).
+pub(super) fn end_all(hub: &mut Hub, now: Instant, text: &str) {
+    for key in hub.modern.keys() {
+        for id in hub.in_flight.keys(Caller::Modern(key)) {
+            unanswered(hub, now, (key, &id), (-32603, text), false);
+        }
+    }
+}
+
+/// Whether SPEC section 13 serves this `POST /mcp` (the era was read where the body was
+/// admitted): not under `--modern off`.
+pub(super) fn is_modern(req: &Request, settings: &Settings) -> bool {
+    if settings.modern == Modern::Off {
+        return false;
+    }
+    match &req.body {
+        Body::Message(msg) => msg.modern.is_some(),
+        _ => req.mcp.protocol_version.as_deref().map(str::trim) == Some(modern::VERSION),
+    }
+}
+
+/// The proxy's own `initialize` for a `server/discover` that finds no cached handshake
+/// (SPEC section 13: 2025-11-25, capabilities `{}`, client info `switchboard`), under
+/// the discover's id.
+fn handshake(discover: &Checked) -> Checked {
+    let line = format!(
+        r#"{{"jsonrpc":"2.0","id":{},"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{{}},"clientInfo":{{"name":"switchboard","version":"{}"}}}}}}"#,
+        discover.raw_id(),
+        env!("CARGO_PKG_VERSION")
+    );
+    // Built from an id that was admitted: it admits.
+    Checked::admit(line.into_bytes()).expect("a well-formed initialize")
+}
+
+/// `server/discover`'s answer from the backend's answer to the handshake.
+fn discovered(raw_id: &str, message: &[u8]) -> (Vec<u8>, u16) {
+    match crate::message::parse_backend_result(message) {
+        Some(result) => (
+            crate::router::response_line(raw_id, "result", &modern::discover(result)),
+            200,
+        ),
+        None => modern::complete("server/discover", message, false, None),
+    }
+}

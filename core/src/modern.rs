@@ -1,0 +1,574 @@
+//! MCP 2026-07-28 ("modern") requests on `/mcp` (SPEC section 13), as pure functions: which
+//! era a POST is in, the revision's checks of its headers against its body, and what the
+//! proxy changes in the backend's 2025-era answers on the way back.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use crate::http::{McpHeaders, Response};
+use crate::message::{members, push_member, Checked};
+
+pub(crate) use crate::http::MODERN_VERSION as VERSION;
+
+/// Every protocol version the proxy speaks, newest first (`server/discover`, -32022).
+pub(crate) const SUPPORTED: [&str; 5] = [
+    VERSION,
+    "2025-11-25",
+    "2025-06-18",
+    "2025-03-26",
+    "2024-11-05",
+];
+
+/// Where a result names the server.
+const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+
+/// The methods whose complete result a client may cache (`ttlMs`, `cacheScope`).
+const CACHEABLE: [&str; 5] = [
+    "tools/list",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+];
+
+/// The methods the revision removed: 404 with -32601.
+const REMOVED: [&str; 5] = [
+    "ping",
+    "logging/setLevel",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "initialize",
+];
+
+/// The server capabilities the 2026-07-28 schema defines, `logging` left out (nothing the
+/// backend logs can be attributed to one client).
+const CAPABILITIES: [&str; 5] = [
+    "completions",
+    "experimental",
+    "prompts",
+    "resources",
+    "tools",
+];
+
+/// Why the revision refuses a modern request before it is forwarded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// `_meta` lacks the revision's required fields: 400, -32602.
+    MissingMeta,
+    /// A header disagrees with the body (missing, malformed, different, repeated): 400,
+    /// -32020.
+    Mismatch(&'static str),
+    /// A protocol version the proxy does not speak: 400, -32022.
+    Unsupported(String),
+    /// A method the revision removed: 404, -32601.
+    Removed(String),
+}
+
+impl Refusal {
+    /// The refusal as an answer under the request's id `raw_id`.
+    pub(crate) fn response(&self, raw_id: &str) -> Response {
+        let (status, code, text, data) = match self {
+            Refusal::MissingMeta => (
+                400,
+                -32602,
+                Cow::Borrowed("Missing required _meta fields: io.modelcontextprotocol/protocolVersion and io.modelcontextprotocol/clientCapabilities"),
+                None,
+            ),
+            Refusal::Mismatch(header) => (
+                400,
+                -32020,
+                Cow::Owned(format!("Header mismatch: {header}")),
+                None,
+            ),
+            Refusal::Unsupported(requested) => {
+                let data = serde_json::json!({"supported": SUPPORTED, "requested": requested});
+                (400, -32022, Cow::Borrowed("Unsupported protocol version"), Some(data))
+            }
+            Refusal::Removed(method) => (
+                404,
+                -32601,
+                Cow::Owned(format!("Method not found: {method}")),
+                None,
+            ),
+        };
+        let mut error = serde_json::json!({"code": code, "message": text});
+        if let Some(data) = data {
+            error["data"] = data;
+        }
+        let body = format!(r#"{{"jsonrpc":"2.0","id":{raw_id},"error":{error}}}"#);
+        Response::json(status, body.into_bytes())
+    }
+}
+
+/// The `Mcp-Param-{Name}` headers each tool's arguments must be mirrored in, from the
+/// backend's last `tools/list` (`x-mcp-header` on a property of its `inputSchema`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ToolHeaders {
+    /// Tool name → (header suffix, lowercase; the argument it mirrors).
+    tools: BTreeMap<String, Vec<(String, String)>>,
+}
+
+impl ToolHeaders {
+    /// What a `tools/list` result (its JSON text) annotates; empty when it is no list.
+    pub(crate) fn learn(result: &str) -> ToolHeaders {
+        let mut tools = BTreeMap::new();
+        let value: serde_json::Value = serde_json::from_str(result).unwrap_or_default();
+        for tool in value["tools"].as_array().into_iter().flatten() {
+            let Some(name) = tool["name"].as_str() else {
+                continue;
+            };
+            let properties = tool["inputSchema"]["properties"].as_object();
+            let headers: Vec<(String, String)> = (properties.into_iter().flatten())
+                .filter_map(|(param, schema)| {
+                    let header = schema.get("x-mcp-header")?.as_str()?;
+                    Some((header.to_ascii_lowercase(), param.clone()))
+                })
+                .collect();
+            if !headers.is_empty() {
+                tools.insert(name.to_owned(), headers);
+            }
+        }
+        ToolHeaders { tools }
+    }
+}
+
+/// SPEC section 13's checks of a modern request, after admission's, in order: the
+/// required `_meta` fields, the headers against the body, the version, the method.
+pub(crate) fn check(
+    msg: &Checked,
+    headers: &McpHeaders,
+    tools: &ToolHeaders,
+) -> Result<(), Refusal> {
+    let meta = msg.modern.as_deref().cloned().unwrap_or_default();
+    let Some(version) = meta.version.filter(|_| meta.capabilities) else {
+        return Err(Refusal::MissingMeta);
+    };
+    let fields = Fields(&headers.fields);
+    match headers.protocol_version.as_deref().map(str::trim) {
+        Some(header) if header == version => {}
+        _ => return Err(Refusal::Mismatch("MCP-Protocol-Version")),
+    }
+    if fields.one("mcp-method")? != Some(msg.method.clone()) {
+        return Err(Refusal::Mismatch("Mcp-Method"));
+    }
+    let named = match msg.method.as_str() {
+        "tools/call" | "prompts/get" => msg.name.clone(),
+        "resources/read" => msg.uri.clone(),
+        _ => None,
+    };
+    if named.is_some() && fields.one("mcp-name")? != named {
+        return Err(Refusal::Mismatch("Mcp-Name"));
+    }
+    if let Some(annotated) = msg.tool.as_ref().and_then(|tool| tools.tools.get(tool)) {
+        check_params(msg, &fields, annotated)?;
+    }
+    if version != VERSION {
+        return Err(Refusal::Unsupported(version));
+    }
+    if REMOVED.contains(&msg.method.as_str()) {
+        return Err(Refusal::Removed(msg.method.clone()));
+    }
+    Ok(())
+}
+
+/// Each annotated argument against its `Mcp-Param-{Name}` header: both absent, or equal.
+fn check_params(
+    msg: &Checked,
+    fields: &Fields<'_>,
+    annotated: &[(String, String)],
+) -> Result<(), Refusal> {
+    let arguments: serde_json::Value = msg
+        .arguments()
+        .and_then(|a| serde_json::from_str(a).ok())
+        .unwrap_or_default();
+    for (header, param) in annotated {
+        let expected = arguments.get(param).map(|value| match value {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        });
+        if fields.one(&format!("mcp-param-{header}"))? != expected {
+            return Err(Refusal::Mismatch("Mcp-Param"));
+        }
+    }
+    Ok(())
+}
+
+/// The modern header fields of a request (names compared without case).
+struct Fields<'a>(&'a [(String, String)]);
+
+impl Fields<'_> {
+    /// The decoded value of header `name`: `None` when absent, a mismatch when repeated
+    /// or not decodable.
+    fn one(&self, name: &str) -> Result<Option<String>, Refusal> {
+        let mut values = self.0.iter().filter(|(n, _)| n.eq_ignore_ascii_case(name));
+        let Some((_, value)) = values.next() else {
+            return Ok(None);
+        };
+        if values.next().is_some() {
+            return Err(Refusal::Mismatch("repeated header"));
+        }
+        decode(value)
+            .map(Some)
+            .ok_or(Refusal::Mismatch("undecodable header"))
+    }
+}
+
+/// A header value, decoded when written `=?base64?...?=`.
+fn decode(value: &str) -> Option<String> {
+    let value = value.trim();
+    let Some(encoded) = value
+        .strip_prefix("=?base64?")
+        .and_then(|v| v.strip_suffix("?="))
+    else {
+        return Some(value.to_owned());
+    };
+    String::from_utf8(base64(encoded)?).ok()
+}
+
+/// Standard base64 (padding optional).
+fn base64(text: &str) -> Option<Vec<u8>> {
+    let sextet = |c: u8| match c {
+        b'A'..=b'Z' => Some(c - b'A'),
+        b'a'..=b'z' => Some(c - b'a' + 26),
+        b'0'..=b'9' => Some(c - b'0' + 52),
+        b'+' => Some(62),
+        b'/' => Some(63),
+        _ => None,
+    };
+    let text = text.trim_end_matches('=').as_bytes();
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    for chunk in text.chunks(4) {
+        let bits = chunk
+            .iter()
+            .try_fold(0u32, |acc, &c| Some(acc << 6 | u32::from(sextet(c)?)))?;
+        let bytes = (bits << (6 * (4 - chunk.len()))).to_be_bytes();
+        match chunk.len() {
+            4 => out.extend_from_slice(&bytes[1..4]),
+            3 => out.extend_from_slice(&bytes[1..3]),
+            2 => out.push(bytes[1]),
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+/// The backend's answer to a modern request of `method`, changed as the revision requires
+/// (its id already restored): a result gets `resultType`, cache hints for the cacheable
+/// methods (`private` forced when the list was filtered for the caller) and the server's
+/// info in `_meta`; error -32002 becomes -32602. Also the HTTP status of the answer as a
+/// JSON body.
+pub(crate) fn complete(
+    method: &str,
+    message: &[u8],
+    private: bool,
+    server_info: Option<&str>,
+) -> (Vec<u8>, u16) {
+    let Some(members) = std::str::from_utf8(message).ok().and_then(members) else {
+        return (message.to_vec(), 200);
+    };
+    let mut out = String::with_capacity(message.len() + 128);
+    let mut status = 200;
+    out.push('{');
+    for (key, value) in &members {
+        let value = match key.as_ref() {
+            "result" => Cow::Owned(complete_result(method, value.get(), private, server_info)),
+            "error" => {
+                let (error, code) = renumber(value.get());
+                status = match code {
+                    Some(-32601) => 404,
+                    Some(-32602) => 400,
+                    Some(-32003) => 403,
+                    _ => 200,
+                };
+                error
+            }
+            _ => Cow::Borrowed(value.get()),
+        };
+        push_member(&mut out, key, &value);
+    }
+    out.push('}');
+    (out.into_bytes(), status)
+}
+
+/// A result object with the revision's members added where the backend left them out.
+fn complete_result(method: &str, result: &str, private: bool, server_info: Option<&str>) -> String {
+    let Some(members) = members(result) else {
+        return result.to_owned();
+    };
+    let has = |name: &str| members.iter().any(|(key, _)| key == name);
+    let mut out = String::with_capacity(result.len() + 128);
+    out.push('{');
+    let mut meta = None;
+    for (key, value) in &members {
+        match key.as_ref() {
+            "_meta" => meta = Some(value.get()),
+            "cacheScope" if private => {}
+            _ => push_member(&mut out, key, value.get()),
+        }
+    }
+    if !has("resultType") {
+        push_member(&mut out, "resultType", r#""complete""#);
+    }
+    if CACHEABLE.contains(&method) {
+        if !has("ttlMs") {
+            push_member(&mut out, "ttlMs", "0");
+        }
+        if private || !has("cacheScope") {
+            push_member(&mut out, "cacheScope", r#""private""#);
+        }
+    }
+    let meta = with_server_info(meta, server_info);
+    push_member(&mut out, "_meta", &meta);
+    out.push('}');
+    out
+}
+
+/// A result's `_meta` (or a new one) naming the server.
+fn with_server_info(meta: Option<&str>, server_info: Option<&str>) -> String {
+    let kept = meta.and_then(members).unwrap_or_default();
+    let mut out = String::from("{");
+    for (key, value) in kept.iter().filter(|(key, _)| key != META_SERVER_INFO) {
+        push_member(&mut out, key, value.get());
+    }
+    if let Some(info) = server_info {
+        push_member(&mut out, META_SERVER_INFO, info);
+    }
+    out.push('}');
+    out
+}
+
+/// An error object with -32002 (2025: resource not found) renumbered -32602, and its code.
+fn renumber(error: &str) -> (Cow<'_, str>, Option<i64>) {
+    let Some(members) = members(error) else {
+        return (Cow::Borrowed(error), None);
+    };
+    let code = (members.iter())
+        .find(|(key, _)| key == "code")
+        .and_then(|(_, value)| value.get().parse::<i64>().ok());
+    if code != Some(-32002) {
+        return (Cow::Borrowed(error), code);
+    }
+    let mut out = String::from("{");
+    for (key, value) in &members {
+        let value = if key == "code" { "-32602" } else { value.get() };
+        push_member(&mut out, key, value);
+    }
+    out.push('}');
+    (Cow::Owned(out), Some(-32602))
+}
+
+/// `server/discover`'s result, from the backend's cached `initialize` result.
+pub(crate) fn discover(initialize: &str) -> String {
+    let top = members(initialize).unwrap_or_default();
+    let get = |name: &str| {
+        (top.iter())
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.get())
+    };
+    let mut capabilities = String::from("{");
+    let declared = get("capabilities").and_then(members).unwrap_or_default();
+    for (key, value) in declared
+        .iter()
+        .filter(|(k, _)| CAPABILITIES.contains(&k.as_ref()))
+    {
+        push_member(&mut capabilities, key, value.get());
+    }
+    capabilities.push('}');
+    let supported = serde_json::Value::from(SUPPORTED.to_vec());
+    let mut out = String::from("{");
+    push_member(&mut out, "resultType", r#""complete""#);
+    push_member(&mut out, "supportedVersions", &supported.to_string());
+    push_member(&mut out, "capabilities", &capabilities);
+    if let Some(instructions) = get("instructions") {
+        push_member(&mut out, "instructions", instructions);
+    }
+    push_member(
+        &mut out,
+        "_meta",
+        &with_server_info(None, get("serverInfo")),
+    );
+    push_member(&mut out, "ttlMs", "60000");
+    push_member(&mut out, "cacheScope", r#""public""#);
+    out.push('}');
+    out
+}
+
+/// The backend's `serverInfo` in its cached `initialize` result.
+pub(crate) fn server_info(initialize: &str) -> Option<String> {
+    let members = members(initialize)?;
+    let (_, info) = members.into_iter().find(|(key, _)| key == "serverInfo")?;
+    Some(info.get().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::McpHeaders;
+
+    fn modern(body: &str) -> Checked {
+        Checked::admit(body.as_bytes().to_vec())
+            .expect("admits")
+            .into_modern()
+    }
+
+    fn headers(version: &str, fields: &[(&str, &str)]) -> McpHeaders {
+        McpHeaders {
+            protocol_version: Some(version.to_owned().into()),
+            fields: fields
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
+            ..McpHeaders::default()
+        }
+    }
+
+    const META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"progressToken":7,"traceparent":"00-x","io.modelcontextprotocol/logLevel":"debug"}"#;
+
+    fn call(meta: &str) -> String {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"echo","arguments":{{"region":"eu","n":3}},{meta}}}}}"#
+        )
+    }
+
+    #[test]
+    fn the_era_is_the_header_or_a_sessionless_meta_version() {
+        assert!(crate::http::is_modern(Some("2026-07-28"), true, false));
+        assert!(crate::http::is_modern(None, false, true));
+        assert!(!crate::http::is_modern(None, true, true));
+        assert!(!crate::http::is_modern(Some("2025-11-25"), true, false));
+        assert!(!crate::http::is_modern(None, false, false));
+    }
+
+    #[test]
+    fn reserved_meta_keys_are_removed_and_read() {
+        let msg = modern(&call(META));
+        assert_eq!(
+            msg.text(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"region":"eu","n":3},"_meta":{"progressToken":7,"traceparent":"00-x"}}}"#
+        );
+        let said = msg.modern.as_deref().expect("modern");
+        assert_eq!(said.version.as_deref(), Some(VERSION));
+        assert!(said.capabilities);
+        // The spans were read again: the token is where the new text has it.
+        assert_eq!(
+            &msg.text()[msg.token.as_ref().expect("token").span.clone()],
+            "7"
+        );
+    }
+
+    #[test]
+    fn the_checks_come_in_the_revisions_order() {
+        let tools = ToolHeaders::learn(
+            r#"{"tools":[{"name":"echo","inputSchema":{"properties":{"region":{"type":"string","x-mcp-header":"Region"}}}}]}"#,
+        );
+        let good = [
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "echo"),
+            ("mcp-param-region", "eu"),
+        ];
+        let msg = modern(&call(META));
+        assert_eq!(check(&msg, &headers(VERSION, &good), &tools), Ok(()));
+        let without = modern(&call(
+            r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}"#,
+        ));
+        assert_eq!(
+            check(&without, &headers(VERSION, &good), &tools),
+            Err(Refusal::MissingMeta)
+        );
+        let cases: [&[(&str, &str)]; 5] = [
+            &good[1..],
+            &[good[0], ("mcp-name", "other"), good[2]],
+            &[good[0], good[1], ("mcp-param-region", "us")],
+            &[good[0], good[1]],
+            &[good[0], good[0], good[1], good[2]],
+        ];
+        for fields in cases {
+            let refused = check(&msg, &headers(VERSION, fields), &tools);
+            assert!(
+                matches!(refused, Err(Refusal::Mismatch(_))),
+                "{fields:?}: {refused:?}"
+            );
+        }
+        let encoded = [good[0], ("mcp-name", "=?base64?ZWNobw==?="), good[2]];
+        assert_eq!(check(&msg, &headers(VERSION, &encoded), &tools), Ok(()));
+        assert!(matches!(
+            check(&msg, &headers("2025-11-25", &good), &tools),
+            Err(Refusal::Mismatch("MCP-Protocol-Version"))
+        ));
+        let future = modern(&call(&META.replace(VERSION, "2027-01-01")));
+        let refused = check(&future, &headers("2027-01-01", &good), &tools);
+        assert_eq!(refused, Err(Refusal::Unsupported("2027-01-01".into())));
+        let body = refused.unwrap_err().response("1");
+        assert_eq!(body.status, 400);
+        let value: serde_json::Value = serde_json::from_slice(&body.body).expect("json");
+        assert_eq!(value["error"]["code"], -32022);
+        assert_eq!(value["error"]["data"]["supported"][0], VERSION);
+        assert_eq!(value["error"]["data"]["requested"], "2027-01-01");
+        let ping = modern(&format!(
+            r#"{{"jsonrpc":"2.0","id":2,"method":"ping","params":{{{META}}}}}"#
+        ));
+        let refused = check(&ping, &headers(VERSION, &[("mcp-method", "ping")]), &tools);
+        assert_eq!(refused.unwrap_err().response("2").status, 404);
+    }
+
+    #[test]
+    fn results_gain_the_revisions_members() {
+        let answer = br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[],"_meta":{"a":1}}}"#;
+        let (changed, status) = complete("tools/list", answer, false, Some(r#"{"name":"s"}"#));
+        assert_eq!(status, 200);
+        assert_eq!(
+            String::from_utf8(changed).expect("utf-8"),
+            r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[],"resultType":"complete","ttlMs":0,"cacheScope":"private","_meta":{"a":1,"io.modelcontextprotocol/serverInfo":{"name":"s"}}}}"#
+        );
+        let public =
+            br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[],"ttlMs":5,"cacheScope":"public"}}"#;
+        let (kept, _) = complete("tools/list", public, false, None);
+        assert!(String::from_utf8_lossy(&kept).contains(r#""ttlMs":5,"cacheScope":"public""#));
+        let (forced, _) = complete("tools/list", public, true, None);
+        assert!(String::from_utf8_lossy(&forced)
+            .contains(r#""ttlMs":5,"resultType":"complete","cacheScope":"private""#));
+        let call = br#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#;
+        let (called, _) = complete("tools/call", call, false, None);
+        assert!(!String::from_utf8_lossy(&called).contains("ttlMs"));
+        let missing = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32002,"message":"no"}}"#;
+        let (renumbered, status) = complete("resources/read", missing, false, None);
+        assert_eq!(status, 400);
+        assert!(String::from_utf8_lossy(&renumbered).contains(r#""code":-32602"#));
+        let denied = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32003,"message":"no"}}"#;
+        assert_eq!(complete("tools/call", denied, false, None).1, 403);
+    }
+
+    #[test]
+    fn discover_is_the_cached_handshake_in_the_new_shape() {
+        let init = r#"{"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true},"logging":{},"weird":{}},"serverInfo":{"name":"s","version":"1"},"instructions":"hi"}"#;
+        let value: serde_json::Value = serde_json::from_str(&discover(init)).expect("json");
+        assert_eq!(value["resultType"], "complete");
+        assert_eq!(value["supportedVersions"][0], VERSION);
+        assert_eq!(
+            value["capabilities"],
+            serde_json::json!({"tools":{"listChanged":true}})
+        );
+        assert_eq!(value["instructions"], "hi");
+        assert_eq!(value["_meta"][META_SERVER_INFO]["name"], "s");
+        assert_eq!(
+            (value["ttlMs"].as_u64(), value["cacheScope"].as_str()),
+            (Some(60000), Some("public"))
+        );
+        assert_eq!(
+            server_info(init).as_deref(),
+            Some(r#"{"name":"s","version":"1"}"#)
+        );
+    }
+
+    #[test]
+    fn base64_decodes_with_or_without_padding() {
+        assert_eq!(base64("aGk=").as_deref(), Some(&b"hi"[..]));
+        assert_eq!(base64("aGk").as_deref(), Some(&b"hi"[..]));
+        assert_eq!(
+            base64("aGVsbG8gd29ybGQ=").as_deref(),
+            Some(&b"hello world"[..])
+        );
+        assert_eq!(base64("a"), None);
+        assert_eq!(base64("a*=="), None);
+    }
+}
