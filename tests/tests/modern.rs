@@ -485,13 +485,8 @@ fn refusal(answer: Answer) -> (u16, Value, Value) {
 /// and 405 for a modern GET; no session is ever made.
 fn modern_requests_on_the_wire(target: Target) {
     let p = Proxy::builder(target).start();
-    let discover = modern_body(1, "server/discover", json!({}), MODERN);
-    let (_, result) = modern_post(&p, "server/discover", None, MODERN, &discover).response();
-    assert_eq!(result["id"], 1, "{result}");
-    assert_discover(&result["result"]);
-    let info = &result["result"]["_meta"]["io.modelcontextprotocol/serverInfo"];
-    assert_eq!(info["name"], "switchboard-demo", "{result}");
-
+    // The very first request of a pinned client is no discover: its result still names the
+    // backend.
     let params = json!({"name": "echo", "arguments": {"text": "modern hello"}});
     let call = modern_body(2, "tools/call", params.clone(), MODERN);
     let (_, answer) = modern_post(&p, "tools/call", Some("echo"), MODERN, &call).response();
@@ -499,6 +494,49 @@ fn modern_requests_on_the_wire(target: Target) {
     let result = &answer["result"];
     assert_eq!(result["content"][0]["text"], "modern hello", "{answer}");
     assert_modern_result("raw", &json!("tools/call"), result);
+
+    let discover = modern_body(1, "server/discover", json!({}), MODERN);
+    let (_, result) = modern_post(&p, "server/discover", None, MODERN, &discover).response();
+    assert_eq!(result["id"], 1, "{result}");
+    assert_discover(&result["result"]);
+    let info = &result["result"]["_meta"]["io.modelcontextprotocol/serverInfo"];
+    assert_eq!(info["name"], "switchboard-demo", "{result}");
+
+    // A name header may be written in base64; given twice it is a mismatch.
+    let headers = [
+        ("MCP-Protocol-Version", MODERN),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", "=?base64?ZWNobw==?="),
+    ];
+    let (_, answer) = post(p.addr, "/mcp", &headers, &call).response();
+    assert_eq!(
+        answer["result"]["content"][0]["text"], "modern hello",
+        "{answer}"
+    );
+    let twice = [
+        ("MCP-Protocol-Version", MODERN),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", "echo"),
+        ("mcp-name", "echo"),
+    ];
+    let (status, _, error) = refusal(post(p.addr, "/mcp", &twice, &call));
+    assert_eq!((status, &error["code"]), (400, &json!(-32020)), "{error}");
+    // Modern by its `_meta` alone, so its missing headers are a mismatch.
+    let (status, _, error) = refusal(post(p.addr, "/mcp", &[], &call));
+    assert_eq!((status, &error["code"]), (400, &json!(-32020)), "{error}");
+
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }}});
+    let answer = modern_post(
+        &p,
+        "notifications/initialized",
+        None,
+        MODERN,
+        &note.to_string(),
+    );
+    assert_eq!(answer.status(), 202, "a modern notification is absorbed");
 
     let old = modern_body(3, "tools/call", params.clone(), "2025-01-01");
     let (status, id, error) = refusal(modern_post(
@@ -545,6 +583,14 @@ fn modern_requests_on_the_wire(target: Target) {
         "{error}"
     );
 
+    let init = modern_body(6, "initialize", json!({"protocolVersion": MODERN}), MODERN);
+    let (status, id, error) = refusal(modern_post(&p, "initialize", None, MODERN, &init));
+    assert_eq!(
+        (status, id, &error["code"]),
+        (404, json!(6), &json!(-32601)),
+        "{error}"
+    );
+
     let ping = modern_body(5, "ping", json!({}), MODERN);
     let (status, id, error) = refusal(modern_post(&p, "ping", None, MODERN, &ping));
     assert_eq!(
@@ -563,6 +609,13 @@ fn modern_requests_on_the_wire(target: Target) {
         Body::None,
     );
     assert_eq!(get.status, 405, "{}", get.text());
+    let delete = p.request(
+        "DELETE",
+        "/mcp",
+        &[("MCP-Protocol-Version", MODERN)],
+        Body::None,
+    );
+    assert_eq!(delete.status, 405, "{}", delete.text());
 
     let (_, health) = p.health();
     assert_eq!(
