@@ -167,11 +167,12 @@ impl Hub {
         what: Delivery,
     ) -> bool {
         let Some(number) = self.sessions.find(&sid) else {
-            let response_id = match what {
-                Delivery::Response { id, .. } => Some(id),
-                _ => None,
+            let routed = match what {
+                Delivery::Response { id, .. } => super::modern::Routed::Response(id),
+                Delivery::Progress { token } => super::modern::Routed::Progress(token),
+                Delivery::Update => super::modern::Routed::Other,
             };
-            return super::modern::deliver(self, now, sid, message, response_id);
+            return super::modern::deliver(self, now, sid, message, routed);
         };
         self.metrics.delivered += 1;
         let stream = match self.sessions.get(number).map(|s| &s.kind) {

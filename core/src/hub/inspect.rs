@@ -78,7 +78,7 @@ impl Inspect<'_> {
     /// The session a stream serves, while both are live.
     pub fn stream_session(&self, stream: StreamId) -> Option<SessionId> {
         let state = self.hub.streams.get(stream)?;
-        self.hub.sessions.get(state.session).map(|s| s.id)
+        self.hub.sessions.get(state.session?).map(|s| s.id)
     }
 
     /// The Prometheus text for `/metrics`.

@@ -289,9 +289,11 @@ impl Hub {
             StreamEnd::ClientGone => crate::output::CloseReason::ClientGone,
             StreamEnd::Full => crate::output::CloseReason::SlowConsumer,
         };
-        match state.role {
-            Role::Legacy => self.end_session(now, state.session, reason),
-            Role::Mcp(key) => self.stream_gone(now, state.session, key, Gone::ClientLeft),
+        match (state.role, state.session) {
+            (Role::Modern(key), _) => modern::stream_closed(self, now, key),
+            (Role::Legacy, Some(number)) => self.end_session(now, number, reason),
+            (Role::Mcp(key), Some(number)) => self.stream_gone(now, number, key, Gone::ClientLeft),
+            (_, None) => unreachable!("a session's stream names its session"),
         }
     }
 

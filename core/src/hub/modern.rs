@@ -4,6 +4,7 @@
 //! client hangs up, belong to its POST.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::time::Instant;
 
 use super::backend::LineFrom;
@@ -15,7 +16,7 @@ use crate::http::{Grant, Rejection, Response};
 use crate::message::{self, Checked, IdKey};
 use crate::metrics::DropReason;
 use crate::modern::{self, ToolHeaders};
-use crate::output::RequestId;
+use crate::output::{Frame, RequestId, StreamId};
 use crate::routed_id::{Instance, SessionId};
 use crate::router::Forward;
 use crate::settings::{Modern, Settings};
@@ -28,6 +29,7 @@ pub(super) struct ModernPost {
     key: SessionId,
     principal: Principal,
     msg: Checked,
+    accepts: Accepts,
 }
 
 impl ModernPost {
@@ -49,8 +51,8 @@ impl ModernPost {
         if !streamable::is_json(req.mcp.content_type.as_deref()) {
             return Err(Err(Rejection::UnsupportedMediaType));
         }
-        // The answer is a JSON body (an SSE answer for modern requests is not built yet).
-        if !Accepts::parse(req.mcp.accept.as_deref()).json {
+        let accepts = Accepts::parse(req.mcp.accept.as_deref());
+        if !accepts.json && !accepts.event_stream {
             return Err(Err(Rejection::NotAcceptable));
         }
         let msg = req.body.message().map_err(Err)?;
@@ -61,6 +63,7 @@ impl ModernPost {
             key: SessionId::mint(instance, req.entropy),
             principal: req.principal,
             msg,
+            accepts,
         })
     }
 }
@@ -75,6 +78,8 @@ struct Waiting {
     principal: Principal,
     grant: Grant,
     exchange: RequestId,
+    /// Its answer stream (progress, then the answer), when the answer is not a JSON body.
+    stream: Option<StreamId>,
 }
 
 /// The modern requests in flight, by routing key, and what the backend's last
@@ -140,6 +145,7 @@ pub(super) fn post(
         key,
         principal,
         msg,
+        accepts,
     } = post;
     // Its event, if any, is not written for modern requests yet.
     let _ = hub.exchanges.take_started(request);
@@ -168,6 +174,9 @@ pub(super) fn post(
         principal,
         grant: sender.grant,
         exchange: request,
+        // As SPEC section 7: a stream when the client asks for progress or takes no JSON.
+        stream: (accepts.event_stream && (msg.token.is_some() || !accepts.json))
+            .then(|| StreamId(hub.mint())),
     };
     forward(hub, now, (key, id.key), msg, waiting);
 }
@@ -181,8 +190,15 @@ fn forward(
     msg: Checked,
     waiting: Waiting,
 ) {
-    let request = waiting.exchange;
-    let filtered = waiting.filtered;
+    let (request, filtered) = (waiting.exchange, waiting.filtered);
+    if let Some(stream) = waiting.stream {
+        hub.respond(
+            now,
+            request,
+            Answer::Stream(stream, crate::http::sse_head()),
+        );
+        hub.streams.open_modern(now, stream, key);
+    }
     let entry = Entry::awaited(&msg, (now, request), None, (None, None));
     let deadline = hub.settings.request_timeout.map(|timeout| now + timeout);
     (hub.in_flight).insert(Caller::Modern(key), id, entry, deadline);
@@ -196,7 +212,7 @@ fn forward(
         Forward::Answer(answer) => {
             let at = crate::router::RESPONSE_ID_AT;
             let id = at..at + outbound.raw_id().len();
-            deliver(hub, now, key, answer, Some(id));
+            deliver(hub, now, key, answer, Routed::Response(id));
         }
         Forward::Waiting | Forward::Absorbed => {}
     }
@@ -229,25 +245,31 @@ fn answered_by_proxy(
     ))
 }
 
-/// Delivers a backend message routed under `key` to its modern request (a response, the
-/// span of its restored id given; else a notification for it); false when
-/// no modern request waits under it.
+/// What a backend message routed under a modern request's key is.
+pub(super) enum Routed {
+    /// Its answer, the restored id at this span.
+    Response(Range<usize>),
+    /// Its progress, the restored token at this span.
+    Progress(Range<usize>),
+    /// Anything else (never for a request that has no session).
+    Other,
+}
+
+/// Delivers a backend message routed under `key` to its modern request; false when no
+/// modern request waits under it.
 pub(super) fn deliver(
     hub: &mut Hub,
     now: Instant,
     key: SessionId,
     message: Vec<u8>,
-    response_id: Option<std::ops::Range<usize>>,
+    routed: Routed,
 ) -> bool {
-    let Some(id) = response_id else {
-        // Progress has no stream to go to: modern answers are JSON bodies.
-        let known = hub.modern.waiting.contains_key(&key);
-        if known {
-            hub.drop_message(DropReason::NoStream, Some("notifications/progress"));
-        }
-        return known;
+    let span = match routed {
+        Routed::Response(span) => span,
+        Routed::Progress(token) => return progress(hub, now, key, &message, token),
+        Routed::Other => return false,
     };
-    let id = std::str::from_utf8(&message[id]).ok().and_then(IdKey::of);
+    let id = std::str::from_utf8(&message[span]).ok().and_then(IdKey::of);
     let Some(entry) = id.and_then(|id| hub.in_flight.take(Caller::Modern(key), &id)) else {
         return false;
     };
@@ -255,7 +277,7 @@ pub(super) fn deliver(
         return false;
     };
     let info = hub.router.initialize_result().and_then(modern::server_info);
-    let (body, status) = match waiting.method.as_str() {
+    let answer = match waiting.method.as_str() {
         "server/discover" => discovered(&entry.raw_id, &message),
         method => {
             if method == "tools/list" {
@@ -265,13 +287,59 @@ pub(super) fn deliver(
             modern::complete(method, &message, waiting.filtered, info.as_deref())
         }
     };
-    let response = Response::json(status, body);
-    hub.respond(now, entry.exchange(), Answer::Served(response));
+    answer_with(hub, now, &waiting, answer);
     true
 }
 
-/// Ends modern request `key` without the backend's answer: `code` under its id, and
-/// the backend told to cancel when `cancel` says why.
+/// Progress for the modern request under `key`: to its stream (its timeout restarts),
+/// else dropped.
+fn progress(
+    hub: &mut Hub,
+    now: Instant,
+    key: SessionId,
+    message: &[u8],
+    token: Range<usize>,
+) -> bool {
+    let Some(stream) = hub.modern.waiting.get(&key).map(|w| w.stream) else {
+        return false;
+    };
+    let token = std::str::from_utf8(&message[token])
+        .ok()
+        .and_then(IdKey::of);
+    let timeout = hub.settings.request_timeout;
+    let carried = token.and_then(|t| {
+        hub.in_flight
+            .progress(now, Caller::Modern(key), &t, timeout)
+    });
+    match stream.filter(|_| carried.is_some()) {
+        Some(stream) => {
+            let frame = Frame::Owned(crate::sse::message_event(message));
+            hub.streams.send(now, (stream, frame), &mut hub.outputs);
+        }
+        None => hub.drop_message(DropReason::NoStream, Some("notifications/progress")),
+    }
+    true
+}
+
+/// Gives a modern request its answer: the last event of its stream, which ends, or a JSON
+/// body with `status`.
+fn answer_with(hub: &mut Hub, now: Instant, waiting: &Waiting, (body, status): (Vec<u8>, u16)) {
+    match waiting.stream {
+        Some(stream) => {
+            let frame = Frame::Owned(crate::sse::message_event(&body));
+            hub.streams.send(now, (stream, frame), &mut hub.outputs);
+            hub.streams.end(stream, &mut hub.outputs);
+        }
+        None => hub.respond(
+            now,
+            waiting.exchange,
+            Answer::Served(Response::json(status, body)),
+        ),
+    }
+}
+
+/// Ends modern request `key` without the backend's answer: `code` under its id (0: its
+/// client left, nothing is owed), and the backend told to cancel when `cancel` says why.
 pub(super) fn unanswered(
     hub: &mut Hub,
     now: Instant,
@@ -282,35 +350,44 @@ pub(super) fn unanswered(
     let Some(entry) = hub.in_flight.take(Caller::Modern(key), id) else {
         return;
     };
-    let waiting = hub.modern.remove(&key);
+    let Some(waiting) = hub.modern.remove(&key) else {
+        return;
+    };
     if cancel {
         if let Some(line) = streamable::cancel_line(&key, &entry.raw_id, text) {
             hub.queue_line(line, LineFrom::Cancellation);
         }
     }
-    if code != 0 {
-        let message = streamable::error_message(&entry.raw_id, code, text);
-        hub.respond(
-            now,
-            entry.exchange(),
-            Answer::Served(streamable::json_answer(message)),
-        );
-    } else if waiting.is_some() {
-        // Its client hung up: nobody is owed an answer.
-        let _ = hub.exchanges.close(entry.exchange());
+    match (code, waiting.stream) {
+        (0, Some(stream)) => hub.streams.end(stream, &mut hub.outputs),
+        (0, None) => {
+            let _ = hub.exchanges.close(waiting.exchange);
+        }
+        (code, _) => {
+            let message = streamable::error_message(&entry.raw_id, code, text);
+            answer_with(hub, now, &waiting, (message, 200));
+        }
     }
 }
 
-/// The client of modern request `request` hung up: the cancel (SPEC section 13).
+/// The client of modern request `request` hung up on its JSON answer: the cancel (SPEC
+/// section 13).
 pub(super) fn client_left(hub: &mut Hub, now: Instant, request: RequestId) {
-    let Some(key) = hub.modern.of_exchange(request) else {
-        return;
-    };
-    let ids: Vec<IdKey> = hub.in_flight.keys(Caller::Modern(key));
-    for id in ids {
-        unanswered(hub, now, (key, &id), (0, "client disconnected"), true);
+    if let Some(key) = hub.modern.of_exchange(request) {
+        stream_closed(hub, now, key);
     }
-    hub.drop_message(DropReason::ClientLeft, None);
+}
+
+/// The client of the modern request under `key` closed its answer stream (or its
+/// connection): the request is cancelled at the backend, its late answer dropped.
+pub(super) fn stream_closed(hub: &mut Hub, now: Instant, key: SessionId) {
+    let ids = hub.in_flight.keys(Caller::Modern(key));
+    for id in &ids {
+        unanswered(hub, now, (key, id), (0, "client disconnected"), true);
+    }
+    if !ids.is_empty() {
+        hub.drop_message(DropReason::ClientLeft, None);
+    }
 }
 
 /// Every modern request in flight gets -32603 (the backend restarted, the proxy stops).

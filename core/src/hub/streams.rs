@@ -7,6 +7,7 @@ use super::deadlines::Deadlines;
 use super::resume::StreamKey;
 use super::sessions::SessionNumber;
 use crate::output::{Frame, Output, StreamId};
+use crate::routed_id::SessionId;
 use crate::sse;
 
 /// What a stream carries.
@@ -16,12 +17,14 @@ pub(crate) enum Role {
     Legacy,
     /// A Streamable session's stream (its GET stream or a request's) of this number.
     Mcp(StreamKey),
+    /// The answer stream of the 2026-07-28 request routed under this key.
+    Modern(SessionId),
 }
 
 #[derive(Debug)]
 pub(crate) struct Stream {
-    /// The session it belongs to.
-    pub(crate) session: SessionNumber,
+    /// The session it belongs to (`None`: a 2026-07-28 request's, which has none).
+    pub(crate) session: Option<SessionNumber>,
     pub(crate) role: Role,
     /// When a frame was last queued on it, for keep-alives.
     last_frame: Instant,
@@ -71,8 +74,19 @@ impl Streams {
         role: Role,
     ) {
         let state = Stream {
-            session,
+            session: Some(session),
             role,
+            last_frame: now,
+        };
+        self.open.insert(stream, state);
+        self.keepalives.set(stream, now + self.keepalive);
+    }
+
+    /// The answer stream of the 2026-07-28 request routed under `key`, opened now.
+    pub(crate) fn open_modern(&mut self, now: Instant, stream: StreamId, key: SessionId) {
+        let state = Stream {
+            session: None,
+            role: Role::Modern(key),
             last_frame: now,
         };
         self.open.insert(stream, state);
