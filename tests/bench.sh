@@ -11,7 +11,10 @@
 # each HTTP target over both transports: legacy HTTP+SSE (/sse, answers on the session's
 # stream) and Streamable HTTP (/mcp, each call a POST answered with a JSON body; loadgen
 # --transport mcp), back to back (the order alternates every round), so that /mcp÷/sse is
-# a ratio measured side by side;
+# a ratio measured side by side; the proxies also over /mcp as MCP 2026-07-28 clients
+# (loadgen --transport modern: no session, the revision's headers and _meta), in the same
+# rounds, so that 2026÷2025 (modern /mcp calls/s ÷ 2025 /mcp calls/s) is measured alike (not
+# the floor nor a BENCH_BEFORE build: they speak no 2026-07-28);
 # at S,C,K (sessions, calls per session, in flight per session) = 1,2000,1  10,500,4
 # 50,100,4 with the fast echo backend, and 10,100,8 with a backend that answers after a
 # random 0-5 ms (out of order); in BENCH_ROUNDS interleaved rounds (default 9; the target
@@ -35,7 +38,7 @@
 #
 # Environment: BENCH_ROUNDS (9), BENCH_IDLE (10000), BENCH_BUDGET (seconds after the
 # build, default 540: runs that would start later are skipped and reported missing),
-# BENCH_TRANSPORTS ("sse mcp": which paths the HTTP targets are driven over),
+# BENCH_TRANSPORTS ("sse mcp modern": which paths the HTTP targets are driven over),
 # BENCH_IDLE_BLOCKING=1 to also hold the idle sessions against switchboard-blocking,
 # BENCH_DOC (the page the report goes into, default tests/BENCHMARKS.md; empty: none).
 # Every process started here is stopped on exit (trap EXIT).
@@ -118,7 +121,7 @@ done
 
 rows=("1 2000 1" "10 500 4" "50 100 4" "10 100 8 5ms")
 targets=(direct floor "${proxies[@]}")
-read -r -a transports <<<"${BENCH_TRANSPORTS:-sse mcp}"
+read -r -a transports <<<"${BENCH_TRANSPORTS:-sse mcp modern}"
 skipped=0
 for round in $(seq "$rounds"); do
     # Rotate the order every round: no target always runs right after the same one.
@@ -137,6 +140,12 @@ for round in $(seq "$rounds"); do
         for t in "${order[@]}"; do
             if [[ "$t" == direct ]]; then
                 run_paths=(pipes)
+            elif [[ "$t" == floor || "$t" == *@before ]]; then
+                # Neither need speak 2026-07-28 (an older build predates it).
+                run_paths=()
+                for p in "${paths[@]}"; do
+                    [[ "$p" == modern ]] || run_paths+=("$p")
+                done
             else
                 run_paths=("${paths[@]}")
             fi

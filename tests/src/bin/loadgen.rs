@@ -32,6 +32,12 @@
 //! HTTP response (a JSON body; an event stream is read too, and counted). No GET stream.
 //! `--idle N` then holds N initialized Streamable sessions, each with its connection open.
 //!
+//! `--transport modern` makes the same calls on `/mcp` as MCP 2026-07-28 requests (SPEC 13):
+//! no session and no `initialize`; each POST carries `MCP-Protocol-Version: 2026-07-28`,
+//! `Mcp-Method` and `Mcp-Name`, and the call's `params._meta` its protocol version and client
+//! capabilities. A "session" is then one client's K connections, opened after one
+//! `server/discover` (which must offer 2026-07-28); its calls still use the ids 1..C.
+//!
 //! CPU: the generator's own (getrusage) and, with `--pid P` (repeatable; the direct
 //! backend is added automatically), the CPU of P and its descendants over the measured
 //! window, both per call, so a run shows whether the generator or the target was the
@@ -67,7 +73,8 @@ mod soak;
 
 const USAGE: &str = "usage: loadgen (--url http://127.0.0.1:PORT[/base] | --direct CMD) \
 [-s SESSIONS] [-c CALLS] [-k INFLIGHT] [--idle N] [--pid PID]... [--timeout SECS] \
-[--threads N] [--open-concurrency N] [--drain-ms MS] [--transport sse|mcp] [--tag KEY=VALUE]... \
+[--threads N] [--open-concurrency N] [--drain-ms MS] [--transport sse|mcp|modern] \
+[--tag KEY=VALUE]... \
 [--json]\n       loadgen --url URL --soak ROUNDS [-s S] [-c C] [-k K] --pid PID [--budget SECS] \
 [--idle-wait SECS] [--tag KEY=VALUE]...\n       loadgen --report FILE\n       \
 loadgen --soak-report FILE [--svg FILE]";
@@ -91,6 +98,8 @@ enum Transport {
 struct Options {
     url: Option<String>,
     transport: Transport,
+    /// `--transport modern`: `/mcp` calls as 2026-07-28 requests (transport `Mcp`, no session).
+    modern: bool,
     direct: Option<String>,
     sessions: usize,
     calls: u64,
@@ -118,6 +127,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Options, String>
     let mut o = Options {
         url: None,
         transport: Transport::Sse,
+        modern: false,
         direct: None,
         sessions: 1,
         calls: 100,
@@ -148,10 +158,12 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Options, String>
             "--url" => o.url = Some(value()?),
             "--direct" => o.direct = Some(value()?),
             "--transport" => {
-                o.transport = match value()?.as_str() {
+                let v = value()?;
+                o.modern = v == "modern";
+                o.transport = match v.as_str() {
                     "sse" => Transport::Sse,
-                    "mcp" => Transport::Mcp,
-                    other => return Err(format!("--transport: sse or mcp, not {other:?}")),
+                    "mcp" | "modern" => Transport::Mcp,
+                    other => return Err(format!("--transport: sse, mcp or modern, not {other:?}")),
                 }
             }
             "-s" | "--sessions" => o.sessions = num(&arg, value()?)?,
@@ -196,6 +208,9 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Options, String>
     }
     if o.calls > 100_000_000 || o.sessions > 100_000 || o.inflight > 10_000 || o.idle > 100_000 {
         return Err("-s/-c/-k/--idle out of range".to_owned());
+    }
+    if o.modern && (o.idle > 0 || o.soak.is_some()) {
+        return Err("--transport modern holds no sessions: no --idle or --soak".to_owned());
     }
     if o.soak.is_some() && (o.url.is_none() || o.pids.is_empty() || o.idle > 0) {
         return Err("--soak needs --url and --pid, and takes no --idle".to_owned());
@@ -327,6 +342,8 @@ struct Run {
     /// `--soak`: id `calls + 1` of a session is its call of the tool `hang`, which the echo
     /// backend never answers: an error (cancelled, timed out) is its only right answer.
     hang: bool,
+    /// `--transport modern`: each call carries the 2026-07-28 `_meta`.
+    modern: bool,
 }
 
 enum Slot {
@@ -559,7 +576,8 @@ fn preview(data: &[u8]) -> String {
     }
 }
 
-fn call_body(out: &mut Vec<u8>, id: &str, tok: &str) {
+/// A `tools/call` of `echo`; `modern`: with the `_meta` a 2026-07-28 request must carry.
+fn call_body(out: &mut Vec<u8>, id: &str, tok: &str, modern: bool) {
     out.clear();
     out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
     out.extend_from_slice(id.as_bytes());
@@ -567,8 +585,14 @@ fn call_body(out: &mut Vec<u8>, id: &str, tok: &str) {
         br#","method":"tools/call","params":{"name":"echo","arguments":{"timezone":"Europe/Amsterdam","format":"iso8601","tok":""#,
     );
     out.extend_from_slice(tok.as_bytes());
-    out.extend_from_slice(br#""}}}"#);
+    out.extend_from_slice(if modern { MODERN_META } else { br#""}}}"# });
 }
+
+/// The end of a modern call's body: its arguments closed, then the revision's `_meta`.
+const MODERN_META: &[u8] = br#""},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+
+/// A modern client's first request.
+const DISCOVER: &[u8] = br#"{"jsonrpc":"2.0","id":0,"method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
 
 fn initialize_body(id: &str) -> Vec<u8> {
     initialize_body_for(id, "2024-11-05")
@@ -901,6 +925,16 @@ impl PostConn {
         let mut conn = PostConn::new(target, &path, &extra);
         conn.delete = delete;
         conn
+    }
+
+    /// A connection to `<base>/mcp` for 2026-07-28 requests of `method` (`Mcp-Name: name`).
+    fn modern(target: Arc<HttpTarget>, method: &str, name: Option<&str>) -> PostConn {
+        let path = format!("{}/mcp", target.base);
+        let name = name.map_or(String::new(), |n| format!("Mcp-Name: {n}\r\n"));
+        let extra = format!(
+            "{MCP_ACCEPT}MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: {method}\r\n{name}"
+        );
+        PostConn::new(target, &path, &extra)
     }
 
     /// Ends its Streamable session (`DELETE`, 204 expected); the status.
@@ -1421,11 +1455,13 @@ async fn run(o: Options) -> Outcome {
         problems: Problems::default(),
         stop: AtomicBool::new(false),
         hang: false,
+        modern: o.modern,
     });
     let mut outcome = Outcome {
         mode: match (&o.direct, o.transport) {
             (Some(_), _) => "direct",
             (None, Transport::Sse) => "http",
+            (None, Transport::Mcp) if o.modern => "modern",
             (None, Transport::Mcp) => "mcp",
         },
         ..Outcome::default()
@@ -1526,7 +1562,12 @@ async fn worker(
         if id > run.calls {
             break;
         }
-        call_body(&mut body, &sender.id(id), &run.token(session.index, id));
+        call_body(
+            &mut body,
+            &sender.id(id),
+            &run.token(session.index, id),
+            run.modern,
+        );
         let answer = session.expect(id);
         let sent_at = Instant::now();
         match timeout_at(deadline, sender.send(&body, &run, &session)).await {
@@ -1708,10 +1749,11 @@ async fn run_http(
         while next < o.sessions && opening.len() < o.open_concurrency {
             let (t, run, session) = (target.clone(), run.clone(), sessions[next].clone());
             let inflight = o.inflight.min(o.calls as usize);
-            let transport = o.transport;
+            let (transport, modern) = (o.transport, o.modern);
             opening.spawn(async move {
                 match transport {
                     Transport::Sse => open_http_session(t, run, session, inflight).await,
+                    Transport::Mcp if modern => open_modern_client(t, session, inflight).await,
                     Transport::Mcp => open_mcp_session(t, run, session, inflight).await,
                 }
             });
@@ -1956,6 +1998,49 @@ async fn open_mcp_session(
         stream: None,
         conns,
         closer: Some(closer),
+    })
+}
+
+/// Opens one 2026-07-28 client: K connections, each warmed up with `server/discover`
+/// (which must offer 2026-07-28, as a modern client checks first), so that the measured
+/// phase opens none; no session.
+async fn open_modern_client(
+    target: Arc<HttpTarget>,
+    session: Arc<SessionState>,
+    inflight: usize,
+) -> Result<Opened, String> {
+    let index = session.index;
+    let mut conns = Vec::with_capacity(inflight);
+    while conns.len() < inflight.max(1) {
+        let what = format!(
+            "client {index}: POST /mcp server/discover on connection {}",
+            conns.len()
+        );
+        let mut discover = PostConn::modern(target.clone(), "server/discover", None);
+        let (head, body) = step(|| what.clone(), discover.exchange(DISCOVER)).await?;
+        let offered = serde_json::from_slice::<Value>(&body)
+            .ok()
+            .is_some_and(|v| {
+                v["result"]["supportedVersions"]
+                    .as_array()
+                    .is_some_and(|a| a.contains(&json!("2026-07-28")))
+            });
+        if head.status != 200 || !offered {
+            return Err(format!(
+                "{what}: answered {} without 2026-07-28: {}",
+                head.status,
+                preview(&body)
+            ));
+        }
+        let mut conn = PostConn::modern(target.clone(), "tools/call", Some("echo"));
+        conn.stream = discover.stream.take();
+        conns.push(conn);
+    }
+    Ok(Opened {
+        index,
+        stream: None,
+        conns,
+        closer: None,
     })
 }
 
@@ -2237,8 +2322,16 @@ mod report {
     /// The suffix of an older build's target (`BENCH_BEFORE`), e.g. `switchboard@before`.
     const BEFORE: &str = "@before";
     /// The HTTP transports of a row, by their `transport` tag (`sse` when untagged).
-    const PATHS: [&str; 2] = ["sse", "mcp"];
-    const PATH_NAMES: [&str; 2] = ["/sse", "/mcp"];
+    const PATHS: [&str; 3] = ["sse", "mcp", "modern"];
+
+    /// How the table names a path: `modern` is `/mcp` in the 2026-07-28 era.
+    fn path_name(path: &str) -> &'static str {
+        match path {
+            "mcp" => "/mcp",
+            "modern" => "/mcp 2026",
+            _ => "/sse",
+        }
+    }
 
     fn transport(run: &Value) -> &str {
         run["transport"].as_str().unwrap_or("sse")
@@ -2426,16 +2519,18 @@ for a CPU much of the time) two processes simply win a larger share of an oversu
         println!(
             "median of {rounds} interleaved round(s); ×floor = calls/s ÷ the floor's on the same transport \
 (p99: ÷ its p99); ×direct for the delayed-backend row; /mcp÷/sse = the median over rounds of the \
-target's /mcp calls/s ÷ its /sse calls/s in the same round (run back to back); cpu = µs of CPU per \
+target's /mcp calls/s ÷ its /sse calls/s in the same round (run back to back), 2026÷2025 likewise \
+its 2026-07-28 /mcp calls/s ÷ its 2025 /mcp calls/s; cpu = µs of CPU per \
 call (loadgen / server+backend, the latter from /proc in 10 ms ticks); spread = (max-min)/median calls/s."
         );
         println!();
         println!(
-            "| S,C,K | backend | target | path | calls/s | p50 µs | p99 µs | ×floor calls/s | ×floor p99 | ×direct calls/s | /mcp÷/sse calls/s | cpu loadgen | cpu server | spread | failed |"
+            "| S,C,K | backend | target | path | calls/s | p50 µs | p99 µs | ×floor calls/s | ×floor p99 | ×direct calls/s | /mcp÷/sse calls/s | 2026÷2025 calls/s | cpu loadgen | cpu server | spread | failed |"
         );
-        println!("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        println!("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         let mut checks: Vec<(String, bool)> = Vec::new();
         let mut mcp_checks: Vec<(String, bool)> = Vec::new();
+        let mut modern_checks: Vec<(String, bool)> = Vec::new();
         let mut blocking_checks: Vec<(String, bool)> = Vec::new();
         let mut before_checks: Vec<(String, bool)> = Vec::new();
         for row in &rows {
@@ -2487,15 +2582,17 @@ call (loadgen / server+backend, the latter from /proc in 10 ms ticks); spread = 
                         ratio(c.calls, direct.calls)
                     };
                     let x_sse = (path == "mcp").then(|| paired_ratio(&of(t, "mcp"), &of(t, "sse")));
+                    let x_2025 =
+                        (path == "modern").then(|| paired_ratio(&of(t, "modern"), &of(t, "mcp")));
                     let dash = || "-".to_owned();
                     println!(
-                        "| {row} | {} | {t} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}/{} |",
+                        "| {row} | {} | {t} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}/{} |",
                         if delay.is_empty() {
                             "echo".to_owned()
                         } else {
                             format!("echo {delay}")
                         },
-                        if t == "direct" { "pipes" } else { PATH_NAMES[usize::from(path == "mcp")] },
+                        if t == "direct" { "pipes" } else { path_name(path) },
                         f0(c.calls),
                         f0(c.p50),
                         f0(c.p99),
@@ -2503,6 +2600,7 @@ call (loadgen / server+backend, the latter from /proc in 10 ms ticks); spread = 
                         if t == "floor" || t == "direct" { dash() } else { f2(x_floor_p99) },
                         if t == "direct" { dash() } else { f2(x_direct) },
                         x_sse.map_or_else(dash, f2),
+                        x_2025.map_or_else(dash, f2),
                         f1(c.lg_cpu),
                         f1(c.tgt_cpu),
                         c.spread
@@ -2525,11 +2623,25 @@ call (loadgen / server+backend, the latter from /proc in 10 ms ticks); spread = 
                             mcp_checks.push((format!("{t} {row} /mcp: every run clean"), false));
                         }
                     }
+                    if path == "modern" && t.starts_with("switchboard") && delay.is_empty() {
+                        let x = x_2025.flatten();
+                        modern_checks.push((
+                            format!(
+                                "{t} {row}: 2026-07-28 calls/s ≥ 0.95× 2025 /mcp (got {})",
+                                f2(x)
+                            ),
+                            x.is_some_and(|x| x >= 0.95),
+                        ));
+                        if c.failed > 0 {
+                            modern_checks
+                                .push((format!("{t} {row} 2026-07-28: every run clean"), false));
+                        }
+                    }
                     if t == "switchboard-blocking" && delay.is_empty() {
                         let tokio = &cells[&("switchboard", path)];
                         let (x_calls, x_p99) =
                             (ratio(c.calls, tokio.calls), ratio(c.p99, tokio.p99));
-                        let on = PATH_NAMES[usize::from(path == "mcp")];
+                        let on = path_name(path);
                         blocking_checks.push((
                             format!(
                                 "{row} {on}: calls/s ≥ 0.5× switchboard (got {})",
@@ -2545,7 +2657,7 @@ call (loadgen / server+backend, the latter from /proc in 10 ms ticks); spread = 
                     if delay.is_empty() && !t.ends_with(BEFORE) && t.starts_with("switchboard") {
                         let old = x_floor_of(&format!("{t}{BEFORE}"), path);
                         if old.is_some() {
-                            let on = PATH_NAMES[usize::from(path == "mcp")];
+                            let on = path_name(path);
                             before_checks.push((
                                 format!(
                                     "{t} {row} {on}: ×floor ≥ the older build's (got {} against {})",
@@ -2666,6 +2778,10 @@ call (loadgen / server+backend, the latter from /proc in 10 ms ticks); spread = 
             &mcp_checks,
         );
         print_targets(
+            "2026-07-28 clients (/mcp 2026 against 2025 /mcp on the same binary)",
+            &modern_checks,
+        );
+        print_targets(
             "switchboard-blocking (against switchboard on the same path)",
             &blocking_checks,
         );
@@ -2701,12 +2817,13 @@ mod tests {
             problems: Problems::default(),
             stop: AtomicBool::new(false),
             hang: false,
+            modern: false,
         }
     }
 
     fn answer(id: &str, tok: &str) -> Vec<u8> {
         let mut request = Vec::new();
-        call_body(&mut request, id, tok);
+        call_body(&mut request, id, tok, false);
         let args_start = memchr::memmem::find(&request, b"\"arguments\":").unwrap() + 12;
         let args = &request[args_start..request.len() - 2];
         format!(
@@ -2824,5 +2941,42 @@ mod tests {
         assert_eq!(t.base.as_str(), "/base");
         assert!(HttpTarget::parse("http://192.0.2.1:80").is_err());
         assert!(HttpTarget::parse("https://127.0.0.1:80").is_err());
+    }
+
+    #[test]
+    fn modern_calls_carry_the_revisions_meta() {
+        let mut body = Vec::new();
+        call_body(&mut body, "7", "abc.0.7", true);
+        let call: Value = serde_json::from_slice(&body).expect("JSON");
+        assert_eq!(call["params"]["arguments"]["tok"], "abc.0.7");
+        let meta = &call["params"]["_meta"];
+        assert_eq!(
+            meta["io.modelcontextprotocol/protocolVersion"],
+            "2026-07-28"
+        );
+        assert_eq!(
+            meta["io.modelcontextprotocol/clientCapabilities"],
+            json!({})
+        );
+        call_body(&mut body, "7", "abc.0.7", false);
+        let call: Value = serde_json::from_slice(&body).expect("JSON");
+        assert!(call["params"].get("_meta").is_none(), "{call}");
+        let discover: Value = serde_json::from_slice(DISCOVER).expect("JSON");
+        assert_eq!(discover["params"]["_meta"], meta.clone());
+
+        let args = |a: &[&str]| parse_args(a.iter().map(|s| (*s).to_owned()));
+        let o = args(&["--url", "http://127.0.0.1:1", "--transport", "modern"]).unwrap();
+        assert!(o.modern && o.transport == Transport::Mcp);
+        let o = args(&["--url", "http://127.0.0.1:1", "--transport", "mcp"]).unwrap();
+        assert!(!o.modern);
+        assert!(args(&[
+            "--url",
+            "http://127.0.0.1:1",
+            "--transport",
+            "modern",
+            "--idle",
+            "1"
+        ])
+        .is_err());
     }
 }

@@ -116,6 +116,7 @@ pub async fn run(o: &Options) -> u8 {
         problems: Problems::default(),
         stop: AtomicBool::new(false),
         hang: true,
+        modern: false,
     });
     let Some(idle) = sample(pid) else {
         eprintln!("loadgen: no process {pid}");
