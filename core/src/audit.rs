@@ -253,6 +253,9 @@ pub struct AuditRecord {
     /// Over which transport (none for a backend restart, and for a refused request that
     /// named neither transport's endpoint).
     pub transport: Option<Transport>,
+    /// The 2026-07-28 revision, for a request of that era (a 2025 request's version is its
+    /// session's, not repeated).
+    pub protocol_version: Option<&'static str>,
     /// The path a refused request asked for when it named neither transport's endpoint
     /// ([`Asked::path`]): `target.endpoint` when `transport` is `None`.
     pub path: Option<String>,
@@ -318,6 +321,10 @@ impl AuditRecord {
             self.duration_ms
         );
         json_str(out, self.transport.map(Transport::as_str));
+        if let Some(version) = self.protocol_version {
+            out.push_str(r#","protocol_version":"#);
+            json_str(out, Some(version));
+        }
         out.push_str(r#","response_size_bytes":"#);
         match self.response_size {
             Some(n) => {
@@ -616,6 +623,7 @@ mod tests {
             kind: AuditType::ToolCall,
             outcome: Outcome::Failure,
             transport: Some(Transport::Sse),
+            protocol_version: None,
             path: None,
             duration_ms: 12,
             response_size: Some(99),

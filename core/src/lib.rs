@@ -9,7 +9,7 @@
 //!
 //! A shell owns one [`Hub`] on one thread or task. Every input (`handle_request`,
 //! `handle_stream_closed`, `handle_backend_lines`, `handle_backend_exited`, ...) but
-//! `handle_audit_dropped` takes the shell's `now`, and must be followed by a complete drain
+//! `handle_lost` takes the shell's `now`, and must be followed by a complete drain
 //! of [`Hub::poll_output`], performing each [`Output`] in order, before the next input. An
 //! input that arises while an output is performed (a spawn's result, a full stream queue, a
 //! fetch that could not start, lost audit events) is fed at once; its outputs join the
@@ -116,7 +116,7 @@ pub use message::Invalid;
 pub use metrics::{DropReason, Histogram, LogLevel, Measurement, DURATION_BUCKETS};
 pub use oauth::{check_fetchable, ResourceServer};
 pub use output::{coalesce, Level, STDIN_REPORT_EVERY};
-pub use output::{BackendId, Event, FetchId, Frame, Output, RequestId, StreamEnd, StreamId};
+pub use output::{BackendId, Event, FetchId, Frame, Lost, Output, RequestId, StreamEnd, StreamId};
 pub use policy::Policy;
 pub use principal::{AuthFailure, Principal};
 pub use routed_id::SessionId;

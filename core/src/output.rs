@@ -228,11 +228,11 @@ pub enum Output {
     Log(Event),
     /// Write this event to the audit log (`--audit-log`), through a bounded queue that
     /// never waits: an event that does not fit is reported with
-    /// [`Hub::handle_audit_dropped`](crate::Hub::handle_audit_dropped).
+    /// [`Hub::handle_lost`](crate::Hub::handle_lost).
     Audit(Box<crate::audit::AuditRecord>),
     /// Export this finished, sampled span (only with `--otlp-endpoint`), through a bounded
     /// queue that never waits: spans that do not fit are reported with
-    /// [`Hub::handle_spans_dropped`](crate::Hub::handle_spans_dropped).
+    /// [`Hub::handle_lost`](crate::Hub::handle_lost).
     Span(Box<crate::trace::SpanRecord>),
     /// Record this value into its OTLP histogram (only with `--otlp-endpoint`; `/metrics`
     /// counts it already).
@@ -494,4 +494,14 @@ impl fmt::Display for Event {
             }
         }
     }
+}
+
+/// What a shell's bounded queue toward an outside sink could not take
+/// ([`Hub::handle_lost`](crate::Hub::handle_lost)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lost {
+    /// Audit events (`--audit-log`).
+    AuditEvents,
+    /// Spans for the OTLP exporter (`--otlp-endpoint`).
+    Spans,
 }

@@ -212,6 +212,31 @@ impl Router {
         }
     }
 
+    /// Whether no handshake is cached, owed or under way.
+    pub(crate) fn is_idle(&self) -> bool {
+        matches!(self.init, Init::Idle)
+    }
+
+    /// The proxy's own `initialize`, for a 2026-07-28 request that finds the backend never
+    /// initialized (SPEC section 13: 2025-11-25, capabilities `{}`, client `switchboard`);
+    /// its result is cached as a client's would be.
+    pub(crate) fn own_handshake(&mut self) -> Vec<u8> {
+        let request = self.next_proxy_id(ProxyRequest::Initialize);
+        let params = format!(
+            r#"{{"protocolVersion":"2025-11-25","capabilities":{{}},"clientInfo":{{"name":"switchboard","version":"{}"}}}}"#,
+            env!("CARGO_PKG_VERSION")
+        );
+        let line = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":\"{PROXY_ID_PREFIX}initialize:{request}\",\"method\":\"initialize\",\"params\":{params}}}\n"
+        );
+        self.init = Init::InFlight {
+            request,
+            waiting: Vec::new(),
+            params,
+        };
+        line.into_bytes()
+    }
+
     /// Whether client lines may reach the backend: no cached handshake is owed to it.
     pub(crate) fn is_ready(&self) -> bool {
         !matches!(self.init, Init::Restore { .. } | Init::Reinit { .. })

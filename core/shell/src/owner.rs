@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 
 use switchboard_core::http::Response;
 use switchboard_core::hub::{self, Fetched, Hub, Settings};
-use switchboard_core::KeyStore;
 use switchboard_core::Level;
 use switchboard_core::{BackendId, Event, FetchId, Frame, Output, StreamEnd, StreamId};
 use switchboard_core::{Exit, Signal};
 use switchboard_core::{Front, Loaded};
+use switchboard_core::{KeyStore, Lost};
 use tracing::{debug, info, warn};
 
 use crate::audit::AuditLog;
@@ -359,13 +359,13 @@ impl<P: Perform> Owner<P> {
             Output::Exit { status, drain } => return Some((status, drain)),
             Output::Audit(record) => {
                 if let Some(lost) = self.audit.as_ref().map(|log| log.push(record)) {
-                    self.hub.handle_audit_dropped(lost);
+                    self.hub.handle_lost(Lost::AuditEvents, lost);
                 }
             }
             Output::Log(event) => log(&event),
             Output::Span(span) => {
                 if let Some(lost) = self.telemetry.as_ref().map(|t| t.export(span)) {
-                    self.hub.handle_spans_dropped(lost);
+                    self.hub.handle_lost(Lost::Spans, lost);
                 }
             }
             Output::Measured(measured) => {

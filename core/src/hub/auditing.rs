@@ -19,7 +19,7 @@ use crate::audit::{cut, field, AuditRecord, AuditType, ClientInfo, Outcome, Tran
 use crate::framing::FramingError;
 use crate::http::{Body, Endpoint, Rejection, Request, Response};
 use crate::message::Checked;
-use crate::output::{Event, Output, RequestId};
+use crate::output::{Event, Lost, Output, RequestId};
 use crate::settings::{Audit, Settings};
 use crate::trace::{Ending, ServerSpan};
 
@@ -129,23 +129,20 @@ impl TurnedAway {
 }
 
 impl Hub {
-    /// `lost` audit events did not reach the log (the shell's queue was full, or the
-    /// writer failed): counted, the first drop logged.
-    pub fn handle_audit_dropped(&mut self, lost: u64) {
-        if lost == 0 {
-            return;
+    /// `count` records of kind `what` did not reach their sink (the shell's queue was
+    /// full, or the writer or exporter failed): counted; the first lost audit event is
+    /// logged.
+    pub fn handle_lost(&mut self, what: Lost, count: u64) {
+        match what {
+            Lost::AuditEvents if count > 0 => {
+                if self.metrics.audit_dropped == 0 {
+                    self.outputs.push_back(Output::Log(Event::AuditDropped));
+                }
+                self.metrics.audit_dropped += count;
+            }
+            Lost::AuditEvents => {}
+            Lost::Spans => self.metrics.otel_dropped += count,
         }
-        let first = self.metrics.audit_dropped == 0;
-        self.metrics.audit_dropped += lost;
-        if first {
-            self.outputs.push_back(Output::Log(Event::AuditDropped));
-        }
-    }
-
-    /// `lost` spans did not fit the shell's export queue (or its exporter failed): counted
-    /// (`switchboard_otel_dropped_total`).
-    pub fn handle_spans_dropped(&mut self, lost: u64) {
-        self.metrics.otel_dropped += lost;
     }
 
     /// The one place what happened is read: by the spans (while they are made), then by
@@ -260,6 +257,7 @@ pub(super) fn arrived(
         Endpoint::McpDelete => (AuditType::SessionClose, Transport::Streamable),
         _ => return None,
     };
+    let modern = matches!(&req.body, Body::Message(msg) if msg.modern.is_some());
     let session = match (req.endpoint, &req.body) {
         // A 2026-07-28 request joins no session: `Mcp-Session-Id` is ignored (SPEC 13).
         (_, crate::http::Body::Message(msg)) if msg.modern.is_some() => None,
@@ -277,6 +275,7 @@ pub(super) fn arrived(
         transport,
         principal: req.principal.clone(),
         session,
+        modern,
         trace,
     }))
 }
@@ -386,6 +385,7 @@ impl Auditor<'_> {
             kind,
             outcome,
             transport: None,
+            protocol_version: None,
             path: None,
             duration_ms: 0,
             response_size: None,
@@ -419,6 +419,7 @@ impl Auditor<'_> {
             kind: started.kind,
             outcome,
             transport: Some(started.transport),
+            protocol_version: started.modern.then_some(crate::modern::VERSION),
             path: None,
             duration_ms: now.saturating_duration_since(started.at).as_millis() as u64,
             response_size,

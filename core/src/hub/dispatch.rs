@@ -113,6 +113,8 @@ impl Hub {
         }
         if let Some(line) = initialized {
             self.queue_line(line, LineFrom::Proxy);
+            // 2026-07-28 requests held for the proxy's own handshake go ahead.
+            self.release_waiting(now);
         }
     }
 

@@ -28,6 +28,8 @@ pub(crate) struct Started {
     pub(super) transport: Transport,
     pub(super) principal: Principal,
     pub(super) session: Option<SessionId>,
+    /// A 2026-07-28 request (its event names the revision).
+    pub(super) modern: bool,
     /// Its SERVER span, when spans are made (`--otlp-endpoint`) and it is sampled.
     pub(super) trace: Option<Box<crate::trace::ServerSpan>>,
 }

@@ -26,7 +26,7 @@
 //! `reload` a configuration read again; `auditing` is the one reader of what happened
 //! (`observe`); `inspect` is the read-only view ([`Hub::inspect`]).
 //!
-//! The loop contract is the crate's: every input but `handle_audit_dropped` takes `now`;
+//! The loop contract is the crate's: every input but `handle_lost` takes `now`;
 //! after each one the shell drains [`Hub::poll_output`] and performs every [`Output`] in
 //! order (an input that arises while it does is fed at once, its outputs joining the
 //! drain), then sleeps until its next input or [`Hub::poll_timeout`], whichever comes

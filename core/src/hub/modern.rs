@@ -34,6 +34,12 @@ pub(super) struct ModernPost {
 }
 
 impl ModernPost {
+    /// Whether it needs the backend initialized first: every request but
+    /// `server/discover` (which is the proxy's handshake when none was made).
+    pub(super) fn needs_handshake(&self) -> bool {
+        self.msg.kind == message::Kind::Request && self.msg.method != "server/discover"
+    }
+
     /// The message it carries.
     pub(super) fn message(&self) -> &Checked {
         &self.msg

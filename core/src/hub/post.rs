@@ -284,10 +284,19 @@ impl Hub {
         // backend not ready waits for it.
         let waits =
             self.settings.on_backend_exit == OnBackendExit::KeepSessions && self.backend.coming();
+        // A 2026-07-28 request needs the backend initialized, and no 2025 client has
+        // done it: the proxy does, and the request waits for it like a restart.
+        let unshaken = matches!(&post.prepared, Prepared::Modern(m) if m.needs_handshake())
+            && self.backend.is_up()
+            && self.router.handshake_result().is_none();
+        if unshaken && self.router.is_idle() {
+            let line = self.router.own_handshake();
+            self.queue_line(line, LineFrom::Proxy);
+        }
         // Client lines may go to the backend: it runs and owes no handshake.
-        if self.backend.is_up() && self.router.is_ready() {
+        if self.backend.is_up() && self.router.is_ready() && !unshaken {
             self.dispatch_post(now, post);
-        } else if waits
+        } else if (waits || unshaken)
             && (self.posts).fits(
                 &post,
                 self.settings.stdin_queue,
