@@ -16,8 +16,18 @@ use switchboard_core::{Principal, RequestId, StreamId};
 use super::{key_of, Accept, Answered, Id, Key, Model, Place, Placed, Role, StepOut};
 use super::{MAX_INFLIGHT, MAX_SESSIONS, PRINCIPALS, REQUEST_TIMEOUT};
 use crate::driver::Answer;
-use crate::fuzz::{at, one_line_object, string_of};
+use crate::fuzz::{at, members, one_line_object, string_of};
 use crate::routing::Action;
+
+/// Each list_changed a listen may ask for: its filter key, its method.
+const LISTS: [(&str, &str); 3] = [
+    ("toolsListChanged", "notifications/tools/list_changed"),
+    ("promptsListChanged", "notifications/prompts/list_changed"),
+    (
+        "resourcesListChanged",
+        "notifications/resources/list_changed",
+    ),
+];
 
 /// The revision's version, in headers and `_meta`.
 const MODERN: &str = "2026-07-28";
@@ -43,6 +53,8 @@ pub(super) struct Listening {
     pub(super) principal: Principal,
     /// Its subscription id: the listen request's id as JSON text.
     raw_id: String,
+    /// The list_changed methods its acknowledgement promised.
+    lists: BTreeSet<String>,
 }
 
 /// The `_meta` every modern request must carry.
@@ -249,6 +261,7 @@ impl Model {
             Listening {
                 principal: principal.clone(),
                 raw_id: raw_id.clone(),
+                lists: BTreeSet::new(),
             },
         );
         self.streams
@@ -263,6 +276,15 @@ impl Model {
             m.get("method").and_then(|v| string_of(v)).as_deref(),
             Some("notifications/subscriptions/acknowledged")
         );
+        let honoured = at(&m, &["params", "notifications"])
+            .and_then(|v| members(v.get()))
+            .expect("an acknowledgement names what it honours");
+        let lists = (honoured.iter())
+            .filter(|(_, v)| v.get() == "true")
+            .filter_map(|(name, _)| LISTS.iter().find(|(n, _)| n == name))
+            .map(|(_, method)| (*method).to_owned())
+            .collect();
+        self.listens.get_mut(&stream).expect("inserted").lists = lists;
         "listen:acknowledged".into()
     }
 
@@ -319,8 +341,8 @@ impl Model {
             };
             assert!(
                 method == "notifications/subscriptions/acknowledged"
-                    || method.ends_with("/list_changed"),
-                "{method} on listen {stream:?}"
+                    || listen.lists.contains(&method),
+                "{method} on listen {stream:?}, which was not promised it"
             );
             let id = at(
                 &m,
