@@ -2,7 +2,8 @@
 //! and hanging up across three principals, POSTs as owners and impostors; Streamable
 //! sessions initialized, POSTed to with JSON and stream answers, cancellations, 409s and
 //! 429s, GET streams opened and replaced, DELETEs, hang-ups, request timeouts and idle
-//! expiry, with ids and tokens colliding across sessions and transports; backend answers
+//! expiry, with ids and tokens colliding across sessions and transports; 2026-07-28
+//! requests with no session, their hang-ups, and listen streams; backend answers
 //! in and out of order, progress, updates, forged ids and requests, backend exits and
 //! restarts, health checks, time passing) run through the one reference model
 //! (`switchboard_testkit::model`), which drives the hub in virtual time and checks SPEC
@@ -22,7 +23,7 @@ const STEPS: usize = 40;
 
 /// What every full run must reach at least `MIN_HITS` times (label prefixes of
 /// `check_ops`).
-const COVERAGE: [&str; 36] = [
+const COVERAGE: [&str; 46] = [
     "open",
     "open:refused",
     "close:0",
@@ -61,6 +62,16 @@ const COVERAGE: [&str; 36] = [
     "wait:timeout",
     "wait:idle",
     "backend:progress:deliver:mcp-progress",
+    "modern:json",
+    "modern:stream",
+    "modern:400",
+    "modern-hangup:json",
+    "modern-hangup:stream",
+    "backend:answer::mcp-answer:modern-answer",
+    "backend:progress::modern-progress",
+    "listen:acknowledged",
+    "listen:refused",
+    "listen-close",
 ];
 const MIN_HITS: u64 = 20;
 

@@ -1,9 +1,10 @@
 //! The one reference model: sequences of [`Op`]s (legacy sessions opening and hanging up,
 //! POSTs as the owner or an impostor; Streamable sessions initialized, POSTed to, cancelled,
 //! given GET streams, deleted and hung up on; backend lines, backend exits and restarts,
-//! health checks, time passing past the request timeout and the idle time) run against a
+//! health checks, time passing past the request timeout and the idle time; 2026-07-28
+//! requests, their hang-ups and listen streams) run against a
 //! [`Hub`](switchboard_core::Hub) in virtual time through the [`Driver`], with SPEC sections
-//! 6 and 7 checked after every step against what a small model says should be live, open,
+//! 6, 7 and 13 checked after every step against what a small model says should be live, open,
 //! watched and in flight:
 //!
 //! 1. a message produced for session A is only ever written to one of A's streams (or
@@ -25,7 +26,14 @@
 //!    quiet session ends exactly `--session-idle` after its last activity;
 //! 7. the streams open at the client and the hub's per-session tables (in flight, progress
 //!    tokens, timers, subscriptions) are exactly the model's, so an ended session leaves
-//!    nothing behind.
+//!    nothing behind;
+//! 8. (section 13) a 2026-07-28 request with no session, its id and token as a session's
+//!    may be, is routed under a key of its own: only its own answer and progress reach its
+//!    stream or JSON body, its hang-up cancels it at the backend and reaches nobody, it
+//!    times out and ends on a backend exit as a session's request does, and it is no
+//!    session; a `subscriptions/listen` stream takes a session's room, gets its
+//!    acknowledgement and only notifications under its own subscription id (no response
+//!    but its last, no progress), and ends with the sessions on a backend exit.
 //!
 //! Answers, progress and updates that have somewhere to go do arrive, and the same sequence
 //! run twice gives the same transcript. The fuzz target `session_ops` decodes [`Op`]s from
@@ -51,6 +59,10 @@ use crate::fuzz::{
     LIST_CHANGED, PROXY_ID_PREFIX,
 };
 use crate::routing::{Action, Delivery};
+
+mod modern;
+
+use modern::{Listening, ModernPending};
 
 /// The sessions slots [`Op`]s address; a slot holds one session at a time.
 const SLOTS: usize = 4;
@@ -162,6 +174,35 @@ pub enum Op {
     Wait {
         /// How long.
         seconds: u8,
+    },
+    /// A 2026-07-28 `tools/call` with no session (SPEC section 13), its id and progress
+    /// token as a session's may be.
+    Modern {
+        /// Which principal.
+        principal: u8,
+        /// The request id.
+        id: Id,
+        /// What the client accepts.
+        accept: Accept,
+        /// `params._meta.progressToken`.
+        progress: Option<Id>,
+    },
+    /// The client of one modern request in flight hangs up: its cancel.
+    ModernHangUp {
+        /// Which request.
+        pick: u8,
+    },
+    /// `subscriptions/listen` for the list changes.
+    Listen {
+        /// Which principal.
+        principal: u8,
+        /// The request id: the subscription id.
+        id: Id,
+    },
+    /// The client of one listen stream closes it.
+    ListenClose {
+        /// Which stream.
+        pick: u8,
     },
 }
 
@@ -531,12 +572,12 @@ impl Rng {
         } else {
             (any, any)
         };
-        match self.below(285) {
+        match self.below(314) {
             0..=29 => Op::Open {
                 slot,
                 principal: self.byte(),
             },
-            30..=39 => Op::Close { slot },
+            30..=39 | 310..=313 => Op::Close { slot },
             40..=99 => Op::Post {
                 slot,
                 impostor: self.chance(8),
@@ -570,7 +611,7 @@ impl Rng {
                 accept: self.accept(),
                 answered: self.chance(90),
             },
-            225..=262 => Op::McpPost {
+            225..=262 | 303..=309 => Op::McpPost {
                 slot: mcp_slot,
                 impostor: self.chance(5),
                 accept: self.accept(),
@@ -588,6 +629,18 @@ impl Rng {
                 slot: mcp_slot,
                 pick: self.byte(),
             },
+            285..=294 => Op::Modern {
+                principal: self.byte(),
+                id: self.id(),
+                accept: self.accept(),
+                progress: self.chance(40).then(|| self.id()),
+            },
+            295..=297 => Op::ModernHangUp { pick: self.byte() },
+            298..=299 => Op::Listen {
+                principal: self.byte(),
+                id: self.id(),
+            },
+            300..=302 => Op::ListenClose { pick: self.byte() },
             _ => Op::Wait {
                 seconds: self.below(90) as u8,
             },
@@ -703,6 +756,10 @@ enum Role {
     Get,
     /// The answer stream of the Streamable request with this key.
     Request(Key),
+    /// The answer stream of a modern request (its routing key is the stream's "session").
+    Modern,
+    /// A `subscriptions/listen` stream.
+    Listen,
 }
 
 /// A Streamable request in flight.
@@ -832,6 +889,13 @@ struct Model {
     init_ids: Vec<String>,
     /// What the current step produced, for the transcript.
     step_records: Vec<Record>,
+    /// Modern requests in flight, by routing key.
+    modern: BTreeMap<SessionId, ModernPending>,
+    /// Open listen streams.
+    listens: BTreeMap<StreamId, Listening>,
+    /// The proxy sent the backend `notifications/initialized` since it last started: a
+    /// modern request goes straight through.
+    ready: bool,
 }
 
 impl Model {
@@ -871,6 +935,9 @@ impl Model {
             init_askers: BTreeSet::new(),
             init_ids: Vec::new(),
             step_records: Vec::new(),
+            modern: BTreeMap::new(),
+            listens: BTreeMap::new(),
+            ready: false,
         };
         let mut transcript = Vec::with_capacity(ops.len());
         let mut labels = Vec::with_capacity(ops.len());
@@ -919,11 +986,13 @@ impl Model {
             open, modelled,
             "open streams disagree with the model after {op:?}"
         );
+        let sessionless = self.sessionless();
         for (stream, (sid, _)) in &self.streams {
+            let session = (!sessionless.contains(stream)).then_some(*sid);
             assert_eq!(
                 hub.inspect().stream_session(*stream),
-                Some(*sid),
-                "{stream:?}'s session"
+                session,
+                "{stream:?}'s session (a modern or listen stream is nobody's)"
             );
         }
         let pendings = || {
@@ -935,10 +1004,12 @@ impl Model {
         let subs: usize = self.subs.values().map(BTreeSet::len).sum();
         let sizes = hub.inspect().table_sizes();
         let expected = TableSizes {
-            streams: self.streams.len(),
-            in_flight: pendings().count(),
-            progress_tokens: pendings().filter(|p| p.token.is_some()).count(),
-            request_timers: pendings().filter(|p| p.deadline.is_some()).count(),
+            // Listen streams keep their own table.
+            streams: self.streams.len() - self.listens.len(),
+            in_flight: pendings().count() + self.modern.len(),
+            progress_tokens: pendings().filter(|p| p.token.is_some()).count()
+                + self.modern.values().filter(|p| p.token.is_some()).count(),
+            request_timers: pendings().filter(|p| p.deadline.is_some()).count() + self.modern.len(),
             idle_timers: sizes.idle_timers,
             subscriptions: (subs, subs),
             // The model runs without resumption: nothing is kept.
@@ -946,6 +1017,7 @@ impl Model {
             resume_bytes: 0,
             principals: (self.live.values())
                 .map(|s| &s.principal)
+                .chain(self.listens.values().map(|l| &l.principal))
                 .collect::<BTreeSet<_>>()
                 .len(),
         };
@@ -1086,6 +1158,14 @@ impl Model {
                         panic!("a frame for {stream:?}, which is no live session's open stream")
                     });
                     let message = message_data(bytes).to_vec();
+                    if matches!(role, Role::Modern | Role::Listen) {
+                        out.placed.push(Placed {
+                            sid: session,
+                            place: Place::Stream(stream, role),
+                            message,
+                        });
+                        continue;
+                    }
                     out.actions.push(Action::Deliver {
                         session,
                         message: message.clone(),
@@ -1126,6 +1206,15 @@ impl Model {
                         message,
                     });
                 }
+                Output::Respond { request, response } if self.modern_waiter(request).is_some() => {
+                    flush(&mut broadcast, &mut out.actions);
+                    assert_eq!(response.status, 200, "a modern JSON answer is a 200 here");
+                    out.placed.push(Placed {
+                        sid: self.modern_waiter(request).expect("checked"),
+                        place: Place::Json(request),
+                        message: response.body.to_vec(),
+                    });
+                }
                 Output::EndStream { stream } => {
                     flush(&mut broadcast, &mut out.actions);
                     out.ends.push(stream);
@@ -1139,6 +1228,9 @@ impl Model {
                     ) && line.ends_with(b"}}\n")
                         && !client;
                     out.lines.push(line.clone());
+                    if line == crate::fuzz::INITIALIZED_LINE {
+                        self.ready = true;
+                    }
                     if is_cancel {
                         continue; // The proxy's own cancellation: checked by the step.
                     }
@@ -1194,12 +1286,21 @@ impl Model {
     /// model and the ends they explain out of `out.ends`.
     fn settle(&mut self, out: &mut StepOut) -> Vec<Answered> {
         let mut answered = Vec::new();
-        for p in &out.placed {
+        for p in std::mem::take(&mut out.placed) {
+            let modern = matches!(p.place, Place::Stream(_, Role::Modern | Role::Listen))
+                || self.modern.contains_key(&p.sid);
+            if modern {
+                answered.extend(self.settle_modern(&p, out));
+                out.placed.push(p);
+                continue;
+            }
+            out.placed.push(p.clone());
             let m = one_line_object(&p.message);
             let is_response = !m.contains_key("method");
             let method = m.get("method").and_then(|v| string_of(v));
             let (stream, key) = match &p.place {
                 Place::Stream(_, Role::Legacy) => continue,
+                Place::Stream(_, Role::Modern | Role::Listen) => unreachable!("settled above"),
                 Place::Stream(stream, Role::Get) => {
                     assert!(!is_response, "a response on {stream:?}, a GET stream");
                     continue;
@@ -1375,6 +1476,15 @@ impl Model {
             Op::McpGet { slot, impostor } => self.mcp_get(*slot, *impostor),
             Op::McpDelete { slot, impostor } => self.mcp_delete(*slot, *impostor),
             Op::HangUp { slot, pick } => self.hang_up(*slot, *pick),
+            Op::Modern {
+                principal,
+                id,
+                accept,
+                progress,
+            } => self.modern(*principal, id, *accept, progress.as_ref()),
+            Op::ModernHangUp { pick } => self.modern_hang_up(*pick),
+            Op::Listen { principal, id } => self.listen(*principal, id),
+            Op::ListenClose { pick } => self.listen_close(*pick),
         }
     }
 
@@ -1429,6 +1539,8 @@ impl Model {
                 _ => break,
             }
         }
+        let modern_due = self.modern_due(target);
+        timed_out.extend(modern_due.iter().cloned());
         self.driver.advance(by);
         let mut out = self.collect(false);
         let answered = self.settle(&mut out);
@@ -1607,7 +1719,8 @@ impl Model {
             .values()
             .filter_map(LiveSession::mcp)
             .map(|m| m.in_flight.len())
-            .sum();
+            .sum::<usize>()
+            + self.modern.len();
         self.driver.backend_exit(Exit::Code(1));
         let mut out = self.collect(false);
         let answered = self.settle(&mut out);
@@ -1630,9 +1743,16 @@ impl Model {
             "{:?}",
             out.actions
         );
+        assert!(self.modern.is_empty(), "every modern request was answered");
+        // The model's hub closes sessions on a backend exit: listens end with them.
+        assert!(
+            self.listens.is_empty(),
+            "every listen ended with its last result"
+        );
         let order: Vec<u64> = out
             .ends
             .iter()
+            .filter(|s| !self.listens.contains_key(s))
             .map(|s| {
                 let (sid, _) = &self.streams[s];
                 self.live[sid].created
@@ -1643,13 +1763,20 @@ impl Model {
             "backend exit ends the sessions in creation order"
         );
         let ended: BTreeSet<StreamId> = out.ends.iter().copied().collect();
-        let all: BTreeSet<StreamId> = self.streams.keys().copied().collect();
-        assert_eq!(ended, all, "backend exit ends every open stream");
+        let all: BTreeSet<StreamId> = (self.streams.keys())
+            .filter(|s| !self.listens.contains_key(s))
+            .copied()
+            .collect();
+        assert_eq!(
+            ended, all,
+            "backend exit ends every session's stream, no listen"
+        );
         assert_eq!(ended.len(), out.ends.len(), "a stream ended twice");
         for stream in std::mem::take(&mut out.ends) {
             self.end_stream(stream);
         }
         self.backend_up = false;
+        self.ready = false;
         self.live.clear();
         self.subs.clear();
         self.init_askers.clear();
@@ -1696,7 +1823,7 @@ impl Model {
             self.streams.insert(stream, (sid, Role::Legacy));
         }
         let (actions, _) = self.actions(false);
-        let room = before < MAX_SESSIONS;
+        let room = before + self.listens.len() < MAX_SESSIONS;
         assert_eq!(
             stream.is_some(),
             self.backend_up && room,
@@ -1829,7 +1956,7 @@ impl Model {
         });
         let raw_id = self.render_id(id);
         let valid = key_of(&raw_id).is_some() && raw_id.len() <= 200;
-        let room = self.backend_up && self.live.len() < MAX_SESSIONS;
+        let room = self.backend_up && self.live.len() + self.listens.len() < MAX_SESSIONS;
         // Register what the hub is expected to create, before its outputs are read.
         let now = self.driver.elapsed();
         let request = self.mcp_send(
@@ -2444,6 +2571,10 @@ impl Model {
         // Where a progress notification for a Streamable session must go (None: dropped),
         // and the request whose clock it restarts.
         let mut progress_to: Option<(SessionId, Option<StreamId>, Option<Key>)> = None;
+        // The modern request the line answers (it must be answered), or whose progress it
+        // carries (its stream gets it when it has one).
+        let mut modern_due: Option<SessionId> = None;
+        let mut modern_progress: Option<(SessionId, Option<StreamId>)> = None;
         let now = self.driver.elapsed();
         let (line, kind) = match msg {
             BackendMsg::Answer {
@@ -2467,6 +2598,7 @@ impl Model {
                 let Some((sid, id)) = picked else {
                     return "backend:none".into();
                 };
+                modern_due = sid.filter(|sid| self.modern_named(sid, &id).is_some());
                 if let Some(sid) = sid.filter(|sid| self.live.contains_key(sid)) {
                     match self.live[&sid].mcp() {
                         None => {
@@ -2496,6 +2628,9 @@ impl Model {
                 let Some((sid, token)) = self.pick(*pick, *escaped) else {
                     return "backend:none".into();
                 };
+                modern_progress = (self.modern.get(&sid))
+                    .filter(|p| p.token.is_some() && p.token == routed_key(&token).map(|k| k.1))
+                    .map(|p| (sid, p.stream));
                 match self.live.get(&sid).map(|s| s.mcp()) {
                     None => {}
                     Some(None) => {
@@ -2651,8 +2786,22 @@ impl Model {
                 p.deadline = Some(now + REQUEST_TIMEOUT);
             }
         }
+        let modern_places: Vec<(SessionId, Option<StreamId>)> = (out.placed.iter())
+            .filter(|p| !matches!(p.place, Place::Stream(_, Role::Listen)))
+            .filter(|p| self.modern.contains_key(&p.sid))
+            .map(|p| match p.place {
+                Place::Stream(stream, _) => (p.sid, Some(stream)),
+                Place::Json(_) => (p.sid, None),
+            })
+            .collect();
         let answered = self.settle(&mut out);
         assert!(out.ends.is_empty(), "{line} ended {:?}", out.ends);
+        let modern = self.check_modern_line(
+            &line,
+            (modern_due, modern_progress),
+            &modern_places,
+            &answered,
+        );
         for a in &answered {
             if let Some(m) = self.live.get_mut(&a.sid).and_then(LiveSession::mcp_mut) {
                 m.last_active = now;
@@ -2680,7 +2829,7 @@ impl Model {
         } else {
             ""
         };
-        format!("backend:{kind}:{}{mcp}", kinds.join("+"))
+        format!("backend:{kind}:{}{mcp}{modern}", kinds.join("+"))
     }
 
     /// A routed id or token written earlier, as the backend echoes it, with its session.
