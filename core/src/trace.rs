@@ -383,7 +383,7 @@ const CALLER_ERRORS: [i64; 5] = [-32700, -32600, -32601, -32602, -32002];
 
 impl Ending<'_> {
     /// `rpc.response.status_code` and `error.type`, as SPEC section 14 sets them.
-    fn attributes(self) -> (Option<i64>, Option<String>) {
+    pub(crate) fn attributes(self) -> (Option<i64>, Option<String>) {
         let message = match self {
             Ending::Answered(message) => message,
             Ending::Refused(_, body) if body.starts_with(b"{\"jsonrpc\"") => body,

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::exchanges::{Exchanges, Started};
+use super::measuring::Measuring;
 use super::sessions::{Kind, SessionNumber, Sessions};
 use super::spans;
 use super::Hub;
@@ -49,8 +50,8 @@ pub(super) enum Happened<'a> {
     Introduced(SessionNumber, &'a Checked),
     /// A session opened.
     Opened(SessionNumber),
-    /// A session closed.
-    Closed(SessionNumber),
+    /// A session closed; the fault it was ended for, if the proxy ended it for one.
+    Closed(SessionNumber, Option<&'static str>),
     /// The backend exited and is restarted.
     Restarted,
 }
@@ -148,9 +149,17 @@ impl Hub {
         self.metrics.otel_dropped += lost;
     }
 
-    /// The one place what happened is read: by the spans (while they are made), then by
+    /// The one place what happened is read: by the histograms, by the spans (while they are made), then by
     /// the audit log (while auditing is on).
     pub(super) fn observe(&mut self, now: Instant, mut happened: Happened<'_>) {
+        let mut measuring = Measuring {
+            durations: &mut self.metrics.durations,
+            exchanges: &mut self.exchanges,
+            sessions: &self.sessions,
+            outputs: &mut self.outputs,
+            exported: self.settings.tracing.is_some(),
+        };
+        measuring.observe(now, &happened);
         if self.settings.tracing.is_some() {
             let parts = (&self.sessions, &mut self.outputs);
             traced(parts, now, &mut happened);
@@ -186,7 +195,7 @@ impl Hub {
             }
             Happened::Introduced(number, msg) => auditor.introduced(number, msg),
             Happened::Opened(number) => auditor.session(number, AuditType::SessionOpen),
-            Happened::Closed(number) => auditor.session(number, AuditType::SessionClose),
+            Happened::Closed(number, _) => auditor.session(number, AuditType::SessionClose),
             Happened::Restarted => {
                 let record = auditor.plain(AuditType::BackendRestart, Outcome::Error);
                 auditor.emit(record);
@@ -247,7 +256,8 @@ pub(super) fn arrived(
         }
         _ => None,
     };
-    if settings.audit.is_none() && trace.is_none() {
+    let measured = posted && matches!(req.body, Body::Message(_));
+    if settings.audit.is_none() && !measured {
         return None;
     }
     // A `GET /mcp` or `DELETE /mcp` is audited only when refused (as `mcp_request` and
@@ -277,6 +287,10 @@ pub(super) fn arrived(
         transport,
         principal: req.principal.clone(),
         session,
+        op: crate::metrics::Operation {
+            protocol: protocol.map(crate::metrics::version_label),
+            ..Default::default()
+        },
         trace,
     }))
 }
