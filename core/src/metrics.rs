@@ -445,6 +445,8 @@ pub(crate) struct Operation {
     pub(crate) target: Option<String>,
     /// Its bounded protocol version, from its header or its `initialize`.
     pub(crate) protocol: Option<&'static str>,
+    /// When its line was queued for the backend, if it was.
+    pub(crate) hop: Option<std::time::Instant>,
 }
 
 /// A measurement's attribute names and (bounded) values.
@@ -585,6 +587,7 @@ mod tests {
             method: Some(method_label("tools/call")),
             target: Some(target.to_owned()),
             protocol: Some(version_label("2025-06-18")),
+            hop: None,
         };
         let offered = m.durations.operation_attributes(&op("echo"), None);
         m.durations

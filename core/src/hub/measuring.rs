@@ -69,13 +69,26 @@ impl Measuring<'_> {
         }
     }
 
-    /// A request ended with `ending`: its `mcp.server.operation.duration`.
+    /// A request ended with `ending`: its `mcp.server.operation.duration`, and the
+    /// `mcp.client.operation.duration` of its hop to the backend, if it made one.
     fn operation(&mut self, now: Instant, started: &Started, ending: Ending<'_>) {
         let Some(_) = started.op.method else {
             return;
         };
         let (_, error) = ending.attributes();
         let attributes = self.durations.operation_attributes(&started.op, error);
+        if let Some(hop) = started.op.hop {
+            let mut attributes = attributes.clone();
+            let transport = attributes
+                .iter_mut()
+                .find(|(k, _)| *k == "network.transport");
+            if let Some(transport) = transport {
+                // The backend is a child process on stdio.
+                transport.1 = "pipe".to_owned();
+            }
+            let seconds = now.saturating_duration_since(hop).as_secs_f64();
+            self.record(Histogram::ClientOperation, seconds, attributes);
+        }
         let seconds = now.saturating_duration_since(started.at).as_secs_f64();
         self.record(Histogram::ServerOperation, seconds, attributes);
     }
