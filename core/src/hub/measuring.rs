@@ -117,21 +117,8 @@ fn described(started: &mut Started, msg: &Checked) {
         _ => None,
     };
     if op.protocol.is_none() && msg.method == "initialize" {
-        op.protocol = asked_version(msg).as_deref().map(version_label);
+        op.protocol = crate::trace::asked_version(msg)
+            .as_deref()
+            .map(version_label);
     }
-}
-
-/// The `params.protocolVersion` an `initialize` asks for.
-pub(super) fn asked_version(msg: &Checked) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct Init {
-        params: Option<Params>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Params {
-        #[serde(rename = "protocolVersion")]
-        protocol_version: Option<String>,
-    }
-    let init = serde_json::from_str::<Init>(msg.text()).ok()?;
-    init.params?.protocol_version
 }
