@@ -470,28 +470,28 @@ pub(crate) struct Durations {
 }
 
 impl Durations {
-    /// Counts `seconds` under `attributes`; returns the measurement for OTLP.
+    /// Counts `seconds` under `attributes`; returns the measurement for OTLP when
+    /// `exported` (the off path clones nothing).
     pub(crate) fn record(
         &mut self,
         histogram: Histogram,
         seconds: f64,
-        attributes: Vec<(&'static str, String)>,
-    ) -> Measurement {
-        let buckets = self
-            .series
-            .entry((histogram, attributes.clone()))
-            .or_default();
+        attributes: Attributes,
+        exported: bool,
+    ) -> Option<Measurement> {
+        let measured = exported.then(|| Measurement {
+            histogram,
+            seconds,
+            attributes: attributes.clone(),
+        });
+        let buckets = self.series.entry((histogram, attributes)).or_default();
         let bucket = DURATION_BUCKETS
             .iter()
             .position(|bound| seconds <= *bound)
             .unwrap_or(DURATION_BUCKETS.len());
         buckets.counts[bucket] += 1;
         buckets.sum += seconds;
-        Measurement {
-            histogram,
-            seconds,
-            attributes,
-        }
+        measured
     }
 
     /// A backend's `tools/list` or `prompts/list` result: its names bound the labels.
@@ -590,13 +590,18 @@ mod tests {
             hop: None,
         };
         let offered = m.durations.operation_attributes(&op("echo"), None);
-        m.durations
-            .record(Histogram::ServerOperation, 0.03, offered);
+        let d = &mut m.durations;
+        assert_eq!(
+            d.record(Histogram::ServerOperation, 0.03, offered, false),
+            None
+        );
         let invented = m
             .durations
             .operation_attributes(&op("x"), Some("-1".into()));
-        m.durations
-            .record(Histogram::ServerOperation, 400.0, invented);
+        let measured = m
+            .durations
+            .record(Histogram::ServerOperation, 400.0, invented, true);
+        assert_eq!(measured.map(|m| m.seconds), Some(400.0));
         let text = render(&m, ShellGauges::default());
         let labels = r#"mcp_method_name="tools/call",gen_ai_tool_name="echo",mcp_protocol_version="2025-06-18",network_transport="tcp""#;
         let bucket = |le: &str| {

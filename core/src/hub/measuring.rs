@@ -99,8 +99,10 @@ impl Measuring<'_> {
         seconds: f64,
         attributes: Vec<(&'static str, String)>,
     ) {
-        let measured = self.durations.record(histogram, seconds, attributes);
-        if self.exported {
+        let measured = self
+            .durations
+            .record(histogram, seconds, attributes, self.exported);
+        if let Some(measured) = measured {
             self.outputs.push_back(Output::Measured(Box::new(measured)));
         }
     }
