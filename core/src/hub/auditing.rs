@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::exchanges::{Exchanges, Started};
-use super::measuring::Measuring;
+use super::measuring::{self, Measuring};
 use super::sessions::{Kind, SessionNumber, Sessions};
 use super::spans;
 use super::Hub;
@@ -152,14 +152,16 @@ impl Hub {
     /// The one place what happened is read: by the histograms, by the spans (while they are made), then by
     /// the audit log (while auditing is on).
     pub(super) fn observe(&mut self, now: Instant, mut happened: Happened<'_>) {
-        let mut measuring = Measuring {
+        let measuring = Measuring {
             durations: &mut self.metrics.durations,
-            exchanges: &mut self.exchanges,
-            sessions: &self.sessions,
             outputs: &mut self.outputs,
             exported: self.settings.tracing.is_some(),
         };
-        measuring.observe(now, &happened);
+        measured(
+            (measuring, &mut self.exchanges, &self.sessions),
+            now,
+            &happened,
+        );
         if self.settings.tracing.is_some() {
             let parts = (&self.sessions, &mut self.outputs);
             traced(parts, now, &mut happened);
@@ -201,6 +203,49 @@ impl Hub {
                 auditor.emit(record);
             }
         }
+    }
+}
+
+/// What happened, as the histograms read it.
+fn measured(
+    (mut measuring, exchanges, sessions): (Measuring<'_>, &mut Exchanges, &Sessions),
+    now: Instant,
+    happened: &Happened<'_>,
+) {
+    let id = |number: SessionNumber| sessions.get(number).map(|s| s.id);
+    match happened {
+        Happened::Described(request, msg) => {
+            if let Some(started) = exchanges.started_mut(*request) {
+                measuring::described(started, msg);
+            }
+        }
+        Happened::Refused(started, response) => {
+            let ending = Ending::Refused(response.status, &response.body);
+            measuring.operation(now, started, ending);
+        }
+        Happened::Answered {
+            started,
+            message,
+            outcome,
+            ..
+        } => {
+            if outcome.is_none() {
+                measuring.answered_by_backend(started, message);
+            }
+            measuring.operation(now, started, Ending::Answered(message));
+        }
+        Happened::Unanswered(_, started) => measuring.operation(now, started, Ending::Unanswered),
+        Happened::Opened(number) => {
+            if let Some(id) = id(*number) {
+                measuring.opened(now, id);
+            }
+        }
+        Happened::Closed(number, fault) => {
+            if let Some(id) = id(*number) {
+                measuring.closed(now, id, *fault);
+            }
+        }
+        Happened::TurnedAway(..) | Happened::Introduced(..) | Happened::Restarted => {}
     }
 }
 
