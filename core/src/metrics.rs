@@ -45,6 +45,8 @@ pub(crate) struct Metrics {
     pub(crate) reloads: u64,
     /// Configuration reloads refused (the running configuration stayed).
     pub(crate) reload_failures: u64,
+    /// The histograms of SPEC section 14.
+    pub(crate) durations: Durations,
     /// The (reason, method) pairs logged at WARN once, at most [`WARN_SET_CAP`].
     warned: BTreeSet<(DropReason, String)>,
 }
@@ -113,6 +115,7 @@ pub(crate) fn render(m: &Metrics, g: ShellGauges) -> String {
     );
     render_messages(&mut out, m);
     render_decisions(&mut out, m);
+    render_durations(&mut out, &m.durations);
     out.metric(
         "switchboard_backend_up",
         "gauge",
@@ -372,4 +375,247 @@ pub struct Measurement {
     pub seconds: f64,
     /// Attribute names and values.
     pub attributes: Vec<(&'static str, String)>,
+}
+
+/// MCP's method names: any other method is labelled `_OTHER`.
+const MCP_METHODS: [&str; 22] = [
+    "initialize",
+    "ping",
+    "tools/list",
+    "tools/call",
+    "prompts/list",
+    "prompts/get",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "completion/complete",
+    "logging/setLevel",
+    "sampling/createMessage",
+    "elicitation/create",
+    "roots/list",
+    "notifications/initialized",
+    "notifications/cancelled",
+    "notifications/progress",
+    "notifications/roots/list_changed",
+    "server/discover",
+    "subscriptions/listen",
+];
+
+/// The label for anything outside its bounded set.
+const OTHER: &str = "_OTHER";
+
+/// The bounded `mcp.method.name` of `method`.
+pub(crate) fn method_label(method: &str) -> &'static str {
+    MCP_METHODS
+        .iter()
+        .find(|m| **m == method)
+        .copied()
+        .unwrap_or(OTHER)
+}
+
+/// The bounded `mcp.protocol.version` of a version a client named.
+pub(crate) fn version_label(version: &str) -> &'static str {
+    let version = version.trim();
+    (crate::http::PROTOCOL_VERSIONS.iter())
+        .chain([&crate::http::MODERN_VERSION])
+        .find(|v| **v == version)
+        .copied()
+        .unwrap_or(OTHER)
+}
+
+/// The bounded `error.type`: a JSON-RPC or MCP error code (-32768..=-32000), an HTTP status,
+/// `tool_error`; anything else `_OTHER`.
+pub(crate) fn error_label(error: String) -> String {
+    match error.parse::<i64>() {
+        Ok(code) if (-32768..=-32000).contains(&code) || (100..600).contains(&code) => error,
+        Ok(_) => OTHER.to_owned(),
+        Err(_) if error == "tool_error" => error,
+        Err(_) => OTHER.to_owned(),
+    }
+}
+
+/// What a request's duration is labelled with, decided as it arrives and is read.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Operation {
+    /// Its bounded method name, once its message is read.
+    pub(crate) method: Option<&'static str>,
+    /// The tool or prompt it names (bounded when measured).
+    pub(crate) target: Option<String>,
+    /// Its bounded protocol version, from its header or its `initialize`.
+    pub(crate) protocol: Option<&'static str>,
+    /// When its line was queued for the backend, if it was.
+    pub(crate) hop: Option<std::time::Instant>,
+}
+
+/// A measurement's attribute names and (bounded) values.
+pub(crate) type Attributes = Vec<(&'static str, String)>;
+
+/// One histogram's counts: one per bucket of [`DURATION_BUCKETS`], then `+Inf`.
+#[derive(Debug, Default, Clone)]
+struct Buckets {
+    counts: [u64; DURATION_BUCKETS.len() + 1],
+    sum: f64,
+}
+
+/// The three histograms (SPEC section 14) by their label sets, and what bounds their
+/// labels: the tool and prompt names the backend offered in its last lists.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Durations {
+    series: BTreeMap<(Histogram, Attributes), Buckets>,
+    offered: BTreeMap<&'static str, BTreeSet<String>>,
+    /// When each open session opened, by its number.
+    pub(crate) opened: BTreeMap<crate::routed_id::SessionId, std::time::Instant>,
+}
+
+impl Durations {
+    /// Counts `seconds` under `attributes`; returns the measurement for OTLP when
+    /// `exported` (the off path clones nothing).
+    pub(crate) fn record(
+        &mut self,
+        histogram: Histogram,
+        seconds: f64,
+        attributes: Attributes,
+        exported: bool,
+    ) -> Option<Measurement> {
+        let measured = exported.then(|| Measurement {
+            histogram,
+            seconds,
+            attributes: attributes.clone(),
+        });
+        let buckets = self.series.entry((histogram, attributes)).or_default();
+        let bucket = DURATION_BUCKETS
+            .iter()
+            .position(|bound| seconds <= *bound)
+            .unwrap_or(DURATION_BUCKETS.len());
+        buckets.counts[bucket] += 1;
+        buckets.sum += seconds;
+        measured
+    }
+
+    /// A backend's `tools/list` or `prompts/list` result: its names bound the labels.
+    pub(crate) fn learn(&mut self, method: &str, message: &[u8]) {
+        let (member, label) = match method {
+            "tools/list" => ("tools", "gen_ai.tool.name"),
+            "prompts/list" => ("prompts", "gen_ai.prompt.name"),
+            _ => return,
+        };
+        let value: serde_json::Value = serde_json::from_slice(message).unwrap_or_default();
+        let Some(entries) = value["result"][member].as_array() else {
+            return;
+        };
+        let names = entries.iter().filter_map(|e| e["name"].as_str());
+        let names: BTreeSet<String> = names.take(WARN_SET_CAP).map(str::to_owned).collect();
+        self.offered.insert(label, names);
+    }
+
+    /// The attributes of a request's duration: `transport` its `network.transport`.
+    pub(crate) fn operation_attributes(
+        &self,
+        op: &Operation,
+        error: Option<String>,
+    ) -> Vec<(&'static str, String)> {
+        let method = op.method.unwrap_or(OTHER);
+        let mut attributes = vec![("mcp.method.name", method.to_owned())];
+        let label = match method {
+            "tools/call" => Some("gen_ai.tool.name"),
+            "prompts/get" => Some("gen_ai.prompt.name"),
+            _ => None,
+        };
+        if let (Some(label), Some(target)) = (label, &op.target) {
+            let offered = self.offered.get(label).is_some_and(|o| o.contains(target));
+            let name = if offered { target.as_str() } else { OTHER };
+            attributes.push((label, name.to_owned()));
+        }
+        if let Some(error) = error {
+            attributes.push(("error.type", error_label(error)));
+        }
+        if let Some(version) = op.protocol {
+            attributes.push(("mcp.protocol.version", version.to_owned()));
+        }
+        attributes.push(("network.transport", "tcp".to_owned()));
+        attributes
+    }
+}
+
+/// The histograms as Prometheus text: `_bucket` (cumulative, `le`), `_sum`, `_count`.
+fn render_durations(out: &mut Text, d: &Durations) {
+    for histogram in [
+        Histogram::ServerOperation,
+        Histogram::ServerSession,
+        Histogram::ClientOperation,
+    ] {
+        let name = format!("{}_seconds", histogram.name().replace('.', "_"));
+        let _ = writeln!(
+            out.0,
+            "# HELP {name} The conventions' {}, in seconds.\n# TYPE {name} histogram",
+            histogram.name()
+        );
+        let series = d.series.iter().filter(|((h, _), _)| *h == histogram);
+        for ((_, attributes), buckets) in series {
+            let labels: Vec<String> = (attributes.iter())
+                .map(|(k, v)| format!("{}=\"{}\"", k.replace('.', "_"), escape(v)))
+                .collect();
+            let labels = labels.join(",");
+            let sep = if labels.is_empty() { "" } else { "," };
+            let mut total = 0;
+            let bounds = DURATION_BUCKETS.iter().map(f64::to_string);
+            for (bound, count) in bounds.chain(["+Inf".to_owned()]).zip(buckets.counts) {
+                total += count;
+                let _ = writeln!(
+                    out.0,
+                    "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {total}"
+                );
+            }
+            let _ = writeln!(out.0, "{name}_sum{{{labels}}} {}", buckets.sum);
+            let _ = writeln!(out.0, "{name}_count{{{labels}}} {total}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_render_as_prometheus_histograms_with_bounded_labels() {
+        let mut m = Metrics::default();
+        let listed = br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"echo"}]}}"#;
+        m.durations.learn("tools/list", listed);
+        let op = |target: &str| Operation {
+            method: Some(method_label("tools/call")),
+            target: Some(target.to_owned()),
+            protocol: Some(version_label("2025-06-18")),
+            hop: None,
+        };
+        let offered = m.durations.operation_attributes(&op("echo"), None);
+        let d = &mut m.durations;
+        assert_eq!(
+            d.record(Histogram::ServerOperation, 0.03, offered, false),
+            None
+        );
+        let invented = m
+            .durations
+            .operation_attributes(&op("x"), Some("-1".into()));
+        let measured = m
+            .durations
+            .record(Histogram::ServerOperation, 400.0, invented, true);
+        assert_eq!(measured.map(|m| m.seconds), Some(400.0));
+        let text = render(&m, ShellGauges::default());
+        let labels = r#"mcp_method_name="tools/call",gen_ai_tool_name="echo",mcp_protocol_version="2025-06-18",network_transport="tcp""#;
+        let bucket = |le: &str| {
+            format!("mcp_server_operation_duration_seconds_bucket{{{labels},le=\"{le}\"}}")
+        };
+        assert!(text.contains(&format!("{} 0\n", bucket("0.02"))), "{text}");
+        assert!(text.contains(&format!("{} 1\n", bucket("0.05"))), "{text}");
+        assert!(text.contains(&format!("{} 1\n", bucket("+Inf"))), "{text}");
+        assert!(text.contains("# TYPE mcp_server_operation_duration_seconds histogram"));
+        assert!(
+            text.contains(r#"gen_ai_tool_name="_OTHER",error_type="_OTHER""#),
+            "{text}"
+        );
+        assert_eq!(method_label("made/up"), "_OTHER");
+        assert_eq!(version_label("1999-01-01"), "_OTHER");
+    }
 }

@@ -383,7 +383,7 @@ const CALLER_ERRORS: [i64; 5] = [-32700, -32600, -32601, -32602, -32002];
 
 impl Ending<'_> {
     /// `rpc.response.status_code` and `error.type`, as SPEC section 14 sets them.
-    fn attributes(self) -> (Option<i64>, Option<String>) {
+    pub(crate) fn attributes(self) -> (Option<i64>, Option<String>) {
         let message = match self {
             Ending::Answered(message) => message,
             Ending::Refused(_, body) if body.starts_with(b"{\"jsonrpc\"") => body,
@@ -626,10 +626,29 @@ fn request_attributes(msg: &Checked, protocol: Option<&str>) -> Vec<(&'static st
         }
         _ => {}
     }
-    if let Some(version) = protocol {
-        attributes.push(("mcp.protocol.version", Value::Str(version.to_owned())));
+    // An `initialize` names the version it asks for (no header names one yet).
+    let asked = (protocol.is_none() && msg.method == "initialize")
+        .then(|| asked_version(msg))
+        .flatten();
+    if let Some(version) = protocol.map(str::to_owned).or(asked) {
+        attributes.push(("mcp.protocol.version", Value::Str(version)));
     }
     attributes
+}
+
+/// The `params.protocolVersion` an `initialize` asks for.
+pub(crate) fn asked_version(msg: &Checked) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Init {
+        params: Option<Params>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Params {
+        #[serde(rename = "protocolVersion")]
+        protocol_version: Option<String>,
+    }
+    let init = serde_json::from_str::<Init>(msg.text()).ok()?;
+    init.params?.protocol_version
 }
 
 #[cfg(test)]

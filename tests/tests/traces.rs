@@ -179,6 +179,10 @@ fn an_instrumented_sdk_call_is_one_trace_through_switchboard_into_the_backend(ta
         assert_eq!(a["gen_ai.operation.name"], "execute_tool", "{server}");
         assert!(a["jsonrpc.request.id"].is_string(), "{server}");
         assert!(a["mcp.session.id"].is_string(), "{server}");
+        if transport == "mcp" {
+            // A legacy SSE client names no version after its `initialize`.
+            assert!(a["mcp.protocol.version"].is_string(), "{server}");
+        }
         assert_eq!(a["network.transport"], "tcp", "{server}");
         assert_eq!(a["network.protocol.name"], "http", "{server}");
         assert_eq!(a["network.protocol.version"], "1.1", "{server}");
@@ -196,6 +200,50 @@ fn an_instrumented_sdk_call_is_one_trace_through_switchboard_into_the_backend(ta
         assert!(server["start_ns"].as_u64() <= hop["start_ns"].as_u64());
         assert!(hop["end_ns"].as_u64() <= server["end_ns"].as_u64());
     }
+    durations_are_exported_and_served(&receiver, &p);
+}
+
+/// SPEC section 14's histograms: `mcp.server.operation.duration` over OTLP (the
+/// conventions' buckets, in seconds, no session or request id) and on `/metrics`.
+fn durations_are_exported_and_served(receiver: &Receiver, p: &Proxy) {
+    let calls = wait_until("the calls' durations exported", WAIT, || {
+        let points = receiver.lines("metrics.jsonl");
+        let calls: Vec<Value> = (points.into_iter())
+            .filter(|m| m["name"] == "mcp.server.operation.duration")
+            .filter(|m| m["attributes"]["mcp.method.name"] == "tools/call")
+            .collect();
+        (!calls.is_empty()).then_some(calls)
+    });
+    // SPEC section 14's buckets.
+    let bounds =
+        json!([0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0]);
+    for call in &calls {
+        assert_eq!(call["service"], "switchboard", "{call}");
+        assert_eq!(call["unit"], "s", "{call}");
+        assert_eq!(call["bounds"], bounds, "{call}");
+        assert!(call["count"].as_u64() >= Some(1), "{call}");
+        let a = &call["attributes"];
+        assert_eq!(a["network.transport"], "tcp", "{call}");
+        assert!(a.get("mcp.session.id").is_none(), "{call}");
+        assert!(a.get("jsonrpc.request.id").is_none(), "{call}");
+    }
+    let text = p.metrics();
+    assert!(
+        text.contains("# TYPE mcp_server_operation_duration_seconds histogram"),
+        "{text}"
+    );
+    let calls: Vec<&str> = (text.lines())
+        .filter(|l| l.starts_with("mcp_server_operation_duration_seconds_count{"))
+        .filter(|l| l.contains(r#"mcp_method_name="tools/call""#))
+        .collect();
+    assert!(!calls.is_empty(), "{text}");
+    let inf = (text.lines())
+        .filter(|l| l.starts_with("mcp_server_operation_duration_seconds_bucket{"))
+        .filter(|l| l.contains(r#"mcp_method_name="tools/call""#))
+        .filter(|l| l.contains(r#"le="+Inf""#));
+    assert_eq!(inf.count(), calls.len(), "{text}");
+    assert!(!text.contains("mcp_session_id"), "{text}");
+    assert!(!text.contains("jsonrpc_request_id"), "{text}");
 }
 
 fn spans_follow_the_conventions_and_carry_no_secret(target: Target) {

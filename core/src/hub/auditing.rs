@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::exchanges::{Exchanges, Started};
+use super::measuring::{self, Measuring};
 use super::sessions::{Kind, SessionNumber, Sessions};
 use super::spans;
 use super::Hub;
@@ -49,8 +50,8 @@ pub(super) enum Happened<'a> {
     Introduced(SessionNumber, &'a Checked),
     /// A session opened.
     Opened(SessionNumber),
-    /// A session closed.
-    Closed(SessionNumber),
+    /// A session closed; the fault it was ended for, if the proxy ended it for one.
+    Closed(SessionNumber, Option<&'static str>),
     /// The backend exited and is restarted.
     Restarted,
 }
@@ -145,9 +146,19 @@ impl Hub {
         }
     }
 
-    /// The one place what happened is read: by the spans (while they are made), then by
+    /// The one place what happened is read: by the histograms, by the spans (while they are made), then by
     /// the audit log (while auditing is on).
     pub(super) fn observe(&mut self, now: Instant, mut happened: Happened<'_>) {
+        let measuring = Measuring {
+            durations: &mut self.metrics.durations,
+            outputs: &mut self.outputs,
+            exported: self.settings.tracing.is_some(),
+        };
+        measured(
+            (measuring, &mut self.exchanges, &self.sessions),
+            now,
+            &happened,
+        );
         if self.settings.tracing.is_some() {
             let parts = (&self.sessions, &mut self.outputs);
             traced(parts, now, &mut happened);
@@ -183,12 +194,55 @@ impl Hub {
             }
             Happened::Introduced(number, msg) => auditor.introduced(number, msg),
             Happened::Opened(number) => auditor.session(number, AuditType::SessionOpen),
-            Happened::Closed(number) => auditor.session(number, AuditType::SessionClose),
+            Happened::Closed(number, _) => auditor.session(number, AuditType::SessionClose),
             Happened::Restarted => {
                 let record = auditor.plain(AuditType::BackendRestart, Outcome::Error);
                 auditor.emit(record);
             }
         }
+    }
+}
+
+/// What happened, as the histograms read it.
+fn measured(
+    (mut measuring, exchanges, sessions): (Measuring<'_>, &mut Exchanges, &Sessions),
+    now: Instant,
+    happened: &Happened<'_>,
+) {
+    let id = |number: SessionNumber| sessions.get(number).map(|s| s.id);
+    match happened {
+        Happened::Described(request, msg) => {
+            if let Some(started) = exchanges.started_mut(*request) {
+                measuring::described(started, msg);
+            }
+        }
+        Happened::Refused(started, response) => {
+            let ending = Ending::Refused(response.status, &response.body);
+            measuring.operation(now, started, ending);
+        }
+        Happened::Answered {
+            started,
+            message,
+            outcome,
+            ..
+        } => {
+            if outcome.is_none() {
+                measuring.answered_by_backend(started, message);
+            }
+            measuring.operation(now, started, Ending::Answered(message));
+        }
+        Happened::Unanswered(_, started) => measuring.operation(now, started, Ending::Unanswered),
+        Happened::Opened(number) => {
+            if let Some(id) = id(*number) {
+                measuring.opened(now, id);
+            }
+        }
+        Happened::Closed(number, fault) => {
+            if let Some(id) = id(*number) {
+                measuring.closed(now, id, *fault);
+            }
+        }
+        Happened::TurnedAway(..) | Happened::Introduced(..) | Happened::Restarted => {}
     }
 }
 
@@ -244,7 +298,8 @@ pub(super) fn arrived(
         }
         _ => None,
     };
-    if settings.audit.is_none() && trace.is_none() {
+    let measured = posted && matches!(req.body, Body::Message(_));
+    if settings.audit.is_none() && !measured {
         return None;
     }
     // A `GET /mcp` or `DELETE /mcp` is audited only when refused (as `mcp_request` and
@@ -276,6 +331,13 @@ pub(super) fn arrived(
         principal: req.principal.clone(),
         session,
         modern,
+        op: crate::metrics::Operation {
+            protocol: match modern {
+                true => Some(crate::http::MODERN_VERSION),
+                false => protocol.map(crate::metrics::version_label),
+            },
+            ..Default::default()
+        },
         trace,
     }))
 }

@@ -15,7 +15,8 @@ use crate::routed_id::SessionId;
 
 /// What a request's observers need of it, kept with the request until its outcome is
 /// known: in its exchange while that is open, then with the request in flight. Present
-/// only while auditing is on or spans are made.
+/// for every JSON-RPC message posted (its duration is measured), and for other requests
+/// while auditing is on.
 #[derive(Debug)]
 pub(crate) struct Started {
     pub(super) at: Instant,
@@ -30,6 +31,8 @@ pub(crate) struct Started {
     pub(super) session: Option<SessionId>,
     /// A 2026-07-28 request (its event names the revision).
     pub(super) modern: bool,
+    /// What its duration is labelled with (SPEC section 14's histograms).
+    pub(super) op: crate::metrics::Operation,
     /// Its SERVER span, when spans are made (`--otlp-endpoint`) and it is sampled.
     pub(super) trace: Option<Box<crate::trace::ServerSpan>>,
 }

@@ -233,7 +233,12 @@ impl Hub {
         for started in unanswered.into_iter().filter_map(|(_, entry)| entry.audit) {
             self.observe(now, Happened::Unanswered(Some(number), started));
         }
-        self.observe(now, Happened::Closed(number));
+        let fault = match reason {
+            CloseReason::SlowConsumer => Some("slow_consumer"),
+            CloseReason::BackendExited => Some("backend_lost"),
+            _ => None,
+        };
+        self.observe(now, Happened::Closed(number, fault));
         let Some((session, released)) = self.sessions.close(number) else {
             return;
         };

@@ -47,6 +47,7 @@ mod keys;
 mod lifecycle;
 mod listen;
 mod mcp;
+mod measuring;
 mod modern;
 mod post;
 mod reload;

@@ -16,37 +16,38 @@ use crate::router::{Forward, Router};
 use crate::settings::Tracing;
 use crate::trace::{Ending, Value};
 
-/// The sampled span of request `msg` of session `number`, if it is in flight and is no
-/// `initialize` (the proxy's own message to the backend carries no client's context).
-fn span_of<'a>(
+/// The observation context of request `msg` of session `number`, if it is in flight and is
+/// no `initialize` (the proxy's own message to the backend carries no client's context).
+fn started_of<'a>(
     in_flight: &'a mut InFlight,
     number: SessionNumber,
     msg: &Checked,
-) -> Option<&'a mut crate::trace::ServerSpan> {
+) -> Option<&'a mut Started> {
     let id = msg.id.as_ref().filter(|_| msg.method != "initialize")?;
     let entry = in_flight.get_mut(number, &id.key)?;
-    entry.audit.as_deref_mut()?.trace.as_deref_mut()
+    entry.audit.as_deref_mut()
 }
 
 /// The router's decision for `msg` of session `number`; with spans made, a sampled
 /// request's line carries its CLIENT span's context in `params._meta`, and that span
-/// starts as the line is queued for the backend.
+/// starts as the line is queued for the backend (as does its hop's duration, always).
 pub(super) fn forward(
     (router, in_flight, tracing): (&mut Router, &mut InFlight, Option<Tracing>),
     (sid, number, now): (SessionId, SessionNumber, Instant),
     msg: &Checked,
     filtered: bool,
 ) -> Forward {
-    if tracing.is_none() {
-        return router.forward(sid, msg, filtered);
-    }
-    let Some(span) = span_of(in_flight, number, msg) else {
+    let Some(started) = started_of(in_flight, number, msg) else {
         return router.forward(sid, msg, filtered);
     };
-    let carried = span.carried(msg);
+    let span = started.trace.as_deref_mut().filter(|_| tracing.is_some());
+    let carried = span.as_ref().and_then(|span| span.carried(msg));
     let forward = router.forward(sid, carried.as_ref().unwrap_or(msg), filtered);
     if matches!(forward, Forward::Line(_)) {
-        span.hop(now);
+        if let Some(span) = span {
+            span.hop(now);
+        }
+        started.op.hop = Some(now);
     }
     forward
 }

@@ -232,6 +232,10 @@ impl Model {
     /// `subscriptions/listen` for the list changes: a stream (within the room sessions
     /// take) whose first frame is its acknowledgement under its own subscription id.
     pub(super) fn listen(&mut self, principal: u8, id: &Id) -> String {
+        if !(self.backend_up && self.ready) {
+            // Held until the backend's handshake, like any modern request.
+            return "listen:not-ready".into();
+        }
         let principal = Principal::new(PRINCIPALS[usize::from(principal) % PRINCIPALS.len()]);
         let raw_id = self.render_id(id);
         let body = format!(
