@@ -159,6 +159,9 @@ impl Outcome {
 pub struct Source {
     /// The client's address.
     pub ip: Option<IpAddr>,
+    /// The client's port, when the address is the peer's own (SPEC section 14's
+    /// `client.port`).
+    pub port: Option<u16>,
     /// The `User-Agent` header.
     pub user_agent: Option<String>,
 }
@@ -629,6 +632,7 @@ mod tests {
             response_size: Some(99),
             source: Arc::new(Source {
                 ip: Some("10.0.0.1".parse().unwrap()),
+                port: Some(443),
                 user_agent: Some("a \"quoted\"\tagent\u{1}\\".into()),
             }),
             session: None,

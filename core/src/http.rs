@@ -92,8 +92,8 @@ pub struct RequestHead<'a> {
     /// [`is_modern_field`]), in order, duplicates kept: a 2026-07-28 request mirrors its
     /// body in them. Empty for every 2025 request, so it costs those nothing.
     pub mcp_fields: &'a [(&'a str, &'a str)],
-    /// The peer's address.
-    pub peer: Option<std::net::IpAddr>,
+    /// The peer's address and port.
+    pub peer: Option<std::net::SocketAddr>,
     /// The `User-Agent` header.
     pub user_agent: Option<&'a str>,
     /// Every `X-Forwarded-For` field line, in order (believed only from a
@@ -186,6 +186,17 @@ pub fn is_modern_field(name: &str) -> bool {
     name.eq_ignore_ascii_case("mcp-method")
         || name.eq_ignore_ascii_case("mcp-name")
         || lower("mcp-param-")
+}
+
+/// The one value of a field that must not repeat (`MCP-Protocol-Version`): a field given
+/// twice names no version (`""`, which no check accepts), so a repeated header is a
+/// mismatch (SPEC section 13) and never read as its first or last line.
+pub fn single_field<'a>(mut lines: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let first = lines.next()?;
+    match lines.next() {
+        None => Some(first),
+        Some(_) => Some(""),
+    }
 }
 
 /// The protocol revisions a `MCP-Protocol-Version` header may name.
@@ -395,8 +406,11 @@ impl Gate {
 
     /// Where a request came from: SPEC section 11's client address and its `User-Agent`.
     pub fn source(&self, head: &RequestHead<'_>) -> crate::audit::Source {
-        let ip = crate::audit::client_ip(head.peer, head.forwarded_for, &self.trusted_proxies);
+        let peer_ip = head.peer.map(|peer| peer.ip());
+        let ip = crate::audit::client_ip(peer_ip, head.forwarded_for, &self.trusted_proxies);
         crate::audit::Source {
+            // A forwarded client's port is not known: the peer's is the proxy's.
+            port: head.peer.filter(|_| ip == peer_ip).map(|peer| peer.port()),
             ip,
             user_agent: head.user_agent.map(crate::audit::field),
         }
@@ -1059,6 +1073,14 @@ pub(crate) fn metadata_response(oauth: Option<&crate::oauth::ResourceServer>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_repeated_version_field_names_no_version() {
+        assert_eq!(single_field([].into_iter()), None);
+        assert_eq!(single_field(["2026-07-28"].into_iter()), Some("2026-07-28"));
+        let twice = ["2026-07-28", "2026-07-28"];
+        assert_eq!(single_field(twice.into_iter()), Some(""));
+    }
 
     #[test]
     fn routes_and_refuses() {

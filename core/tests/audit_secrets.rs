@@ -96,7 +96,7 @@ fn no_token_byte_run_reaches_an_audit_event_a_log_line_or_a_metric() {
                 authorization: Some(auth.as_bytes()),
                 host: Some("127.0.0.1:8000"),
                 content_type: Some("application/json"),
-                peer: Some("127.0.0.1".parse().unwrap()),
+                peer: Some("127.0.0.1:50000".parse().unwrap()),
                 user_agent: Some("prop/1"),
                 ..Default::default()
             };

@@ -275,10 +275,14 @@ impl<'s> Connection<'s> {
             content_type: head.text("content-type"),
             accept: head.text("accept"),
             mcp_session_id: head.text("mcp-session-id"),
-            mcp_protocol_version: head.text("mcp-protocol-version"),
+            mcp_protocol_version: http::single_field(
+                (head.headers.iter())
+                    .filter(|(name, _)| name.eq_ignore_ascii_case("mcp-protocol-version"))
+                    .map(|(_, value)| visible(value).unwrap_or_default()),
+            ),
             last_event_id: head.bytes("last-event-id"),
             mcp_fields: &mcp_fields,
-            peer: Some(self.peer.ip()),
+            peer: Some(self.peer),
             user_agent: head.text("user-agent"),
             forwarded_for: &forwarded_for,
             traceparent: head.text("traceparent"),

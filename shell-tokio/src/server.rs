@@ -166,10 +166,13 @@ impl Server {
             content_type: text(header::CONTENT_TYPE),
             accept: text(header::ACCEPT),
             mcp_session_id: text(MCP_SESSION_ID),
-            mcp_protocol_version: text(MCP_PROTOCOL_VERSION),
+            mcp_protocol_version: http::single_field(
+                (req.headers.get_all(MCP_PROTOCOL_VERSION).iter())
+                    .map(|v| v.to_str().unwrap_or_default()),
+            ),
             last_event_id: (req.headers).get(LAST_EVENT_ID).map(HeaderValue::as_bytes),
             mcp_fields: &mcp_fields,
-            peer: Some(peer.ip()),
+            peer: Some(peer),
             user_agent: text(header::USER_AGENT),
             forwarded_for: &forwarded_for,
             traceparent: text(TRACEPARENT),

@@ -4,8 +4,10 @@ into `params._meta.traceparent`; the spans go over OTLP/HTTP to the test's recei
 
 Usage: trace_client.py BASE_URL TRANSPORT OTLP_BASE_URL
 
-TRANSPORT is `sse` (BASE_URL/sse) or `mcp` (BASE_URL/mcp). The client initializes and calls
-`seen_meta` (tests/python/trace_backend.py), then flushes its spans. Prints one JSON line:
+TRANSPORT is `sse` (BASE_URL/sse), `mcp` (a 2025 session on BASE_URL/mcp) or `modern` (a
+client pinned to 2026-07-28 on BASE_URL/mcp, no session). The client calls `seen_meta`
+(tests/python/trace_backend.py), after its `initialize` in the 2025 era, then flushes its
+spans. Prints one JSON line:
 {"seen": what the backend saw in `_meta`, "is_error": ...}.
 """
 
@@ -13,7 +15,7 @@ import json
 import sys
 
 import anyio
-from mcp import ClientSession
+from mcp import Client, ClientSession
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from opentelemetry import trace
@@ -32,6 +34,12 @@ def transport(base_url, kind):
 
 
 async def main(base_url, kind):
+    if kind == "modern":
+        with anyio.fail_after(TIMEOUT_S):
+            async with Client(f"{base_url}/mcp", mode="2026-07-28", cache=None) as client:
+                result = await client.call_tool("seen_meta", {})
+        text = result.content[0].text
+        return {"seen": json.loads(text), "is_error": bool(result.is_error)}
     with anyio.fail_after(TIMEOUT_S):
         async with transport(base_url, kind) as (read, write):
             async with ClientSession(read, write) as session:

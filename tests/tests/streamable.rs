@@ -163,7 +163,9 @@ fn post_refusals_follow_spec_order(target: Target) {
         &marked(4),
     );
     refused(r, 400, "an unknown MCP-Protocol-Version");
-    // A 2026-era client gets a plain -32600 and falls back to initialize.
+    // A 2026-era request is served as one (SPEC 13; `--modern off` keeps the plain -32600 a
+    // dual-era client falls back on, tests/modern.rs): without the revision's required
+    // `_meta` fields it is -32602.
     let r = raw(
         &p,
         token,
@@ -173,14 +175,14 @@ fn post_refusals_follow_spec_order(target: Target) {
     );
     assert_eq!(
         refused(r, 400, "version 2026-07-28")["error"]["code"],
-        -32600
+        -32602
     );
     let meta = json!({"jsonrpc": "2.0", "id": 6, "method": "tools/list",
         "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}});
     let r = raw(&p, token, None, &[], &meta.to_string());
     assert_eq!(
         refused(r, 400, "a sessionless 2026 request")["error"]["code"],
-        -32600
+        -32602
     );
 
     // The session rules.

@@ -132,7 +132,7 @@ fn an_instrumented_sdk_call_is_one_trace_through_switchboard_into_the_backend(ta
             receiver.url.clone(),
         ])
         .start();
-    for transport in ["sse", "mcp"] {
+    for transport in ["sse", "mcp", "modern"] {
         let args = [
             format!("http://{}", p.addr),
             transport.into(),
@@ -178,15 +178,25 @@ fn an_instrumented_sdk_call_is_one_trace_through_switchboard_into_the_backend(ta
         assert_eq!(a["gen_ai.tool.name"], "seen_meta", "{server}");
         assert_eq!(a["gen_ai.operation.name"], "execute_tool", "{server}");
         assert!(a["jsonrpc.request.id"].is_string(), "{server}");
-        assert!(a["mcp.session.id"].is_string(), "{server}");
-        if transport == "mcp" {
+        match transport {
             // A legacy SSE client names no version after its `initialize`.
-            assert!(a["mcp.protocol.version"].is_string(), "{server}");
+            "sse" => assert!(a["mcp.session.id"].is_string(), "{server}"),
+            "mcp" => {
+                assert!(a["mcp.session.id"].is_string(), "{server}");
+                assert!(a["mcp.protocol.version"].is_string(), "{server}");
+            }
+            _ => {
+                // SPEC 13: a 2026-07-28 request belongs to no session.
+                assert!(a.get("mcp.session.id").is_none(), "{server}");
+                assert_eq!(a["mcp.protocol.version"], "2026-07-28", "{server}");
+            }
         }
         assert_eq!(a["network.transport"], "tcp", "{server}");
         assert_eq!(a["network.protocol.name"], "http", "{server}");
         assert_eq!(a["network.protocol.version"], "1.1", "{server}");
         assert_eq!(a["client.address"], "127.0.0.1", "{server}");
+        let port = a["client.port"].as_i64().unwrap_or_default();
+        assert!((1..=65535).contains(&port), "client.port: {server}");
         assert!(a.get("error.type").is_none(), "{server}");
         assert_eq!(server["status"], "STATUS_CODE_UNSET", "{server}");
         assert_eq!(hop["attributes"]["network.transport"], "pipe", "{hop}");

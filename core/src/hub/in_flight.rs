@@ -121,11 +121,9 @@ impl InFlight {
         self.requests.get(&caller.into())?.get(key)
     }
 
-    /// Request `key` of session `number`, to change its observation context.
-    pub(crate) fn get_mut(&mut self, number: SessionNumber, key: &IdKey) -> Option<&mut Entry> {
-        self.requests
-            .get_mut(&Caller::Session(number))?
-            .get_mut(key)
+    /// Request `key` of `caller`, to change its observation context.
+    pub(crate) fn get_mut(&mut self, caller: impl Into<Caller>, key: &IdKey) -> Option<&mut Entry> {
+        self.requests.get_mut(&caller.into())?.get_mut(key)
     }
 
     /// Requests of session `number` in flight.

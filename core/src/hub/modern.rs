@@ -11,6 +11,7 @@ use super::auditing::Happened;
 use super::backend::LineFrom;
 use super::exchanges::{Answer, Sender};
 use super::in_flight::{Caller, Entry};
+use super::sessions::SessionNumber;
 use super::{Body, Hub, Request};
 use crate::auth::Principal;
 use crate::http::{Grant, Rejection, Response};
@@ -34,6 +35,11 @@ pub(super) struct ModernPost {
 }
 
 impl ModernPost {
+    /// Its turn in the stdin queue's fair share (`None`: its principal's first in flight).
+    pub(super) fn lane(&self, modern: &ModernRequests) -> Option<SessionNumber> {
+        modern.lane(&self.principal)
+    }
+
     /// Whether it needs the backend initialized first: every request but
     /// `server/discover` (which is the proxy's handshake when none was made).
     pub(super) fn needs_handshake(&self) -> bool {
@@ -96,16 +102,20 @@ pub(crate) struct ModernRequests {
     waiting: BTreeMap<SessionId, Waiting>,
     by_exchange: BTreeMap<RequestId, SessionId>,
     per_principal: BTreeMap<Principal, usize>,
+    /// Each principal's turn in the stdin queue's fair share, while it has requests in
+    /// flight: its modern requests share one, as a session's requests do.
+    lanes: BTreeMap<Principal, SessionNumber>,
     /// The `Mcp-Param-*` annotations of the backend's last `tools/list`.
     pub(crate) tools: ToolHeaders,
 }
 
 impl ModernRequests {
-    fn insert(&mut self, key: SessionId, waiting: Waiting) {
+    fn insert(&mut self, key: SessionId, waiting: Waiting, lane: SessionNumber) {
         *self
             .per_principal
             .entry(waiting.principal.clone())
             .or_default() += 1;
+        self.lanes.entry(waiting.principal.clone()).or_insert(lane);
         self.by_exchange.insert(waiting.exchange, key);
         self.waiting.insert(key, waiting);
     }
@@ -117,9 +127,15 @@ impl ModernRequests {
             *count -= 1;
             if *count == 0 {
                 self.per_principal.remove(&waiting.principal);
+                self.lanes.remove(&waiting.principal);
             }
         }
         Some(waiting)
+    }
+
+    /// The turn in the stdin queue of `principal`'s modern requests (`None`: one it starts).
+    pub(crate) fn lane(&self, principal: &Principal) -> Option<SessionNumber> {
+        self.lanes.get(principal).copied()
     }
 
     /// Who sent the modern request routed under `key`, for filtering its list result.
@@ -209,13 +225,15 @@ fn forward(
     let entry = Entry::awaited(&msg, (now, request), None, (audit, None));
     let deadline = hub.settings.request_timeout.map(|timeout| now + timeout);
     (hub.in_flight).insert(Caller::Modern(key), id, entry, deadline);
-    hub.modern.insert(key, waiting);
+    let lane = (hub.modern.lane(&waiting.principal)).unwrap_or_else(|| hub.sessions.lane());
+    hub.modern.insert(key, waiting, lane);
     let outbound = match msg.method.as_str() {
         "server/discover" => handshake(&msg),
         _ => msg,
     };
-    match hub.router.forward(key, &outbound, filtered) {
-        Forward::Line(line) => hub.queue_line(line, LineFrom::Proxy),
+    let hop = (&mut hub.router, &mut hub.in_flight, hub.settings.tracing);
+    match super::spans::forward(hop, (key, Caller::Modern(key), now), &outbound, filtered) {
+        Forward::Line(line) => hub.queue_line(line, LineFrom::Client(lane)),
         Forward::Answer(answer) => {
             let at = crate::router::RESPONSE_ID_AT;
             let id = at..at + outbound.raw_id().len();

@@ -346,7 +346,11 @@ impl Hub {
             sender,
             ..
         } = post;
-        let within_share = self.backend.fits(prepared.session());
+        let lane = match &prepared {
+            Prepared::Modern(post) => post.lane(&self.modern),
+            other => other.session(),
+        };
+        let within_share = self.backend.fits(lane);
         if let Err(refused) = admission::room(&Capacity::share(within_share)) {
             return self.respond(now, request, refused.refusal(None, None).into());
         }
@@ -406,7 +410,7 @@ impl Hub {
             let hop = (&mut self.router, &mut self.in_flight, self.settings.tracing);
             match subscription((&mut self.sessions, &self.listeners), number, msg) {
                 Some(answer) => answer,
-                None => match spans::forward(hop, (sid, number, now), msg, filtered) {
+                None => match spans::forward(hop, (sid, number.into(), now), msg, filtered) {
                     Forward::Line(line) => return self.queue_line(line, LineFrom::Client(number)),
                     Forward::Answer(answer) => {
                         let outcome = Outcome::of_answer(&answer);

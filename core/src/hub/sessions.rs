@@ -134,6 +134,14 @@ pub(crate) struct Sessions {
 }
 
 impl Sessions {
+    /// A number no session holds: the turn in the stdin queue's fair share that one
+    /// principal's 2026-07-28 requests take together (they belong to no session).
+    pub(crate) fn lane(&mut self) -> SessionNumber {
+        let number = SessionNumber(self.next);
+        self.next += 1;
+        number
+    }
+
     pub(crate) fn new(max: usize) -> Self {
         Sessions {
             by_number: BTreeMap::new(),

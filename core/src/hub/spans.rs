@@ -7,8 +7,7 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use super::exchanges::Started;
-use super::in_flight::InFlight;
-use super::sessions::SessionNumber;
+use super::in_flight::{Caller, InFlight};
 use crate::message::Checked;
 use crate::output::Output;
 use crate::routed_id::SessionId;
@@ -20,24 +19,24 @@ use crate::trace::{Ending, Value};
 /// no `initialize` (the proxy's own message to the backend carries no client's context).
 fn started_of<'a>(
     in_flight: &'a mut InFlight,
-    number: SessionNumber,
+    caller: Caller,
     msg: &Checked,
 ) -> Option<&'a mut Started> {
     let id = msg.id.as_ref().filter(|_| msg.method != "initialize")?;
-    let entry = in_flight.get_mut(number, &id.key)?;
+    let entry = in_flight.get_mut(caller, &id.key)?;
     entry.audit.as_deref_mut()
 }
 
-/// The router's decision for `msg` of session `number`; with spans made, a sampled
-/// request's line carries its CLIENT span's context in `params._meta`, and that span
-/// starts as the line is queued for the backend (as does its hop's duration, always).
+/// The router's decision for `msg` of `caller`, routed under `sid`; with spans made, a
+/// sampled request's line carries its CLIENT span's context in `params._meta`, and that
+/// span starts as the line is queued for the backend (as does its hop's duration, always).
 pub(super) fn forward(
     (router, in_flight, tracing): (&mut Router, &mut InFlight, Option<Tracing>),
-    (sid, number, now): (SessionId, SessionNumber, Instant),
+    (sid, caller, now): (SessionId, Caller, Instant),
     msg: &Checked,
     filtered: bool,
 ) -> Forward {
-    let Some(started) = started_of(in_flight, number, msg) else {
+    let Some(started) = started_of(in_flight, caller, msg) else {
         return router.forward(sid, msg, filtered);
     };
     let span = started.trace.as_deref_mut().filter(|_| tracing.is_some());
@@ -72,9 +71,10 @@ pub(super) fn end(
         ("user.id", Some(started.principal.to_string())),
         ("mcp.session.id", session.map(|s| s.as_str().to_owned())),
     ];
-    let common = common
-        .into_iter()
-        .filter_map(|(k, v)| Some((k, Value::Str(v?))));
+    let port = (started.source.port).map(|port| ("client.port", Value::Int(port.into())));
+    let common = (common.into_iter())
+        .filter_map(|(k, v)| Some((k, Value::Str(v?))))
+        .chain(port);
     let (server, client) = span.finish((started.at, now), ending, common);
     if let Some(client) = client {
         outputs.push_back(Output::Span(Box::new(client)));
