@@ -9,6 +9,10 @@ use crate::http::Rejection;
 /// as metrics labels; a backend inventing method names cannot grow memory past this.
 pub(crate) const WARN_SET_CAP: usize = 64;
 
+/// The tool or prompt names of the backend's last list kept as label values: bounded, as
+/// labels must be, but far past any real server's list.
+const OFFERED_CAP: usize = 4096;
+
 /// Everything the hub counts. Labels are bounded: methods beyond the warn set are
 /// counted as `other`.
 #[derive(Debug, Default, Clone)]
@@ -506,7 +510,7 @@ impl Durations {
             return;
         };
         let names = entries.iter().filter_map(|e| e["name"].as_str());
-        let names: BTreeSet<String> = names.take(WARN_SET_CAP).map(str::to_owned).collect();
+        let names: BTreeSet<String> = names.take(OFFERED_CAP).map(str::to_owned).collect();
         self.offered.insert(label, names);
     }
 

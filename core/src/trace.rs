@@ -335,7 +335,12 @@ impl ServerSpan {
         let (trace_id, server, client) = headers.ids();
         let header = headers.parent.map(|c| (c, headers.tracestate));
         let (parent, link) = match (meta_context(msg.text()), header) {
-            (Some(meta), Some(header)) if header.0 != meta.0 => (Some(meta), Some(header)),
+            // A link only when it names another span: the flags may differ.
+            (Some(meta), Some(header))
+                if (header.0.trace_id, header.0.span_id) != (meta.0.trace_id, meta.0.span_id) =>
+            {
+                (Some(meta), Some(header))
+            }
             (Some(meta), _) => (Some(meta), None),
             (None, header) => (header, None),
         };

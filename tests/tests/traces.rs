@@ -254,6 +254,37 @@ fn durations_are_exported_and_served(receiver: &Receiver, p: &Proxy) {
     assert_eq!(inf.count(), calls.len(), "{text}");
     assert!(!text.contains("mcp_session_id"), "{text}");
     assert!(!text.contains("jsonrpc_request_id"), "{text}");
+
+    // The backend hop's duration (network.transport=pipe), over OTLP and on /metrics.
+    let hops = wait_until("the backend hops' durations exported", WAIT, || {
+        let points = receiver.lines("metrics.jsonl");
+        let hops: Vec<Value> = (points.into_iter())
+            .filter(|m| m["name"] == "mcp.client.operation.duration")
+            .filter(|m| m["attributes"]["mcp.method.name"] == "tools/call")
+            .collect();
+        (!hops.is_empty()).then_some(hops)
+    });
+    for hop in &hops {
+        assert_eq!(hop["unit"], "s", "{hop}");
+        assert_eq!(hop["bounds"], bounds, "{hop}");
+        assert_eq!(hop["attributes"]["network.transport"], "pipe", "{hop}");
+    }
+    assert!(
+        (text.lines())
+            .filter(|l| l.starts_with("mcp_client_operation_duration_seconds_count{"))
+            .any(|l| l.contains(r#"mcp_method_name="tools/call""#)),
+        "{text}"
+    );
+    // The 2025 clients' sessions ended: their durations, with no session id.
+    let sessions = wait_until("the sessions' durations served", WAIT, || {
+        let text = p.metrics();
+        let ended: f64 = (text.lines())
+            .filter(|l| l.starts_with("mcp_server_session_duration_seconds_count"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        (ended >= 1.0).then_some(text)
+    });
+    assert!(!sessions.contains("mcp_session_id"), "{sessions}");
 }
 
 fn spans_follow_the_conventions_and_carry_no_secret(target: Target) {

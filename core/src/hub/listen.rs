@@ -9,12 +9,14 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use super::auditing::Happened;
 use super::backend::LineFrom;
 use super::deadlines::Deadlines;
 use super::exchanges::Answer;
 use super::sessions::MAX_SUBSCRIPTIONS_PER_SESSION;
 use super::Hub;
 use crate::admission::{self, Capacity};
+use crate::audit::Outcome;
 use crate::auth::Principal;
 use crate::http::{self, Grant};
 use crate::message::Checked;
@@ -376,7 +378,13 @@ pub(super) fn open(
     let per_principal = hub.settings.max_sessions_per_principal;
     let opening = super::mcp::opening(now, &principal, parts, per_principal);
     if let Err(refused) = admission::room(&Capacity::opening(opening)) {
-        let refusal = refused.refusal(Some(msg.raw_id()), None);
+        let mut refusal = refused.refusal(Some(msg.raw_id()), None);
+        // The 2026-07-28 revision forbids undefined codes in -32020..-32099 (SPEC 13): not
+        // section 10's -32029.
+        if refused == admission::Refused::PrincipalSessions {
+            let message = "Too many sessions for this principal, retry later";
+            refusal.response.body = http::error_message(msg.raw_id(), -32000, message).into();
+        }
         return hub.respond(now, request, refusal.into());
     }
     let Asked { lists, uris } = Asked::honoured(&msg, hub.router.handshake_result());
@@ -386,7 +394,14 @@ pub(super) fn open(
         .filter(|uri| (hub.decisions).may_read(policy, (&principal, &grant), uri))
         .collect();
     let stream = StreamId(hub.mint());
+    // Its observation ends as its stream opens: that is the proxy's answer.
+    let started = hub.exchanges.take_started(request);
     hub.respond(now, request, Answer::Stream(stream, http::sse_head()));
+    if let Some(started) = started {
+        let opened = format!(r#"{{"jsonrpc":"2.0","id":{},"result":{{}}}}"#, msg.raw_id());
+        let happened = Happened::answered(None, started, opened.as_bytes(), Some(Outcome::Success));
+        hub.observe(now, happened);
+    }
     hub.sessions.listen_opened(&principal);
     let listen = Listen {
         principal,

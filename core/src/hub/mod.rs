@@ -209,6 +209,13 @@ impl Hub {
     /// once, so a shell feeds the requests it still had queued and answers them as usual.
     pub fn handle_request(&mut self, now: Instant, mut request: Request) -> RequestId {
         let id = RequestId(self.mint());
+        if let (crate::settings::Modern::Off, Body::Message(msg)) =
+            (self.settings.modern, &mut request.body)
+        {
+            // Under `--modern off` no request is of the 2026-07-28 era, not even to the
+            // observers or the rate limit's error code.
+            msg.modern = None;
+        }
         let exchange = Exchange {
             cors: request.cors.take(),
             started: auditing::arrived(&self.settings, now, &mut request),

@@ -212,6 +212,9 @@ fn forward(
     waiting: Waiting,
 ) {
     let (request, filtered) = (waiting.exchange, waiting.filtered);
+    // Accepted: its observation goes with it (taken before a stream answers the exchange),
+    // ended when it is answered.
+    let audit = hub.exchanges.take_started(request);
     if let Some(stream) = waiting.stream {
         hub.respond(
             now,
@@ -220,8 +223,6 @@ fn forward(
         );
         hub.streams.open_modern(now, stream, key);
     }
-    // Accepted: its event goes with it, written when it is answered.
-    let audit = hub.exchanges.take_started(request);
     let entry = Entry::awaited(&msg, (now, request), None, (audit, None));
     let deadline = hub.settings.request_timeout.map(|timeout| now + timeout);
     (hub.in_flight).insert(Caller::Modern(key), id, entry, deadline);
@@ -261,7 +262,9 @@ fn answered_by_proxy(
     let held = hub.modern.per_principal.get(principal).copied();
     if held.unwrap_or_default() >= hub.settings.max_inflight {
         let message = msg.error(-32000, "too many requests in flight");
-        return Some(Response::json(429, message));
+        let mut response = Response::json(429, message);
+        response.headers.push(("retry-after", "1".into()));
+        return Some(response);
     }
     let result = hub.router.initialize_result();
     let discovered = result.filter(|_| msg.method == "server/discover")?;
