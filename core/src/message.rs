@@ -655,12 +655,27 @@ pub(crate) fn strip_reserved(meta: &str) -> Option<(String, ModernMeta)> {
 
 /// Appends `"key":value` (a comma first unless right after `{`).
 pub(crate) fn push_member(out: &mut String, key: &str, value: &str) {
+    push_key(out, key);
+    out.push_str(value);
+}
+
+/// Appends `"key":` (a comma first unless right after `{`), its value to follow.
+pub(crate) fn push_key(out: &mut String, key: &str) {
     if !out.ends_with('{') {
         out.push(',');
     }
-    out.push_str(&serde_json::Value::from(key).to_string());
+    // A key that needs no escaping (all of MCP's) is copied as it is.
+    if key
+        .bytes()
+        .all(|b| b >= 0x20 && b != b'"' && b != b'\\' && b < 0x7f)
+    {
+        out.push('"');
+        out.push_str(key);
+        out.push('"');
+    } else {
+        out.push_str(&serde_json::Value::from(key).to_string());
+    }
     out.push(':');
-    out.push_str(value);
 }
 
 /// The members of a JSON object (a result, an error, a `_meta`), in order, values as raw text; `None` for anything else.
@@ -880,12 +895,65 @@ impl Checked {
             return Checked { modern, ..self };
         };
         let text = [&self.text[..span.start], &kept, &self.text[span.end..]].concat();
-        // The text only lost members of an object that was admitted: it admits again.
-        let again = Checked::admit(text.into_bytes()).expect("admitted before");
-        Checked {
+        // Only `_meta` changed: what lies after it moves back, what lies before stays, and
+        // the progress token (the one span inside `_meta`) is found again in what was kept.
+        let removed = span.len() - kept.len();
+        let moved = |r: Range<usize>| match r.start >= span.end {
+            true => r.start - removed..r.end - removed,
+            false => r,
+        };
+        let token = self.token.and_then(|token| {
+            let (_, value) = (members(&kept)?.into_iter()).find(|(k, _)| k == "progressToken")?;
+            let at = span.start + (value.get().as_ptr() as usize - kept.as_ptr() as usize);
+            Some(IdAt {
+                span: at..at + value.get().len(),
+                ..token
+            })
+        });
+        let checked = Checked {
+            id: self.id.map(|id| IdAt {
+                span: moved(id.span.clone()),
+                ..id
+            }),
+            cancels: self.cancels.map(|id| IdAt {
+                span: moved(id.span.clone()),
+                ..id
+            }),
+            capabilities: self.capabilities.map(moved),
+            arguments: self.arguments.map(moved),
+            reference: self.reference.map(moved),
+            meta: Some(span.start..span.start + kept.len()),
+            // The version it named is gone from the text, kept in `modern`.
+            meta_version: false,
+            token,
             modern: Some(Box::new(said)),
-            ..again
+            text,
+            ..self
+        };
+        // Read again, it is the same message (checked where tests and fuzzing run).
+        #[cfg(debug_assertions)]
+        {
+            let again = Checked::admit(checked.text.clone().into_bytes()).expect("admits again");
+            let again = format!(
+                "{:?}",
+                Checked {
+                    modern: None,
+                    ..again
+                }
+            );
+            let fast = format!(
+                "{:?}",
+                Checked {
+                    modern: None,
+                    ..checked.clone()
+                }
+            );
+            assert_eq!(
+                fast, again,
+                "the spans moved as a second reading finds them"
+            );
         }
+        checked
     }
 
     /// Whether it asks something of the server: a request, or a method sent without an id

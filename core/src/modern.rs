@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use crate::http::{McpHeaders, Response};
-use crate::message::{members, push_member, Checked};
+use crate::message::{members, push_key, push_member, Checked};
 
 pub(crate) use crate::http::MODERN_VERSION as VERSION;
 
@@ -139,8 +139,9 @@ pub(crate) fn check(
     headers: &McpHeaders,
     tools: &ToolHeaders,
 ) -> Result<(), Refusal> {
-    let meta = msg.modern.as_deref().cloned().unwrap_or_default();
-    let Some(version) = meta.version.filter(|_| meta.capabilities) else {
+    let meta = msg.modern.as_deref();
+    let version = meta.filter(|meta| meta.capabilities);
+    let Some(version) = version.and_then(|meta| meta.version.as_deref()) else {
         return Err(Refusal::MissingMeta);
     };
     let fields = Fields(&headers.fields);
@@ -148,22 +149,22 @@ pub(crate) fn check(
         Some(header) if header == version => {}
         _ => return Err(Refusal::Mismatch("MCP-Protocol-Version")),
     }
-    if fields.one("mcp-method")? != Some(msg.method.clone()) {
+    if fields.one("mcp-method")?.as_deref() != Some(msg.method.as_str()) {
         return Err(Refusal::Mismatch("Mcp-Method"));
     }
     let named = match msg.method.as_str() {
-        "tools/call" | "prompts/get" => msg.name.clone(),
-        "resources/read" => msg.uri.clone(),
+        "tools/call" | "prompts/get" => msg.name.as_deref(),
+        "resources/read" => msg.uri.as_deref(),
         _ => None,
     };
-    if named.is_some() && fields.one("mcp-name")? != named {
+    if named.is_some() && fields.one("mcp-name")?.as_deref() != named {
         return Err(Refusal::Mismatch("Mcp-Name"));
     }
     if let Some(annotated) = msg.tool.as_ref().and_then(|tool| tools.tools.get(tool)) {
         check_params(msg, &fields, annotated)?;
     }
     if version != VERSION {
-        return Err(Refusal::Unsupported(version));
+        return Err(Refusal::Unsupported(version.to_owned()));
     }
     if REMOVED.contains(&msg.method.as_str()) {
         return Err(Refusal::Removed(msg.method.clone()));
@@ -186,7 +187,7 @@ fn check_params(
             serde_json::Value::String(s) => s.clone(),
             other => other.to_string(),
         });
-        if fields.one(&format!("mcp-param-{header}"))? != expected {
+        if fields.one(&format!("mcp-param-{header}"))?.as_deref() != expected.as_deref() {
             return Err(Refusal::Mismatch("Mcp-Param"));
         }
     }
@@ -199,7 +200,7 @@ struct Fields<'a>(&'a [(String, String)]);
 impl Fields<'_> {
     /// The decoded value of header `name`: `None` when absent, a mismatch when repeated
     /// or not decodable.
-    fn one(&self, name: &str) -> Result<Option<String>, Refusal> {
+    fn one(&self, name: &str) -> Result<Option<Cow<'_, str>>, Refusal> {
         let mut values = self.0.iter().filter(|(n, _)| n.eq_ignore_ascii_case(name));
         let Some((_, value)) = values.next() else {
             return Ok(None);
@@ -214,15 +215,15 @@ impl Fields<'_> {
 }
 
 /// A header value, decoded when written `=?base64?...?=`.
-fn decode(value: &str) -> Option<String> {
+fn decode(value: &str) -> Option<Cow<'_, str>> {
     let value = value.trim();
     let Some(encoded) = value
         .strip_prefix("=?base64?")
         .and_then(|v| v.strip_suffix("?="))
     else {
-        return Some(value.to_owned());
+        return Some(Cow::Borrowed(value));
     };
-    String::from_utf8(base64(encoded)?).ok()
+    String::from_utf8(base64(encoded)?).ok().map(Cow::Owned)
 }
 
 /// Standard base64 (padding optional).
@@ -266,12 +267,17 @@ pub(crate) fn complete(
     let Some(members) = std::str::from_utf8(message).ok().and_then(members) else {
         return (message.to_vec(), 200);
     };
-    let mut out = String::with_capacity(message.len() + 128);
+    let extra = server_info.map_or(0, str::len);
+    let mut out = String::with_capacity(message.len() + 128 + extra);
     let mut status = 200;
     out.push('{');
     for (key, value) in &members {
         let value = match key.as_ref() {
-            "result" => Cow::Owned(complete_result(method, value.get(), private, server_info)),
+            "result" => {
+                push_key(&mut out, key);
+                complete_result(&mut out, method, value.get(), private, server_info);
+                continue;
+            }
             "error" => {
                 let (error, code) = renumber(value.get());
                 status = match code {
@@ -290,51 +296,55 @@ pub(crate) fn complete(
     (out.into_bytes(), status)
 }
 
-/// A result object with the revision's members added where the backend left them out.
-fn complete_result(method: &str, result: &str, private: bool, server_info: Option<&str>) -> String {
+/// A result object with the revision's members added where the backend left them out,
+/// written to `out`.
+fn complete_result(
+    out: &mut String,
+    method: &str,
+    result: &str,
+    private: bool,
+    server_info: Option<&str>,
+) {
     let Some(members) = members(result) else {
-        return result.to_owned();
+        return out.push_str(result);
     };
     let has = |name: &str| members.iter().any(|(key, _)| key == name);
-    let mut out = String::with_capacity(result.len() + 128);
     out.push('{');
     let mut meta = None;
     for (key, value) in &members {
         match key.as_ref() {
             "_meta" => meta = Some(value.get()),
             "cacheScope" if private => {}
-            _ => push_member(&mut out, key, value.get()),
+            _ => push_member(out, key, value.get()),
         }
     }
     if !has("resultType") {
-        push_member(&mut out, "resultType", r#""complete""#);
+        push_member(out, "resultType", r#""complete""#);
     }
     if CACHEABLE.contains(&method) {
         if !has("ttlMs") {
-            push_member(&mut out, "ttlMs", "0");
+            push_member(out, "ttlMs", "0");
         }
         if private || !has("cacheScope") {
-            push_member(&mut out, "cacheScope", r#""private""#);
+            push_member(out, "cacheScope", r#""private""#);
         }
     }
-    let meta = with_server_info(meta, server_info);
-    push_member(&mut out, "_meta", &meta);
+    push_key(out, "_meta");
+    with_server_info(out, meta, server_info);
     out.push('}');
-    out
 }
 
-/// A result's `_meta` (or a new one) naming the server.
-fn with_server_info(meta: Option<&str>, server_info: Option<&str>) -> String {
+/// A result's `_meta` (or a new one) naming the server, written to `out`.
+fn with_server_info(out: &mut String, meta: Option<&str>, server_info: Option<&str>) {
     let kept = meta.and_then(members).unwrap_or_default();
-    let mut out = String::from("{");
+    out.push('{');
     for (key, value) in kept.iter().filter(|(key, _)| key != META_SERVER_INFO) {
-        push_member(&mut out, key, value.get());
+        push_member(out, key, value.get());
     }
     if let Some(info) = server_info {
-        push_member(&mut out, META_SERVER_INFO, info);
+        push_member(out, META_SERVER_INFO, info);
     }
     out.push('}');
-    out
 }
 
 /// An error object with -32002 (2025: resource not found) renumbered -32602, and its code.
@@ -382,11 +392,8 @@ pub(crate) fn discover(initialize: &str) -> String {
     if let Some(instructions) = get("instructions") {
         push_member(&mut out, "instructions", instructions);
     }
-    push_member(
-        &mut out,
-        "_meta",
-        &with_server_info(None, get("serverInfo")),
-    );
+    push_key(&mut out, "_meta");
+    with_server_info(&mut out, None, get("serverInfo"));
     push_member(&mut out, "ttlMs", "60000");
     push_member(&mut out, "cacheScope", r#""public""#);
     out.push('}');

@@ -35,7 +35,7 @@ use switchboard_core::http::{self, RequestHead};
 use switchboard_core::hub::{Payload, TurnedAway};
 use switchboard_core::Front;
 use switchboard_core::{Rejection, StreamId};
-use switchboard_shell::Shared;
+use switchboard_shell::{entropy, Shared};
 use tracing::{debug, warn};
 
 use crate::session;
@@ -579,14 +579,6 @@ pub fn reason(status: u16) -> &'static str {
         505 => "HTTP Version Not Supported",
         _ => "",
     }
-}
-
-/// Random bytes from the OS: 16 for the id of a session the request may create, 32 for
-/// the ids of its spans.
-fn entropy<const N: usize>() -> [u8; N] {
-    let mut random = [0u8; N];
-    getrandom::fill(&mut random).expect("the OS random source works");
-    random
 }
 
 /// Seconds since the Unix epoch, for token expiry.

@@ -35,7 +35,7 @@ use switchboard_core::http::{self, Admitted, RequestHead};
 use switchboard_core::hub::{self, Payload, TurnedAway};
 use switchboard_core::Front;
 use switchboard_core::Rejection;
-use switchboard_shell::Shared;
+use switchboard_shell::{entropy, Shared};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
@@ -402,14 +402,6 @@ impl AsyncWrite for Counted {
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.io).poll_shutdown(cx)
     }
-}
-
-/// Random bytes from the OS: 16 for the id of a session the request may create, 32 for
-/// the ids of its spans.
-fn entropy<const N: usize>() -> [u8; N] {
-    let mut random = [0u8; N];
-    getrandom::fill(&mut random).expect("the OS random source works");
-    random
 }
 
 /// A core response, copied onto the wire (constants are borrowed, not copied).

@@ -11,11 +11,13 @@
 
 pub mod audit;
 pub mod budget;
+mod entropy;
 pub mod fetch;
 pub mod otel;
 mod owner;
 pub mod pending;
 mod shared;
 
+pub use entropy::entropy;
 pub use owner::{Input, Owner, Perform, Process, StreamQueue};
 pub use shared::Shared;

@@ -107,6 +107,9 @@ pub(crate) struct ModernRequests {
     lanes: BTreeMap<Principal, SessionNumber>,
     /// The `Mcp-Param-*` annotations of the backend's last `tools/list`.
     pub(crate) tools: ToolHeaders,
+    /// The backend's `serverInfo`, read once from the `initialize` result it came from
+    /// (every answer carries it).
+    server_info: Option<(String, Option<String>)>,
 }
 
 impl ModernRequests {
@@ -131,6 +134,20 @@ impl ModernRequests {
             }
         }
         Some(waiting)
+    }
+
+    /// The backend's `serverInfo` in `initialize` result `init`, read again only when the
+    /// result changed (a restarted backend).
+    fn server_info(&mut self, init: Option<&str>) -> Option<&str> {
+        let init = init?;
+        if self
+            .server_info
+            .as_ref()
+            .is_none_or(|(from, _)| from != init)
+        {
+            self.server_info = Some((init.to_owned(), modern::server_info(init)));
+        }
+        self.server_info.as_ref()?.1.as_deref()
     }
 
     /// The turn in the stdin queue of `principal`'s modern requests (`None`: one it starts).
@@ -305,7 +322,6 @@ pub(super) fn deliver(
         return false;
     };
     let mut entry = entry;
-    let info = hub.router.initialize_result().and_then(modern::server_info);
     let answer = match waiting.method.as_str() {
         "server/discover" => discovered(&entry.raw_id, &message),
         method => {
@@ -313,7 +329,8 @@ pub(super) fn deliver(
                 let result = crate::message::parse_backend_result(&message);
                 hub.modern.tools = ToolHeaders::learn(result.unwrap_or_default());
             }
-            modern::complete(method, &message, waiting.filtered, info.as_deref())
+            let info = hub.modern.server_info(hub.router.initialize_result());
+            modern::complete(method, &message, waiting.filtered, info)
         }
     };
     if let Some(started) = entry.audit.take() {
