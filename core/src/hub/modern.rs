@@ -24,6 +24,9 @@ use crate::router::Forward;
 use crate::settings::{Modern, Settings};
 use crate::streamable::{self, Accepts};
 
+/// Principals whose lanes are kept while they have no request in flight.
+const MAX_LANES: usize = 1024;
+
 /// A modern `POST /mcp` checked in full.
 #[derive(Debug)]
 pub(super) struct ModernPost {
@@ -102,8 +105,11 @@ pub(crate) struct ModernRequests {
     waiting: BTreeMap<SessionId, Waiting>,
     by_exchange: BTreeMap<RequestId, SessionId>,
     per_principal: BTreeMap<Principal, usize>,
-    /// Each principal's turn in the stdin queue's fair share, while it has requests in
-    /// flight: its modern requests share one, as a session's requests do.
+    /// Each principal's turn in the stdin queue's fair share: its modern requests share
+    /// one, as a session's requests do. Kept after its last request is answered (the
+    /// shell reports written lines in batches, so the lane may still count a few), so that
+    /// a principal's bursts never count as several sharers; idle lanes go past
+    /// [`MAX_LANES`].
     lanes: BTreeMap<Principal, SessionNumber>,
     /// The `Mcp-Param-*` annotations of the backend's last `tools/list`.
     pub(crate) tools: ToolHeaders,
@@ -118,6 +124,11 @@ impl ModernRequests {
             .per_principal
             .entry(waiting.principal.clone())
             .or_default() += 1;
+        if self.lanes.len() >= MAX_LANES {
+            let busy = &self.per_principal;
+            self.lanes
+                .retain(|principal, _| busy.contains_key(principal));
+        }
         self.lanes.entry(waiting.principal.clone()).or_insert(lane);
         self.by_exchange.insert(waiting.exchange, key);
         self.waiting.insert(key, waiting);
@@ -130,7 +141,6 @@ impl ModernRequests {
             *count -= 1;
             if *count == 0 {
                 self.per_principal.remove(&waiting.principal);
-                self.lanes.remove(&waiting.principal);
             }
         }
         Some(waiting)
