@@ -39,12 +39,11 @@ impl Hub {
         match routed {
             Routed::Response {
                 session,
-                message,
-                id,
+                mut message,
+                mut id,
                 filtered,
                 failed,
             } => {
-                let (mut message, mut id) = (message, id);
                 if filtered {
                     let caller =
                         (self.sessions.caller(&session)).or_else(|| self.modern.caller(&session));

@@ -361,6 +361,22 @@ impl Asked {
     }
 }
 
+impl Listen {
+    /// A stream that holds no uri yet: the backend's subscribe answers add them.
+    fn new(principal: Principal, msg: &Checked, lists: Vec<&'static str>, now: Instant) -> Listen {
+        Listen {
+            principal,
+            raw_id: msg.raw_id().to_owned(),
+            lists,
+            uris: BTreeSet::new(),
+            awaiting: 0,
+            acknowledged: false,
+            missed: BTreeSet::new(),
+            last_frame: now,
+        }
+    }
+}
+
 /// A `subscriptions/listen` that passed every check opens its stream, within a
 /// session's room (SPEC section 13): the backend is asked to subscribe each uri the
 /// policy lets the caller read, and once it has answered them all the stream is
@@ -403,18 +419,10 @@ pub(super) fn open(
         hub.observe(now, happened);
     }
     hub.sessions.listen_opened(&principal);
-    let listen = Listen {
-        principal,
-        raw_id: msg.raw_id().to_owned(),
-        lists,
-        uris: BTreeSet::new(),
-        awaiting: 0,
-        acknowledged: false,
-        missed: BTreeSet::new(),
-        last_frame: now,
-    };
     let listeners = &mut hub.listeners;
-    listeners.open.insert(stream, listen);
+    listeners
+        .open
+        .insert(stream, Listen::new(principal, &msg, lists, now));
     listeners.keepalives.set(stream, now + listeners.keepalive);
     if let Some(timeout) = hub.settings.request_timeout {
         listeners.ack_timers.set(stream, now + timeout);

@@ -16,17 +16,18 @@ use super::modern::ModernPost;
 use super::sessions::{Kind, SessionNumber, Sessions};
 use super::spans;
 use super::streams::Role;
-use super::{Hub, Request};
+use super::{Hub, Request, Response};
 use crate::admission::{self, Arrival, Capacity, Refused, Verdict};
 use crate::audit::Outcome;
 use crate::http::{self, Endpoint, Rejection};
 use crate::message;
 use crate::message::Checked;
 use crate::metrics::DropReason;
+use crate::modern::ToolHeaders;
 use crate::output::{Event, Frame, Output, RequestId, StreamId};
 use crate::routed_id::SessionId;
 use crate::router::{Forward, RESPONSE_ID_AT};
-use crate::settings::OnBackendExit;
+use crate::settings::{OnBackendExit, Settings};
 use crate::sse;
 
 /// A POST checked in full, ready to act on.
@@ -45,6 +46,30 @@ pub(super) enum Prepared {
 
 impl Prepared {
     /// SPEC section 1's checks of a legacy POST, in order.
+    /// What a POST is, by its endpoint and era; a 2026-07-28 request the proxy answers
+    /// itself (`server/discover`, a notification) is `Err` of its answer.
+    fn of(
+        req: Request,
+        settings: &Settings,
+        sessions: &Sessions,
+        tools: &ToolHeaders,
+    ) -> Result<Result<Prepared, Response>, Rejection> {
+        Ok(Ok(match req.endpoint {
+            Endpoint::McpPost if super::modern::is_modern(&req, settings) => {
+                match ModernPost::prepare(req, settings.instance.as_ref(), tools) {
+                    Ok(post) => Prepared::Modern(post),
+                    Err(Ok(answer)) => return Ok(Err(answer)),
+                    Err(Err(rejection)) => return Err(rejection),
+                }
+            }
+            Endpoint::McpPost => {
+                let instance = settings.instance.as_ref();
+                Prepared::Mcp(McpPost::prepare(req, sessions, instance)?)
+            }
+            _ => Prepared::legacy(req, sessions)?,
+        }))
+    }
+
     fn legacy(req: Request, sessions: &Sessions) -> Result<Prepared, Rejection> {
         if req.session.is_empty() {
             return Err(Rejection::MissingSessionId);
@@ -118,10 +143,11 @@ impl WaitingPosts {
         Some(post)
     }
 
-    /// Whether `post` may wait behind the others: fewer than `count` wait, and its bytes
-    /// fit within `budget` with theirs.
-    fn fits(&self, post: &Post, count: usize, budget: usize) -> bool {
-        self.queue.len() < count && self.bytes + post.size() <= budget
+    /// Whether `post` may wait behind the others: fewer than `--stdin-queue` wait, and its
+    /// bytes fit within `--restart-buffer` with theirs.
+    fn fits(&self, post: &Post, settings: &Settings) -> bool {
+        self.queue.len() < settings.stdin_queue
+            && self.bytes + post.size() <= settings.restart_buffer
     }
 
     fn push(&mut self, post: Post) {
@@ -243,23 +269,13 @@ impl Hub {
         req: Request,
     ) -> Result<(), Rejection> {
         let (grant, principal) = (req.grant.clone(), req.principal.clone());
-        let prepared = match req.endpoint {
-            Endpoint::McpPost if super::modern::is_modern(&req, &self.settings) => {
-                let (instance, tools) = (self.settings.instance.as_ref(), &self.modern.tools);
-                match ModernPost::prepare(req, instance, tools) {
-                    Ok(post) => Prepared::Modern(post),
-                    Err(Ok(answer)) => {
-                        self.respond(now, request, Answer::Served(answer));
-                        return Ok(());
-                    }
-                    Err(Err(rejection)) => return Err(rejection),
-                }
+        let modern_tools = &self.modern.tools;
+        let prepared = match Prepared::of(req, &self.settings, &self.sessions, modern_tools)? {
+            Ok(prepared) => prepared,
+            Err(answer) => {
+                self.respond(now, request, Answer::Served(answer));
+                return Ok(());
             }
-            Endpoint::McpPost => {
-                let instance = self.settings.instance.as_ref();
-                Prepared::Mcp(McpPost::prepare(req, &self.sessions, instance)?)
-            }
-            _ => Prepared::legacy(req, &self.sessions)?,
         };
         self.observe(now, Happened::Described(request, prepared.message()));
         let arrival = Arrival {
@@ -296,13 +312,7 @@ impl Hub {
         // Client lines may go to the backend: it runs and owes no handshake.
         if self.backend.is_up() && self.router.is_ready() && !unshaken {
             self.dispatch_post(now, post);
-        } else if (waits || unshaken)
-            && (self.posts).fits(
-                &post,
-                self.settings.stdin_queue,
-                self.settings.restart_buffer,
-            )
-        {
+        } else if (waits || unshaken) && self.posts.fits(&post, &self.settings) {
             self.posts.push(post);
         } else {
             return Err(Rejection::BackendDown);
