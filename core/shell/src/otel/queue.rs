@@ -4,9 +4,13 @@
 //! came within `OTEL_BSP_SCHEDULE_DELAY`) and sends each batch with the OTLP exporter.
 //! Spans the collector did not take (down, stalled past the timeout, refusing) are
 //! counted lost too.
+//!
+//! The thread wakes once a batch, not once a span: the first span of a batch wakes it, and
+//! then it sleeps until the batch is due or full ([`BATCH`] spans pushed wake it early). A
+//! wake-up a span cost the loop a futex call and the machine a context switch per span.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{channel, sync_channel, Receiver, RecvTimeoutError, Sender, SyncSender};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,7 +23,11 @@ pub(crate) const BATCH: usize = 512;
 
 /// The loop's end.
 pub(crate) struct Queue<T> {
-    items: SyncSender<T>,
+    /// `None` once dropped, so the thread sees the channel closed when it wakes.
+    items: Option<SyncSender<T>>,
+    /// Spans pushed since the thread last took what was queued.
+    pushed: Arc<AtomicUsize>,
+    thread: std::thread::Thread,
     /// Spans the exporter failed to send, not reported yet.
     unsent: Arc<AtomicU64>,
 }
@@ -33,19 +41,30 @@ impl<T: Send + 'static> Queue<T> {
         delay: Duration,
     ) -> std::io::Result<(Queue<T>, Receiver<()>)> {
         let (items, received) = sync_channel(QUEUE);
-        let unsent = Arc::new(AtomicU64::new(0));
+        let (unsent, pushed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicUsize::new(0)));
         let (done_tx, done) = channel();
         let thread = Thread {
             exporter,
             delay,
             unsent: unsent.clone(),
+            pushed: pushed.clone(),
             failing: false,
             _done: done_tx,
         };
-        std::thread::Builder::new()
+        let handle = std::thread::Builder::new()
             .name("otlp-spans".into())
             .spawn(move || thread.run(received, convert))?;
-        Ok((Queue { items, unsent }, done))
+        let thread = handle.thread().clone();
+        let items = Some(items);
+        Ok((
+            Queue {
+                items,
+                pushed,
+                thread,
+                unsent,
+            },
+            done,
+        ))
     }
 
     /// Queues `item` without waiting. Returns how many spans were lost since the last
@@ -55,10 +74,25 @@ impl<T: Send + 'static> Queue<T> {
             0 => 0,
             _ => self.unsent.swap(0, Ordering::Relaxed),
         };
-        match self.items.try_send(item) {
-            Ok(()) => unsent,
+        let Some(items) = &self.items else {
+            return unsent + 1;
+        };
+        match items.try_send(item) {
+            Ok(()) => {
+                if self.pushed.fetch_add(1, Ordering::Relaxed) + 1 >= BATCH {
+                    self.thread.unpark();
+                }
+                unsent
+            }
             Err(_) => unsent + 1,
         }
+    }
+}
+
+impl<T> Drop for Queue<T> {
+    fn drop(&mut self) {
+        self.items = None;
+        self.thread.unpark();
     }
 }
 
@@ -66,6 +100,7 @@ struct Thread<E> {
     exporter: E,
     delay: Duration,
     unsent: Arc<AtomicU64>,
+    pushed: Arc<AtomicUsize>,
     /// The last export failed (only the first failure of a run is a warning).
     failing: bool,
     _done: Sender<()>,
@@ -74,25 +109,35 @@ struct Thread<E> {
 impl<E: SpanExporter> Thread<E> {
     fn run<T>(mut self, items: Receiver<T>, convert: impl Fn(T) -> SpanData) {
         let mut batch = Vec::with_capacity(BATCH);
-        let mut due = Instant::now() + self.delay;
-        loop {
-            match items.recv_timeout(due.saturating_duration_since(Instant::now())) {
-                Ok(item) => {
-                    batch.push(convert(item));
-                    if batch.len() < BATCH {
-                        continue;
+        // The first span of a batch: the one wake-up that waits on the channel.
+        while let Ok(first) = items.recv() {
+            batch.push(convert(first));
+            let due = Instant::now() + self.delay;
+            let open = loop {
+                self.pushed.store(0, Ordering::Relaxed);
+                let open = loop {
+                    match items.try_recv() {
+                        Ok(item) => batch.push(convert(item)),
+                        Err(TryRecvError::Empty) => break true,
+                        Err(TryRecvError::Disconnected) => break false,
                     }
+                    if batch.len() == BATCH {
+                        self.export(&mut batch);
+                    }
+                };
+                let left = due.saturating_duration_since(Instant::now());
+                if !open || left.is_zero() {
+                    break open;
                 }
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => {
-                    self.export(&mut batch);
-                    let _ = self.exporter.shutdown();
-                    return;
-                }
-            }
+                std::thread::park_timeout(left);
+            };
             self.export(&mut batch);
-            due = Instant::now() + self.delay;
+            if !open {
+                break;
+            }
         }
+        self.export(&mut batch);
+        let _ = self.exporter.shutdown();
     }
 
     fn export(&mut self, batch: &mut Vec<SpanData>) {
