@@ -839,7 +839,7 @@ pub struct Checked {
     /// Where `params.ref` is (a `completion/complete`'s), for policies.
     reference: Option<Range<usize>>,
     /// Where `params._meta` is.
-    meta: Option<Range<usize>>,
+    pub(crate) meta: Option<Range<usize>>,
     /// `params._meta` names a protocol version (the era decision, SPEC section 13).
     pub(crate) meta_version: bool,
     /// A modern request (SPEC section 13): what its reserved `_meta` keys said, which are

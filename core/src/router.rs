@@ -286,6 +286,18 @@ impl Router {
     /// What `msg` of `sid` becomes (subscriptions were decided by the hub); `filtered`
     /// marks its routed id so that its result is filtered for the session on the way back.
     pub(crate) fn forward(&mut self, sid: SessionId, msg: &Checked, filtered: bool) -> Forward {
+        self.forward_edited(sid, msg, filtered, &[])
+    }
+
+    /// [`Router::forward`], with `more` edits of the client's text (spans inside no other
+    /// edit: a trace context in `params._meta`).
+    pub(crate) fn forward_edited(
+        &mut self,
+        sid: SessionId,
+        msg: &Checked,
+        filtered: bool,
+        more: &[(Range<usize>, Vec<u8>)],
+    ) -> Forward {
         match (msg.kind, msg.method.as_str()) {
             (Kind::Request, "initialize") => self.client_initialize(sid, msg),
             // The proxy alone completes the backend's one handshake: a client's
@@ -301,6 +313,9 @@ impl Router {
                 }
                 edits.route(sid, msg, msg.token.as_ref());
                 edits.route(sid, msg, msg.cancels.as_ref());
+                for (span, bytes) in more {
+                    edits.push(span.clone(), Patch::Text(bytes));
+                }
                 Forward::Line(splice(&msg.text, edits, true))
             }
         }
@@ -645,10 +660,10 @@ enum Patch<'a> {
 }
 
 /// The few spans one message needs rewritten (id, progress token, request id,
-/// capabilities), kept inline: the hot path allocates only its output.
+/// capabilities, a trace context), kept inline: the hot path allocates only its output.
 #[derive(Debug, Default)]
 struct Edits<'a> {
-    items: [Option<(Range<usize>, Patch<'a>)>; 4],
+    items: [Option<(Range<usize>, Patch<'a>)>; 6],
 }
 
 impl<'a> Edits<'a> {
@@ -657,7 +672,7 @@ impl<'a> Edits<'a> {
             .items
             .iter_mut()
             .find(|slot| slot.is_none())
-            .expect("a message has at most four rewritten spans");
+            .expect("a message has at most six rewritten spans");
         *free = Some((span, patch));
     }
 

@@ -3,10 +3,12 @@
 //! shell hands to its exporter ([`SpanRecord`]). Pure: the hub decides every span from its
 //! own times; a shell only maps `Instant`s to wall time and exports.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
+use std::ops::Range;
 use std::time::Instant;
 
-use crate::message::Checked;
+use crate::message::{span_of, Checked};
 
 /// A span's identity as W3C Trace Context carries it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -236,8 +238,8 @@ pub enum SpanStatus {
 /// An attribute's value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Value {
-    /// A string.
-    Str(String),
+    /// A string (most attribute values are names the proxy knows: no allocation).
+    Str(Cow<'static, str>),
     /// An integer.
     Int(i64),
 }
@@ -404,6 +406,12 @@ impl Ending<'_> {
             #[serde(rename = "isError")]
             is_error: Option<bool>,
         }
+        // Most answers are plain results: no `error` member, no `isError`, nothing escaped
+        // that could spell one, so nothing to read.
+        let names = |key: &[u8]| memchr::memmem::find(message, key).is_some();
+        if !names(b"\"error\"") && !names(b"\"isError\"") && !names(b"\\") {
+            return (None, None);
+        }
         let text = std::str::from_utf8(message).unwrap_or_default();
         let Ok(parsed) = crate::message::parse_backend(text) else {
             return (None, None);
@@ -437,10 +445,17 @@ impl ServerSpan {
 
     /// `msg` as the backend reads it with the CLIENT span's context in `params._meta`
     /// (`None` when the message cannot carry it: the proxy then forwards it unchanged).
-    pub(crate) fn carried(&self, msg: &Checked) -> Option<Checked> {
+    /// The common shapes are edits of its text; only a `_meta` that holds a `tracestate`
+    /// or an escape is written again whole.
+    pub(crate) fn carried(&self, msg: &Checked) -> Option<Carried> {
         let traceparent = self.client_context().traceparent();
-        let text = with_meta(msg.text(), &traceparent, self.tracestate.as_deref())?;
-        Checked::admit(text.into_bytes()).ok()
+        let tracestate = self.tracestate.as_deref();
+        if let Some(edits) = meta_edits(msg, &traceparent, tracestate) {
+            return Some(Carried::Edits(edits));
+        }
+        let text = with_meta(msg.text(), &traceparent, tracestate)?;
+        let rewritten = Checked::admit(text.into_bytes()).ok()?;
+        Some(Carried::Rewritten(Box::new(rewritten)))
     }
 
     /// Its line was queued for the backend: the CLIENT span starts.
@@ -459,11 +474,14 @@ impl ServerSpan {
         let (code, error_type) = ending.attributes();
         let mut outcome = Vec::new();
         if let Some(code) = code {
-            outcome.push(("rpc.response.status_code", Value::Str(code.to_string())));
+            outcome.push((
+                "rpc.response.status_code",
+                Value::Str(code.to_string().into()),
+            ));
         }
         let status = match error_type {
             Some(error_type) => {
-                outcome.push(("error.type", Value::Str(error_type)));
+                outcome.push(("error.type", Value::Str(error_type.into())));
                 SpanStatus::Error
             }
             None => SpanStatus::Unset,
@@ -566,6 +584,94 @@ impl Members<'_> {
     }
 }
 
+/// A message as the backend reads it with a CLIENT span's context.
+#[derive(Debug)]
+pub(crate) enum Carried {
+    /// The client's text with these edits (byte range, what replaces it), none inside another.
+    Edits(Vec<(Range<usize>, Vec<u8>)>),
+    /// The whole message written again.
+    Rewritten(Box<Checked>),
+}
+
+/// The edits that set `params._meta.traceparent` (and `tracestate`) in `msg` exactly as
+/// [`with_meta`] does, for the shapes that need no rewriting: `None` for the others
+/// (a `_meta` holding a `tracestate` or an escape, a `params` or `_meta` that is no object).
+fn meta_edits(msg: &Checked, traceparent: &str, tracestate: Option<&str>) -> Option<Vec<Edit>> {
+    let text = msg.text();
+    let mut edits = Vec::with_capacity(2);
+    // The members the proxy adds to `_meta`.
+    let mut meta = String::new();
+    match msg.meta.clone() {
+        Some(span) => {
+            let inner = object_inside(&text[span.clone()])?;
+            if inner.contains('\\') || inner.contains("\"tracestate\"") {
+                return None;
+            }
+            let mut any = !inner.trim().is_empty();
+            if inner.contains("\"traceparent\"") {
+                let members: Members<'_> = serde_json::from_str(&text[span.clone()]).ok()?;
+                let value = span_of(text, members.get("traceparent")?);
+                edits.push((value, json_string(traceparent).into_bytes()));
+            } else {
+                push_member(&mut meta, any, "traceparent", traceparent);
+                any = true;
+            }
+            if let Some(state) = tracestate {
+                push_member(&mut meta, any, "tracestate", state);
+            }
+            if !meta.is_empty() {
+                edits.push((span.end - 1..span.end - 1, meta.into_bytes()));
+            }
+        }
+        None => {
+            #[derive(serde::Deserialize)]
+            struct Top<'a> {
+                #[serde(borrow)]
+                params: Option<&'a serde_json::value::RawValue>,
+            }
+            push_member(&mut meta, false, "traceparent", traceparent);
+            if let Some(state) = tracestate {
+                push_member(&mut meta, true, "tracestate", state);
+            }
+            let top: Top<'_> = serde_json::from_str(text).ok()?;
+            let (outer, added) = match top.params {
+                Some(params) => (
+                    span_of(text, params.get()),
+                    format!(r#""_meta":{{{meta}}}"#),
+                ),
+                None => (
+                    0..text.trim_end().len(),
+                    format!(r#""params":{{"_meta":{{{meta}}}}}"#),
+                ),
+            };
+            let inner = object_inside(&text[outer.clone()])?;
+            let comma = if inner.trim().is_empty() { "" } else { "," };
+            let at = outer.end - 1;
+            edits.push((at..at, format!("{comma}{added}").into_bytes()));
+        }
+    }
+    Some(edits)
+}
+
+type Edit = (Range<usize>, Vec<u8>);
+
+/// What lies between an object's braces (`None` when `text` is no object).
+fn object_inside(text: &str) -> Option<&str> {
+    text.strip_prefix('{')?.strip_suffix('}')
+}
+
+/// Appends `"key":"value"` to `out`, after a comma when `after` says a member precedes.
+fn push_member(out: &mut String, after: bool, key: &str, value: &str) {
+    if after {
+        out.push(',');
+    }
+    let _ = write!(out, "\"{key}\":{}", json_string(value));
+}
+
+fn json_string(text: &str) -> String {
+    serde_json::Value::from(text).to_string()
+}
+
 /// `text` (a JSON-RPC request) with `params._meta.traceparent` (and `tracestate`, or
 /// none) set, `params` and `_meta` added when missing; members keep their order and
 /// values their bytes. `None` when `params` or `_meta` is not an object.
@@ -609,15 +715,16 @@ fn target(msg: &Checked) -> Option<&str> {
 /// SPEC section 14's attributes a request's message decides.
 fn request_attributes(msg: &Checked, protocol: Option<&str>) -> Vec<(&'static str, Value)> {
     let raw = msg.raw_id();
-    let id = match serde_json::from_str::<String>(raw) {
-        Ok(text) => text,
-        Err(_) => raw.to_owned(),
+    // A number is its own text (no failed string parse, which costs an error's message).
+    let id = match raw.starts_with('"') {
+        true => serde_json::from_str::<String>(raw).unwrap_or_else(|_| raw.to_owned()),
+        false => raw.to_owned(),
     };
     let mut attributes = vec![
-        ("mcp.method.name", Value::Str(msg.method.clone())),
-        ("jsonrpc.request.id", Value::Str(id)),
+        ("mcp.method.name", Value::Str(msg.method.clone().into())),
+        ("jsonrpc.request.id", Value::Str(id.into())),
     ];
-    let target = target(msg).map(|t| Value::Str(t.to_owned()));
+    let target = target(msg).map(|t| Value::Str(t.to_owned().into()));
     match (msg.method.as_str(), target) {
         ("tools/call", Some(tool)) => {
             attributes.push(("gen_ai.tool.name", tool));
@@ -626,7 +733,7 @@ fn request_attributes(msg: &Checked, protocol: Option<&str>) -> Vec<(&'static st
         ("prompts/get", Some(prompt)) => attributes.push(("gen_ai.prompt.name", prompt)),
         ("resources/read", _) => {
             if let Some(uri) = &msg.uri {
-                attributes.push(("mcp.resource.uri", Value::Str(uri.clone())));
+                attributes.push(("mcp.resource.uri", Value::Str(uri.clone().into())));
             }
         }
         _ => {}
@@ -636,7 +743,7 @@ fn request_attributes(msg: &Checked, protocol: Option<&str>) -> Vec<(&'static st
         .then(|| asked_version(msg))
         .flatten();
     if let Some(version) = protocol.map(str::to_owned).or(asked) {
-        attributes.push(("mcp.protocol.version", Value::Str(version)));
+        attributes.push(("mcp.protocol.version", Value::Str(version.into())));
     }
     attributes
 }
@@ -752,6 +859,40 @@ mod tests {
             with_meta(r#"{"id":1,"params":{"_meta":"no"}}"#, tp, None),
             None
         );
+    }
+
+    #[test]
+    fn meta_edits_write_what_the_whole_rewrite_writes() {
+        let tp = "00-0af7651916cd43dd8448eb211c80319c-c2c2c2c2c2c2c2c2-01";
+        let texts = [
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"name":"echo"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{"progressToken":7}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{"traceparent":"x","a":1}}}"#,
+        ];
+        for text in texts {
+            for state in [None, Some("y=2")] {
+                let msg = Checked::admit(text.as_bytes().to_vec()).unwrap();
+                let edits = meta_edits(&msg, tp, state).unwrap();
+                let mut out = text.to_owned();
+                for (span, bytes) in edits.iter().rev() {
+                    out.replace_range(span.clone(), std::str::from_utf8(bytes).unwrap());
+                }
+                assert_eq!(Some(out), with_meta(text, tp, state), "{text}");
+            }
+        }
+        // What only the whole rewrite does right.
+        let whole = [
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{"tracestate":"x=1"}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{"trace\u0070arent":"x"}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","params":[1]}"#,
+        ];
+        for text in whole {
+            let msg = Checked::admit(text.as_bytes().to_vec()).unwrap();
+            assert!(meta_edits(&msg, tp, None).is_none(), "{text}");
+        }
     }
 
     #[test]

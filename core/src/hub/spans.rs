@@ -3,6 +3,7 @@
 //! line is queued for the backend, and both end with its outcome, the moment its audit
 //! event is written. Only sampled requests carry a span; with tracing off nothing here runs.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::time::Instant;
 
@@ -13,7 +14,7 @@ use crate::output::Output;
 use crate::routed_id::SessionId;
 use crate::router::{Forward, Router};
 use crate::settings::Tracing;
-use crate::trace::{Ending, Value};
+use crate::trace::{Carried, Ending, Value};
 
 /// The observation context of request `msg` of session `number`, if it is in flight and is
 /// no `initialize` (the proxy's own message to the backend carries no client's context).
@@ -41,7 +42,11 @@ pub(super) fn forward(
     };
     let span = started.trace.as_deref_mut().filter(|_| tracing.is_some());
     let carried = span.as_ref().and_then(|span| span.carried(msg));
-    let forward = router.forward(sid, carried.as_ref().unwrap_or(msg), filtered);
+    let forward = match &carried {
+        Some(Carried::Edits(edits)) => router.forward_edited(sid, msg, filtered, edits),
+        Some(Carried::Rewritten(carried)) => router.forward(sid, carried, filtered),
+        None => router.forward(sid, msg, filtered),
+    };
     if matches!(forward, Forward::Line(_)) {
         if let Some(span) = span {
             span.hop(now);
@@ -63,13 +68,19 @@ pub(super) fn end(
         return;
     };
     let session = session.or(started.session);
-    let common = [
-        ("network.transport", Some("tcp".to_owned())),
-        ("network.protocol.name", Some("http".to_owned())),
-        ("network.protocol.version", Some("1.1".to_owned())),
-        ("client.address", started.source.ip.map(|ip| ip.to_string())),
-        ("user.id", Some(started.principal.to_string())),
-        ("mcp.session.id", session.map(|s| s.as_str().to_owned())),
+    let common: [(_, Option<Cow<'static, str>>); 6] = [
+        ("network.transport", Some("tcp".into())),
+        ("network.protocol.name", Some("http".into())),
+        ("network.protocol.version", Some("1.1".into())),
+        (
+            "client.address",
+            started.source.ip.map(|ip| ip.to_string().into()),
+        ),
+        ("user.id", Some(started.principal.to_string().into())),
+        (
+            "mcp.session.id",
+            session.map(|s| s.as_str().to_owned().into()),
+        ),
     ];
     let port = (started.source.port).map(|port| ("client.port", Value::Int(port.into())));
     let common = (common.into_iter())

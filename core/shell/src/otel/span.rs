@@ -2,6 +2,8 @@
 //! box). Nothing is decided here: ids, parent, name, times, status, attributes and links are
 //! the hub's; only the clock changes.
 
+use std::borrow::Cow;
+
 use opentelemetry::trace::{self as api, SpanId, TraceFlags, TraceId, TraceState};
 use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
@@ -15,7 +17,8 @@ pub(super) fn data(record: SpanRecord, anchor: &Anchor, scope: &InstrumentationS
         .attributes
         .into_iter()
         .map(|(key, value)| match value {
-            Value::Str(text) => KeyValue::new(key, text),
+            Value::Str(Cow::Borrowed(text)) => KeyValue::new(key, text),
+            Value::Str(Cow::Owned(text)) => KeyValue::new(key, text),
             Value::Int(n) => KeyValue::new(key, n),
         })
         .collect();
