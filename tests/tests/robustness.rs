@@ -4,15 +4,18 @@
 //! is a figure of `tests/bench_timing.sh`, in `tests/BENCHMARKS.md`); sessions past
 //! `--max-sessions` or past what the host's threads and descriptors allow get 503 +
 //! Retry-After while the open ones keep working; a port run out of descriptors serves again
-//! once they are back.
+//! once they are back; neither another client's large bodies nor another session's flood of
+//! requests holds up a session's calls.
 
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use switchboard_tests::{
-    echo_body, figure, open_session, suite, try_open_session, OpenOptions, Proxy, Session, Target,
-    SESSION_NOT_FOUND, WAIT,
+    echo_body, echoed_args, figure, open_session, suite, try_open_session, wait_until, Conn,
+    McpSession, OpenOptions, Proxy, Session, Target, SESSION_NOT_FOUND, WAIT,
 };
 
 const BACKEND: &str = env!("CARGO_BIN_EXE_test-backend");
@@ -358,6 +361,170 @@ fn a_client_reading_no_answers_holds_up_nobody(target: Target) {
     assert!(closed, "{target:?} did not close the pipelining connection");
 }
 
+/// Members of a hog's body: ~3 MiB of JSON, whose parse (every key checked for duplicates)
+/// takes a debug build far longer than a `ping` takes.
+const HOG_MEMBERS: usize = 180_000;
+
+/// Issue 30 item 6: a POST's body is parsed where it arrives (its connection's thread or
+/// task), not on the hub's one thread, so other clients' large bodies hold up no session.
+/// Two hog threads, each with its own Streamable session and keep-alive connection, POST
+/// ~3 MiB bodies in a loop (one object of many members whose last key repeats an earlier
+/// one: the proxy reads it whole and refuses it 400, so nothing reaches the backend and the
+/// cost is the parse alone). Meanwhile a probe session sends `ping`s one after another.
+/// When the hub parsed every body, each ping waited behind a whole parse: about one ping
+/// per hog post answered. Now the probe's pings outnumber the hog posts answered in the
+/// same window many times over: a ratio of counts, not a time bound.
+fn large_bodies_never_hold_up_another_session(target: Target) {
+    const PINGS: usize = 100;
+    // The probe's pings must outnumber the hog posts answered meanwhile this many times.
+    const RATIO: usize = 10;
+    const HOGS: usize = 2;
+    let p = Proxy::builder(target).backend([BACKEND]).start();
+    let probe = McpSession::start(&p, None);
+    let members: Vec<String> = (0..HOG_MEMBERS).map(|n| format!(r#""k{n}":{n}"#)).collect();
+    let body = Arc::new(
+        format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"echo","arguments":{{{},"k0":0}}}}}}"#,
+            members.join(",")
+        )
+        .into_bytes(),
+    );
+    assert!(
+        body.len() > 2 << 20 && body.len() < 8 << 20,
+        "{}",
+        body.len()
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let answered: Arc<Vec<AtomicUsize>> =
+        Arc::new((0..HOGS).map(|_| AtomicUsize::new(0)).collect());
+    let hogs: Vec<_> = (0..HOGS)
+        .map(|i| {
+            let session = McpSession::start(&p, None);
+            let (body, stop, answered) = (body.clone(), stop.clone(), answered.clone());
+            std::thread::spawn(move || {
+                let headers = [
+                    ("Content-Type", "application/json"),
+                    ("Accept", "application/json, text/event-stream"),
+                    ("MCP-Protocol-Version", "2025-06-18"),
+                    ("Mcp-Session-Id", session.sid.as_str()),
+                ];
+                let mut conn = Conn::new(session.addr, WAIT);
+                // Bounded in count and time; normally ended by `stop` once the probe is done.
+                let deadline = Instant::now() + 6 * WAIT;
+                let mut posts = 0;
+                while !stop.load(Ordering::Relaxed) && posts < 1_000 && Instant::now() < deadline {
+                    let r = conn
+                        .request("POST", "/mcp", &headers, &body)
+                        .unwrap_or_else(|e| panic!("hog {i}: POST /mcp failed: {e}"));
+                    assert_eq!(r.status, 400, "hog {i}: {}", r.text());
+                    posts += 1;
+                    answered[i].fetch_add(1, Ordering::Relaxed);
+                }
+                posts
+            })
+        })
+        .collect();
+    let total = || {
+        answered
+            .iter()
+            .map(|a| a.load(Ordering::Relaxed))
+            .sum::<usize>()
+    };
+    // Every hog is in its loop: it has had a body answered and has sent the next.
+    wait_until("every hog had a body answered", 3 * WAIT, || {
+        answered
+            .iter()
+            .all(|a| a.load(Ordering::Relaxed) > 0)
+            .then_some(())
+    });
+    let (before, started) = (total(), Instant::now());
+    let mut pings = 0;
+    // Bounded: PINGS pings, or as soon as the hogs have had enough posts answered to fail
+    // the ratio (quickly, on a hub that parses), or 3 x WAIT.
+    while pings < PINGS && total() - before < PINGS / RATIO && started.elapsed() < 3 * WAIT {
+        let body = json!({"jsonrpc": "2.0", "id": pings + 1, "method": "ping"});
+        let (_, m) = probe.post(&body.to_string()).response();
+        assert!(m["result"].is_object(), "ping {pings}: {m}");
+        pings += 1;
+    }
+    let (hog_posts, took) = (total() - before, started.elapsed());
+    stop.store(true, Ordering::Relaxed);
+    let posts: usize = hogs
+        .into_iter()
+        .map(|h| h.join().expect("a hog thread failed"))
+        .sum();
+    println!(
+        "{target:?}: {pings} pings in {took:?} while {hog_posts} hog posts of {} bytes were answered ({posts} in all)",
+        body.len()
+    );
+    assert!(
+        pings >= RATIO * hog_posts.max(1),
+        "{target:?}: the probe's {pings} pings were held up by the hogs' {hog_posts} posts of {} bytes answered meanwhile",
+        body.len()
+    );
+}
+
+/// Issue 30 item 7 (SPEC section 12, fair share): lines for the backend's stdin reach it in
+/// turns across sessions, so a session that floods the queue delays another's line by one
+/// turn, not by its whole backlog. The backend reads nothing while a `hold` call waits for
+/// its gate file; meanwhile one session queues FLOOD echo calls (each ~2 KiB, so few fit the
+/// pipe) and then another session queues one. Once the gate opens, the backend's record of
+/// its stdin says where the other session's line came: behind what the shell already held
+/// (its window and the pipe), not behind the whole flood as when stdin was one FIFO.
+fn a_flooding_session_does_not_delay_another(target: Target) {
+    const FLOOD: usize = 600;
+    let p = Proxy::builder(target)
+        .backend([BACKEND])
+        .args(["--max-inflight", "1024"])
+        .record()
+        .start();
+    let mut flooder = open_session(&p, None);
+    flooder.initialize();
+    let mut other = open_session(&p, None);
+    other.initialize();
+    let gate = p.dir().file("gate");
+    let hold = json!({
+        "jsonrpc": "2.0", "id": 1_000_000, "method": "tools/call",
+        "params": {"name": "hold", "arguments": {"gate": gate}},
+    });
+    assert_eq!(flooder.post_fast(&hold.to_string()).status, 202);
+    p.wait_recorded("the hold call", |l| l.contains(r#""name":"hold""#));
+    let pad = "x".repeat(2_000);
+    for i in 0..FLOOD {
+        let body = echo_body(
+            &i.to_string(),
+            json!({"mark": "MARK-FLOOD", "n": i, "pad": pad}),
+        );
+        let r = flooder.post_fast(&body);
+        assert_eq!(r.status, 202, "flood call {i}: {}", r.text());
+    }
+    let r = other.post_fast(&echo_body("1", json!({"mark": "MARK-OTHER"})));
+    assert_eq!(r.status, 202, "{}", r.text());
+    std::fs::write(&gate, b"open").expect("open the gate");
+    let m = other.expect_message("the other session's answer");
+    assert_eq!(echoed_args(&m)["mark"], "MARK-OTHER", "{m}");
+    // Every flood call is answered too (and the hold call).
+    for _ in 0..=FLOOD {
+        flooder.expect_message("the flood's answers");
+    }
+    let recorded = p.recorded();
+    let at = recorded
+        .iter()
+        .position(|l| l.contains("MARK-OTHER"))
+        .expect("the other session's call reached the backend");
+    let ahead = recorded[..at]
+        .iter()
+        .filter(|l| l.contains("MARK-FLOOD"))
+        .count();
+    let flooded = recorded.iter().filter(|l| l.contains("MARK-FLOOD")).count();
+    assert_eq!(flooded, FLOOD, "the flood did not all reach the backend");
+    println!("{target:?}: the other session's line reached the backend after {ahead} of the flood's {FLOOD}");
+    assert!(
+        ahead <= FLOOD / 2,
+        "{target:?}: the other session's line waited behind {ahead} of the flood's {FLOOD} lines"
+    );
+}
+
 /// The session budget the blocking binary logged at start.
 fn session_budget(p: &Proxy) -> usize {
     p.log()
@@ -375,7 +542,9 @@ fn session_budget(p: &Proxy) -> usize {
 
 suite!(
     a_client_reading_no_answers_holds_up_nobody,
+    a_flooding_session_does_not_delay_another,
     departed_client_is_noticed_within_a_second,
+    large_bodies_never_hold_up_another_session,
     port_recovers_after_running_out_of_descriptors,
     sessions_past_the_descriptor_limit_get_503,
     burst_of_streams_after_load_and_beside_busy_ones,

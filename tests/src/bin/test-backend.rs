@@ -25,7 +25,8 @@
 //!   `gated_progress {gate}` (one `notifications/progress` (1 of 2) at once; then, from its
 //!   own thread, once the file `gate` exists, a second one (2 of 2) and the result, and then
 //!   it removes `gate`, so a test knows both lines were written; after 30 s without the file,
-//!   an error instead).
+//!   an error instead), `hold {gate}` (reads no more stdin until the file `gate` exists, at
+//!   most 30 s, then answers: lines sent meanwhile queue up in front of the backend).
 //! - `resources/subscribe`, `resources/unsubscribe` (each process keeps its own set of
 //!   subscribed uris, so a restarted process knows only the subscriptions sent to it),
 //!   `ping`: `{}`. Unknown methods: -32601.
@@ -105,6 +106,7 @@ fn tools() -> Value {
         tool("responses", "Lists the responses received to this server's own requests.", json!({})),
         tool("touch", "Notifies `resources/updated` for `uri` if this process holds a subscription to it.", json!({"uri": {"type": "string"}})),
         tool("gated_progress", "Sends progress 1 of 2; once the file `gate` exists, progress 2 of 2 and the result.", json!({"gate": {"type": "string"}})),
+        tool("hold", "Reads nothing more until the file `gate` exists, then answers.", json!({"gate": {"type": "string"}})),
     ]})
 }
 
@@ -272,6 +274,15 @@ impl Backend {
                     }
                 });
                 None
+            }
+            "hold" => {
+                // On the main thread: nothing more is read from stdin meanwhile.
+                let gate = args.get("gate").and_then(Value::as_str).map(PathBuf::from);
+                let deadline = Instant::now() + GATE_WAIT;
+                while gate.as_ref().is_some_and(|g| !g.exists()) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Some(result(id, text_result(&args, id)))
             }
             "flood" => {
                 let bytes = args.get("bytes").and_then(Value::as_u64).unwrap_or(0) as usize;
