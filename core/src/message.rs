@@ -641,12 +641,12 @@ pub(crate) fn strip_reserved(meta: &str) -> Option<(String, ModernMeta)> {
     for (key, value) in &members {
         match key.as_ref() {
             META_PROTOCOL_VERSION => {
-                let version = serde_json::from_str::<String>(value.get()).unwrap_or_default();
+                let version = serde_json::from_str::<String>(value).unwrap_or_default();
                 said.version = Some(version);
             }
             META_CAPABILITIES => said.capabilities = true,
             _ if key.starts_with(RESERVED) => {}
-            _ => push_member(&mut kept, key, value.get()),
+            _ => push_member(&mut kept, key, value),
         }
     }
     kept.push('}');
@@ -678,18 +678,41 @@ pub(crate) fn push_key(out: &mut String, key: &str) {
     out.push(':');
 }
 
-/// The members of a JSON object (a result, an error, a `_meta`), in order, values as raw text; `None` for anything else.
-pub(crate) fn members(object: &str) -> Option<Vec<(Cow<'_, str>, &RawValue)>> {
+/// The members of a JSON object (a result, an error, a `_meta`), in order, values as raw
+/// text; `None` for anything else. `object` is JSON the proxy has already read whole (a
+/// backend line the router parsed, a span of an admitted message, the proxy's own text):
+/// its members are then found by a scan of its bytes, without a second parse; an escaped
+/// key, or anything the scan does not expect, is left to `serde_json`.
+pub(crate) fn members(object: &str) -> Option<Vec<(Cow<'_, str>, &str)>> {
+    let Some(scanned) = scan::members(object) else {
+        return parsed_members(object);
+    };
+    // Read again by `serde_json`, they are the same (checked where tests and fuzzing run).
+    #[cfg(debug_assertions)]
+    {
+        let parsed = parsed_members(object);
+        assert_eq!(
+            parsed.as_ref(),
+            Some(&scanned),
+            "the scan reads as serde_json"
+        );
+    }
+    Some(scanned)
+}
+
+/// [`members`] by a full parse.
+fn parsed_members(object: &str) -> Option<Vec<(Cow<'_, str>, &str)>> {
     struct Members;
     impl<'de> Visitor<'de> for Members {
-        type Value = Vec<(Cow<'de, str>, &'de RawValue)>;
+        type Value = Vec<(Cow<'de, str>, &'de str)>;
         fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
             f.write_str("an object")
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
             let mut out = Vec::new();
             while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-                out.push((key, map.next_value()?));
+                let value: &'de RawValue = map.next_value()?;
+                out.push((key, value.get()));
             }
             Ok(out)
         }
@@ -698,6 +721,106 @@ pub(crate) fn members(object: &str) -> Option<Vec<(Cow<'_, str>, &RawValue)>> {
     let members = (&mut de).deserialize_map(Members).ok()?;
     de.end().ok()?;
     Some(members)
+}
+
+/// Where the values of JSON text already read lie, found from its bytes alone (strings,
+/// nesting, whitespace): nothing is checked that its first reading checked.
+mod scan {
+    use std::borrow::Cow;
+
+    /// The members of `object`, keys as written; `None` for an escaped key (the scan does
+    /// not decode) or text that is not one object.
+    pub(super) fn members(object: &str) -> Option<Vec<(Cow<'_, str>, &str)>> {
+        let bytes = object.as_bytes();
+        let mut at = space(bytes, 0);
+        if bytes.get(at) != Some(&b'{') {
+            return None;
+        }
+        at = space(bytes, at + 1);
+        let mut out = Vec::with_capacity(8);
+        if bytes.get(at) == Some(&b'}') {
+            return (space(bytes, at + 1) == bytes.len()).then_some(out);
+        }
+        loop {
+            let key_end = string(bytes, at)?;
+            let key = object.get(at + 1..key_end - 1)?;
+            if key.contains('\\') {
+                return None;
+            }
+            at = space(bytes, key_end);
+            if bytes.get(at) != Some(&b':') {
+                return None;
+            }
+            let start = space(bytes, at + 1);
+            let end = value(bytes, start)?;
+            out.push((Cow::Borrowed(key), object.get(start..end)?));
+            at = space(bytes, end);
+            match bytes.get(at) {
+                Some(b',') => at = space(bytes, at + 1),
+                Some(b'}') => return (space(bytes, at + 1) == bytes.len()).then_some(out),
+                _ => return None,
+            }
+        }
+    }
+
+    /// The first byte at or after `at` that is not JSON whitespace.
+    fn space(bytes: &[u8], mut at: usize) -> usize {
+        while matches!(bytes.get(at), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            at += 1;
+        }
+        at
+    }
+
+    /// Just past the string that opens at `at`.
+    fn string(bytes: &[u8], at: usize) -> Option<usize> {
+        if bytes.get(at) != Some(&b'"') {
+            return None;
+        }
+        let mut at = at + 1;
+        loop {
+            at += memchr::memchr2(b'"', b'\\', bytes.get(at..)?)?;
+            match bytes.get(at)? {
+                b'"' => return Some(at + 1),
+                _ => at += 2,
+            }
+        }
+    }
+
+    /// Just past the value that starts at `at`.
+    fn value(bytes: &[u8], at: usize) -> Option<usize> {
+        match bytes.get(at)? {
+            b'"' => string(bytes, at),
+            b'{' | b'[' => nested(bytes, at),
+            _ => {
+                let len = (bytes.get(at..)?.iter())
+                    .position(|b| matches!(b, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'))
+                    .unwrap_or(bytes.len() - at);
+                (len > 0).then_some(at + len)
+            }
+        }
+    }
+
+    /// Just past the object or array that opens at `at`.
+    fn nested(bytes: &[u8], mut at: usize) -> Option<usize> {
+        let mut depth = 0usize;
+        loop {
+            match bytes.get(at)? {
+                b'"' => {
+                    at = string(bytes, at)?;
+                    continue;
+                }
+                b'{' | b'[' => depth += 1,
+                b'}' | b']' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return Some(at + 1);
+                    }
+                }
+                _ => {}
+            }
+            at += 1;
+        }
+    }
 }
 
 /// Walks a whole value and fails on the first object with a repeated key (or what else
@@ -904,9 +1027,9 @@ impl Checked {
         };
         let token = self.token.and_then(|token| {
             let (_, value) = (members(&kept)?.into_iter()).find(|(k, _)| k == "progressToken")?;
-            let at = span.start + (value.get().as_ptr() as usize - kept.as_ptr() as usize);
+            let at = span.start + (value.as_ptr() as usize - kept.as_ptr() as usize);
             Some(IdAt {
-                span: at..at + value.get().len(),
+                span: at..at + value.len(),
                 ..token
             })
         });
@@ -1075,5 +1198,36 @@ mod tests {
         let msg = admit_client(body).unwrap();
         let span = msg.span(msg.id.unwrap());
         assert_eq!(&msg.text[span], r#""a\"b""#);
+    }
+
+    #[test]
+    fn members_are_scanned_as_serde_json_reads_them() {
+        let objects = [
+            r#"{}"#,
+            r#" { } "#,
+            "{ \"a\" :\t1 ,\n\"b\":[1,{\"c\":\"}]\\\"\"}] , \"d\":\"x\\\\\",\"e\":-1.5e3,\"f\":null}\r\n",
+            r#"{"s":"{[","t":true,"o":{"p":{}},"q":[[],[{}]]}"#,
+            r#"{"dup":1,"dup":2}"#,
+        ];
+        for object in objects {
+            let scanned = scan::members(object);
+            assert!(scanned.is_some(), "{object}");
+            assert_eq!(scanned, parsed_members(object), "{object}");
+        }
+        // Escaped keys and what is not one object are left to serde_json.
+        for other in [
+            r#"{"\u0061":1}"#,
+            "[1]",
+            "1",
+            r#"{"a":1}x"#,
+            r#"{"a":1"#,
+            "",
+        ] {
+            assert_eq!(scan::members(other), None, "{other}");
+        }
+        assert_eq!(
+            members(r#"{"\u0061":1}"#),
+            Some(vec![(Cow::Borrowed("a"), "1")])
+        );
     }
 }

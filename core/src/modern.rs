@@ -275,11 +275,11 @@ pub(crate) fn complete(
         let value = match key.as_ref() {
             "result" => {
                 push_key(&mut out, key);
-                complete_result(&mut out, method, value.get(), private, server_info);
+                complete_result(&mut out, method, value, private, server_info);
                 continue;
             }
             "error" => {
-                let (error, code) = renumber(value.get());
+                let (error, code) = renumber(value);
                 status = match code {
                     Some(-32601) => 404,
                     Some(-32602) => 400,
@@ -288,7 +288,7 @@ pub(crate) fn complete(
                 };
                 error
             }
-            _ => Cow::Borrowed(value.get()),
+            _ => Cow::Borrowed(*value),
         };
         push_member(&mut out, key, &value);
     }
@@ -313,9 +313,9 @@ fn complete_result(
     let mut meta = None;
     for (key, value) in &members {
         match key.as_ref() {
-            "_meta" => meta = Some(value.get()),
+            "_meta" => meta = Some(*value),
             "cacheScope" if private => {}
-            _ => push_member(out, key, value.get()),
+            _ => push_member(out, key, value),
         }
     }
     if !has("resultType") {
@@ -339,7 +339,7 @@ fn with_server_info(out: &mut String, meta: Option<&str>, server_info: Option<&s
     let kept = meta.and_then(members).unwrap_or_default();
     out.push('{');
     for (key, value) in kept.iter().filter(|(key, _)| key != META_SERVER_INFO) {
-        push_member(out, key, value.get());
+        push_member(out, key, value);
     }
     if let Some(info) = server_info {
         push_member(out, META_SERVER_INFO, info);
@@ -354,13 +354,13 @@ fn renumber(error: &str) -> (Cow<'_, str>, Option<i64>) {
     };
     let code = (members.iter())
         .find(|(key, _)| key == "code")
-        .and_then(|(_, value)| value.get().parse::<i64>().ok());
+        .and_then(|(_, value)| value.parse::<i64>().ok());
     if code != Some(-32002) {
         return (Cow::Borrowed(error), code);
     }
     let mut out = String::from("{");
     for (key, value) in &members {
-        let value = if key == "code" { "-32602" } else { value.get() };
+        let value = if key == "code" { "-32602" } else { *value };
         push_member(&mut out, key, value);
     }
     out.push('}');
@@ -373,7 +373,7 @@ pub(crate) fn discover(initialize: &str) -> String {
     let get = |name: &str| {
         (top.iter())
             .find(|(key, _)| key == name)
-            .map(|(_, value)| value.get())
+            .map(|(_, value)| *value)
     };
     let mut capabilities = String::from("{");
     let declared = get("capabilities").and_then(members).unwrap_or_default();
@@ -381,7 +381,7 @@ pub(crate) fn discover(initialize: &str) -> String {
         .iter()
         .filter(|(k, _)| CAPABILITIES.contains(&k.as_ref()))
     {
-        push_member(&mut capabilities, key, value.get());
+        push_member(&mut capabilities, key, value);
     }
     capabilities.push('}');
     let supported = serde_json::Value::from(SUPPORTED.to_vec());
@@ -404,7 +404,7 @@ pub(crate) fn discover(initialize: &str) -> String {
 pub(crate) fn server_info(initialize: &str) -> Option<String> {
     let members = members(initialize)?;
     let (_, info) = members.into_iter().find(|(key, _)| key == "serverInfo")?;
-    Some(info.get().to_owned())
+    Some(info.to_owned())
 }
 
 #[cfg(test)]
