@@ -425,9 +425,9 @@ impl Ending<'_> {
                 .map(|c| c.to_string());
             return (code, error_type);
         }
-        // Only a result that names `isError` is read as one.
+        // Only a result that names `isError` (or may, through an escape) is read as one.
         let tool_error = (parsed.result)
-            .filter(|r| r.get().contains("\"isError\""))
+            .filter(|r| r.get().contains("\"isError\"") || r.get().contains('\\'))
             .and_then(|r| serde_json::from_str::<Result>(r.get()).ok())
             .is_some_and(|r| r.is_error == Some(true));
         (None, tool_error.then(|| "tool_error".to_owned()))
@@ -626,8 +626,15 @@ fn meta_edits(msg: &Checked, traceparent: &str, tracestate: Option<&str>) -> Opt
         None => {
             #[derive(serde::Deserialize)]
             struct Top<'a> {
-                #[serde(borrow)]
+                // Present whatever its value: a `"params":null` is no missing `params` (a
+                // second `params` would be a duplicate key), and takes the whole rewrite.
+                #[serde(borrow, default, deserialize_with = "present")]
                 params: Option<&'a serde_json::value::RawValue>,
+            }
+            fn present<'de, D: serde::Deserializer<'de>>(
+                value: D,
+            ) -> Result<Option<&'de serde_json::value::RawValue>, D::Error> {
+                serde::Deserialize::deserialize(value).map(Some)
             }
             push_member(&mut meta, false, "traceparent", traceparent);
             if let Some(state) = tracestate {
@@ -888,6 +895,7 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{"tracestate":"x=1"}}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{"trace\u0070arent":"x"}}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"m","params":[1]}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","params":null}"#,
         ];
         for text in whole {
             let msg = Checked::admit(text.as_bytes().to_vec()).unwrap();
@@ -904,6 +912,8 @@ mod tests {
         assert_eq!(failed, (Some(-32603), Some("-32603".to_owned())));
         let tool = answer(r#"{"jsonrpc":"2.0","id":1,"result":{"isError":true}}"#);
         assert_eq!(tool, (None, Some("tool_error".to_owned())));
+        let escaped = answer(r#"{"jsonrpc":"2.0","id":1,"result":{"is\u0045rror":true}}"#);
+        assert_eq!(escaped, (None, Some("tool_error".to_owned())));
         assert_eq!(
             answer(r#"{"jsonrpc":"2.0","id":1,"result":{"isError":false}}"#),
             (None, None)
