@@ -298,6 +298,18 @@ pub struct Config {
     #[cfg_attr(feature = "cli", arg(long, default_value_t = 256, value_name = "N"))]
     pub max_inflight: usize,
 
+    /// Tasks (MCP 2025-11-25) one owner may hold: a session, or one principal's
+    /// 2026-07-28 requests. Past it the oldest is forgotten: its id then answers
+    /// "Task not found", as every task of another owner does.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 1000, value_name = "N"))]
+    pub max_tasks_per_owner: usize,
+
+    /// Forward this method although MCP does not define it (repeatable; a request or a
+    /// client notification). Name only methods that keep no state across requests beyond
+    /// their id: the backend has one session for every client. Others get -32601.
+    #[cfg_attr(feature = "cli", arg(long = "pass-method", value_name = "METHOD"))]
+    pub pass_methods: Vec<String>,
+
     /// How long a request head may take to arrive (on a new connection, or an idle one
     /// after its last answer); the connection is then closed.
     #[cfg_attr(feature = "cli", arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION"))]
@@ -558,6 +570,15 @@ impl Config {
     }
 
     fn validate_counts(&self) -> Result<(), ConfigError> {
+        if !(1..=1_000_000).contains(&self.max_tasks_per_owner) {
+            return Err(ConfigError {
+                flag: "--max-tasks-per-owner",
+                problem: format!(
+                    "{} is out of range (1 to 1000000)",
+                    self.max_tasks_per_owner
+                ),
+            });
+        }
         if !(1..=65_536).contains(&self.max_inflight) {
             return Err(ConfigError {
                 flag: "--max-inflight",
@@ -696,6 +717,8 @@ impl Config {
             restart_buffer: self.restart_buffer,
             session_idle: self.session_idle,
             max_inflight: self.max_inflight,
+            max_tasks_per_owner: self.max_tasks_per_owner,
+            pass_methods: self.pass_methods.iter().cloned().collect(),
             modern: self.modern,
             endpoint_prefix: format!("{base}{}", self.base_path()),
             instance: self.instance(),

@@ -87,6 +87,7 @@ mod limits; // rate limits' token buckets
 mod lines; // newline framing of the backend's stdout
 mod load; // flags and files read and checked whole, at start and on reload
 mod message; // one-pass admission of a JSON-RPC object
+mod methods; // the methods MCP defines for a client (SPEC 15)
 mod metrics; // counters, drop reasons, Prometheus text
 mod modern; // MCP 2026-07-28 requests: the era, the checks, the answers changed
 mod oauth; // the OAuth resource server: metadata, challenges, the resource

@@ -331,6 +331,8 @@ pub(crate) struct Params<'a> {
     pub(crate) progress_token: Option<&'a RawValue>,
     /// `params.requestId` (a `notifications/cancelled`).
     pub(crate) request_id: Option<&'a RawValue>,
+    /// `params.taskId` (a `tasks/*` request, `notifications/tasks/status`).
+    pub(crate) task_id: Option<&'a RawValue>,
     /// `params.capabilities` (an `initialize`).
     pub(crate) capabilities: Option<&'a RawValue>,
     /// `params.uri` (subscriptions and `notifications/resources/updated`).
@@ -539,6 +541,7 @@ impl<'de> Visitor<'de> for ParamsSeed {
                 }
                 "progressToken" => out.progress_token = Some(raw_value(&mut map, self.deep)?),
                 "requestId" => out.request_id = Some(raw_value(&mut map, self.deep)?),
+                "taskId" => out.task_id = Some(raw_value(&mut map, self.deep)?),
                 "capabilities" => out.capabilities = Some(raw_value(&mut map, self.deep)?),
                 "uri" => out.uri = Some(raw_value(&mut map, self.deep)?),
                 "name" => out.name = Some(raw_value(&mut map, self.deep)?),
@@ -957,6 +960,8 @@ pub struct Checked {
     pub(crate) tool: Option<String>,
     /// `params.name` when a string (a prompt's, a tool's).
     pub(crate) name: Option<String>,
+    /// `params.taskId` of a `tasks/*` request, when a string.
+    pub(crate) task: Option<String>,
     /// Where `params.arguments` is, for policies.
     arguments: Option<Range<usize>>,
     /// Where `params.ref` is (a `completion/complete`'s), for policies.
@@ -997,6 +1002,10 @@ impl Checked {
             name: (msg.params.name)
                 .and_then(string_value)
                 .map(|s| s.into_owned()),
+            task: (method.starts_with("tasks/"))
+                .then(|| msg.params.task_id.and_then(string_value))
+                .flatten()
+                .map(|s| s.into_owned()),
             arguments: msg.params.arguments.map(|a| msg.span(a)),
             reference: msg.params.reference.map(|r| msg.span(r)),
             meta: msg.params.meta.map(|m| msg.span(m)),
@@ -1006,6 +1015,16 @@ impl Checked {
             text: String::new(),
         };
         Ok(Checked { text, ..checked })
+    }
+
+    /// `text`, an edit of this message's text, admitted in its place; what a modern
+    /// request's reserved `_meta` keys said (gone from the text) is kept.
+    pub(crate) fn edited(&self, text: String) -> Result<Checked, Invalid> {
+        let admitted = Checked::admit(text.into_bytes())?;
+        Ok(Checked {
+            modern: self.modern.clone(),
+            ..admitted
+        })
     }
 
     /// This message as a modern request: its reserved `_meta` keys removed (read again

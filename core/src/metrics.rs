@@ -60,7 +60,13 @@ impl Metrics {
     /// the first time a (reason, method) is seen while the remembered set has room, DEBUG
     /// after. Methods past the set are counted as `other`.
     pub(crate) fn dropped(&mut self, reason: DropReason, method: Option<&str>) -> LogLevel {
-        let key = (reason, method.unwrap_or_default().to_owned());
+        // A client's method name may be long: a label keeps its first 256 bytes.
+        let method = method.unwrap_or_default();
+        let cut = (0..=method.len().min(256))
+            .rev()
+            .find(|&at| method.is_char_boundary(at))
+            .unwrap_or(0);
+        let key = (reason, method[..cut].to_owned());
         let first = !self.warned.contains(&key) && self.warned.len() < WARN_SET_CAP;
         if first {
             self.warned.insert(key.clone());
@@ -288,6 +294,19 @@ pub enum DropReason {
     /// A request waiting for a restarting backend whose client hung up: never forwarded,
     /// never answered.
     ClientLeft,
+    /// A task request naming a task (or a cursor) its caller does not own: answered -32602
+    /// (SPEC section 15).
+    ForeignTask,
+    /// A client request whose method MCP does not define and no `--pass-method` names:
+    /// answered -32601 by the proxy.
+    UnknownMethod,
+    /// A client notification the backend is not given (SPEC section 15).
+    ClientNotification,
+    /// A client's `logging/setLevel`: answered `{}` by the proxy (it would set every
+    /// client's level).
+    LogLevel,
+    /// `notifications/tasks/status` for a task no live session owns.
+    TaskUnattributed,
 }
 
 impl DropReason {
@@ -309,6 +328,11 @@ impl DropReason {
             DropReason::NotInFlight => "not_in_flight",
             DropReason::NoStream => "no_stream",
             DropReason::ClientLeft => "client_left",
+            DropReason::ForeignTask => "foreign_task",
+            DropReason::UnknownMethod => "unknown_method",
+            DropReason::ClientNotification => "client_notification",
+            DropReason::LogLevel => "log_level",
+            DropReason::TaskUnattributed => "task_unattributed",
         }
     }
 }

@@ -209,17 +209,32 @@ impl fmt::Display for SessionId {
 /// The client's string id is kept as written, escapes included, so a backend that echoes
 /// the id verbatim gives the client back its exact bytes.
 pub(crate) fn encode(session: &SessionId, id: RawId<'_>, out: &mut Vec<u8>) {
-    encode_marked(session, id, false, out)
+    encode_marked(session, id, Mark::Plain, out)
 }
 
-/// [`encode`], and when `filtered` the id also says that the result is a list to filter
-/// for the session (SPEC section 10): `<sid>|fn:<digits>` or `<sid>|fs:<string>`. The
-/// proxy writes the kind before any byte of the client's id, so no client id can forge
-/// or hide the mark.
-pub(crate) fn encode_marked(session: &SessionId, id: RawId<'_>, filtered: bool, out: &mut Vec<u8>) {
+/// What the proxy does with the result of a routed request on the way back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mark {
+    /// Delivered as the backend wrote it.
+    #[default]
+    Plain,
+    /// A list to filter for its caller by the policy and scopes (SPEC section 10):
+    /// `<sid>|fn:<digits>` or `<sid>|fs:<string>`.
+    Filtered,
+    /// A `tasks/list` to filter to its caller's own tasks (SPEC section 15): `<sid>|tn:..`.
+    Tasks,
+}
+
+/// [`encode`], with the id's [`Mark`] before its kind. The proxy writes the mark and the
+/// kind before any byte of the client's id, so no client id can forge or hide the mark.
+pub(crate) fn encode_marked(session: &SessionId, id: RawId<'_>, mark: Mark, out: &mut Vec<u8>) {
     out.push(b'"');
     out.extend_from_slice(session.as_bytes());
-    out.extend_from_slice(if filtered { b"|f" } else { b"|" });
+    out.extend_from_slice(match mark {
+        Mark::Plain => b"|",
+        Mark::Filtered => b"|f",
+        Mark::Tasks => b"|t",
+    });
     match id {
         RawId::Int(digits) => {
             out.extend_from_slice(b"n:");
@@ -250,8 +265,8 @@ pub struct Decoded<'a> {
     pub original: Cow<'a, str>,
     /// Whether the original was an integer.
     pub is_integer: bool,
-    /// Whether its result is a list to filter for the session ([`encode_marked`]).
-    pub filtered: bool,
+    /// What its result needs on the way back ([`encode_marked`]).
+    pub mark: Mark,
 }
 
 /// Decodes the raw JSON text of an id the backend echoed. `None` when it is not a routed
@@ -284,16 +299,17 @@ pub fn decode(raw: &str) -> Option<Decoded<'_>> {
 
 /// `rest` is what follows `<sid>|`: raw string-literal text when `literal`, else a value.
 fn split_kind(session: SessionId, rest: &str, literal: bool) -> Option<Decoded<'_>> {
-    let (filtered, rest) = match rest.strip_prefix('f') {
-        Some(rest) => (true, rest),
-        None => (false, rest),
+    let (mark, rest) = match rest.as_bytes().first() {
+        Some(b'f') => (Mark::Filtered, &rest[1..]),
+        Some(b't') => (Mark::Tasks, &rest[1..]),
+        _ => (Mark::Plain, rest),
     };
     if let Some(digits) = rest.strip_prefix("n:") {
         return is_integer_literal(digits).then_some(Decoded {
             session,
             original: Cow::Borrowed(digits),
             is_integer: true,
-            filtered,
+            mark,
         });
     }
     let text = rest.strip_prefix("s:")?;
@@ -311,7 +327,7 @@ fn split_kind(session: SessionId, rest: &str, literal: bool) -> Option<Decoded<'
         session,
         original: Cow::Owned(original),
         is_integer: false,
-        filtered,
+        mark,
     })
 }
 
@@ -363,25 +379,33 @@ mod tests {
         for (raw, id) in [
             ("7", RawId::Int("7")),
             (r#""fn:1""#, RawId::Str(r#""fn:1""#)),
+            (r#""tn:1""#, RawId::Str(r#""tn:1""#)),
         ] {
-            for filtered in [false, true] {
+            for mark in [Mark::Plain, Mark::Filtered, Mark::Tasks] {
                 let mut out = Vec::new();
-                encode_marked(&s, id, filtered, &mut out);
+                encode_marked(&s, id, mark, &mut out);
                 let text = String::from_utf8(out).unwrap();
                 let d = decode(&text).unwrap();
-                assert_eq!((d.original.as_ref(), d.filtered), (raw, filtered), "{text}");
+                assert_eq!((d.original.as_ref(), d.mark), (raw, mark), "{text}");
             }
         }
         // Whatever a client's string id holds comes after the proxy's `s:`.
-        for id in [r#""fs:x""#, r#""x|fn:2""#, r#""f""#, r#""\u0066n:1""#] {
+        for id in [
+            r#""fs:x""#,
+            r#""x|fn:2""#,
+            r#""f""#,
+            r#""\u0066n:1""#,
+            r#""ts:1""#,
+        ] {
             let mut out = Vec::new();
             encode(&s, RawId::Str(id), &mut out);
             let d = decode(std::str::from_utf8(&out).unwrap()).unwrap();
-            assert!(!d.filtered, "{id}");
+            assert_eq!(d.mark, Mark::Plain, "{id}");
             assert_eq!(d.original, id);
         }
         assert!(decode(&format!("\"{s}|f:1\"")).is_none());
         assert!(decode(&format!("\"{s}|ff:1\"")).is_none());
+        assert!(decode(&format!("\"{s}|tf:1\"")).is_none());
     }
 
     #[test]

@@ -13,7 +13,7 @@ use serde_json::value::RawValue;
 
 use crate::message::{self, Checked, IdAt, Invalid, Kind, Message, RawId};
 use crate::metrics::DropReason;
-use crate::routed_id::{self, SessionId};
+use crate::routed_id::{self, Mark, SessionId};
 
 /// Clients that may wait for the backend's first `initialize` at once.
 pub(crate) const MAX_INITIALIZE_WAITERS: usize = 4096;
@@ -76,10 +76,17 @@ pub(crate) enum Routed {
         message: Vec<u8>,
         /// Where the restored id is in `message`.
         id: Range<usize>,
-        /// Its routed id was marked: a list result to filter for the session.
-        filtered: bool,
+        /// What its routed id was marked for: a list result to filter for the caller.
+        mark: Mark,
         /// It is a JSON-RPC error (for the audit log's outcome).
         failed: bool,
+        /// The task its result created (a `CreateTaskResult`, SPEC section 15).
+        task: Option<CreatedTask>,
+    },
+    /// `notifications/tasks/status` for task `task` (SPEC section 15): to its owner only.
+    TaskStatus {
+        task: Option<String>,
+        message: Vec<u8>,
     },
     /// Progress for a routed token of `session`, token restored.
     Progress {
@@ -126,6 +133,31 @@ pub(crate) enum Routed {
         reason: DropReason,
         method: Option<String>,
     },
+}
+
+/// A task the backend created for a request (its `CreateTaskResult`, SPEC section 15).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CreatedTask {
+    /// `result.task.taskId`.
+    pub(crate) id: String,
+    /// `result.task.ttl` in milliseconds (`None`: null, missing or not a whole number).
+    pub(crate) ttl_ms: Option<u64>,
+}
+
+impl CreatedTask {
+    /// The task a result creates: its member `task` is an object whose `taskId` is a
+    /// string. Only a result that names `"task"` at all is read past a search.
+    fn of(result: &RawValue) -> Option<CreatedTask> {
+        let text = result.get();
+        memchr::memmem::find(text.as_bytes(), b"\"task\"")?;
+        let members = message::members(text)?;
+        let (_, task) = members.into_iter().find(|(key, _)| key == "task")?;
+        let task = message::members(task)?;
+        let member = |name: &str| task.iter().find(|(key, _)| key == name).map(|(_, v)| *v);
+        let id: String = serde_json::from_str(member("taskId")?).ok()?;
+        let ttl_ms = member("ttl").and_then(|ttl| ttl.parse().ok());
+        Some(CreatedTask { id, ttl_ms })
+    }
 }
 
 /// The proxy's answer to one client's request.
@@ -283,10 +315,10 @@ impl Router {
         }
     }
 
-    /// What `msg` of `sid` becomes (subscriptions were decided by the hub); `filtered`
-    /// marks its routed id so that its result is filtered for the session on the way back.
-    pub(crate) fn forward(&mut self, sid: SessionId, msg: &Checked, filtered: bool) -> Forward {
-        self.forward_edited(sid, msg, filtered, &[])
+    /// What `msg` of `sid` becomes (subscriptions were decided by the hub); `mark`
+    /// marks its routed id so that its result is filtered for the caller on the way back.
+    pub(crate) fn forward(&mut self, sid: SessionId, msg: &Checked, mark: Mark) -> Forward {
+        self.forward_edited(sid, msg, mark, &[])
     }
 
     /// [`Router::forward`], with `more` edits of the client's text (spans inside no other
@@ -295,7 +327,7 @@ impl Router {
         &mut self,
         sid: SessionId,
         msg: &Checked,
-        filtered: bool,
+        mark: Mark,
         more: &[(Range<usize>, Vec<u8>)],
     ) -> Forward {
         match (msg.kind, msg.method.as_str()) {
@@ -308,7 +340,7 @@ impl Router {
                 // sends carries its own sid.
                 let mut edits = Edits::default();
                 if let Some(id) = &msg.id {
-                    let routed = Patch::Routed(sid, id.raw(&msg.text), filtered);
+                    let routed = Patch::Routed(sid, id.raw(&msg.text), mark);
                     edits.push(id.span.clone(), routed);
                 }
                 edits.route(sid, msg, msg.token.as_ref());
@@ -414,8 +446,9 @@ impl Router {
             session: decoded.session,
             message: splice(msg.text, edits, false),
             id,
-            filtered: decoded.filtered,
+            mark: decoded.mark,
             failed: msg.error.is_some(),
+            task: msg.result.and_then(CreatedTask::of),
         }
     }
 
@@ -591,6 +624,14 @@ fn backend_notification(msg: &Message<'_>) -> Routed {
                 token: at,
             }
         }
+        "notifications/tasks/status" => Routed::TaskStatus {
+            task: msg
+                .params
+                .task_id
+                .and_then(message::string_value)
+                .map(|s| s.into_owned()),
+            message: splice(msg.text, Edits::default(), false),
+        },
         "notifications/resources/updated" => Routed::Updated {
             uri: msg
                 .params
@@ -654,7 +695,7 @@ pub(crate) fn response_line(id: &str, member: &str, value: &str) -> Vec<u8> {
 enum Patch<'a> {
     /// The routed id of this session's id (written straight into the output), marked
     /// when its result is a list to filter.
-    Routed(SessionId, RawId<'a>, bool),
+    Routed(SessionId, RawId<'a>, Mark),
     Text(&'a [u8]),
     Owned(Vec<u8>),
 }
@@ -681,7 +722,7 @@ impl<'a> Edits<'a> {
         if let Some(value) = value {
             self.push(
                 value.span.clone(),
-                Patch::Routed(sid, value.raw(&msg.text), false),
+                Patch::Routed(sid, value.raw(&msg.text), Mark::Plain),
             );
         }
     }
@@ -697,9 +738,7 @@ fn splice(text: &str, edits: Edits<'_>, line: bool) -> Vec<u8> {
     for (span, patch) in edits.into_iter().flatten() {
         out.extend_from_slice(&text.as_bytes()[at..span.start]);
         match patch {
-            Patch::Routed(sid, id, filtered) => {
-                routed_id::encode_marked(&sid, id, filtered, &mut out)
-            }
+            Patch::Routed(sid, id, mark) => routed_id::encode_marked(&sid, id, mark, &mut out),
             Patch::Text(bytes) => out.extend_from_slice(bytes),
             Patch::Owned(bytes) => out.extend_from_slice(&bytes),
         }

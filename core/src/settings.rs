@@ -105,6 +105,10 @@ pub struct Settings {
     /// Requests one Streamable session (or one principal's 2026-07-28 requests) may have
     /// in flight.
     pub max_inflight: usize,
+    /// Tasks one owner may hold (SPEC section 15).
+    pub max_tasks_per_owner: usize,
+    /// Methods MCP does not define that are forwarded all the same (`--pass-method`).
+    pub pass_methods: std::collections::BTreeSet<String>,
     /// `--modern`.
     pub modern: Modern,
     /// Prefix of the POST URL in a session's `endpoint` event (`--public-url` and
@@ -242,6 +246,8 @@ impl Default for Settings {
             request_timeout: Some(Duration::from_secs(300)),
             session_idle: Duration::from_secs(1800),
             max_inflight: 256,
+            max_tasks_per_owner: 1000,
+            pass_methods: std::collections::BTreeSet::new(),
             modern: Modern::On,
             endpoint_prefix: String::new(),
             instance: None,

@@ -7,14 +7,16 @@ use std::time::Instant;
 
 use super::auditing::Happened;
 use super::backend::LineFrom;
+use super::modern::ModernRequests;
 use super::resume::StreamKey;
-use super::sessions::{Kind, SessionNumber};
+use super::sessions::{Kind, SessionNumber, Sessions};
+use super::tasks::{Owner, Tasks};
 use super::Hub;
 use crate::message::IdKey;
 use crate::metrics::DropReason;
 use crate::output::{Frame, StreamId};
-use crate::routed_id::SessionId;
-use crate::router::{Answer, Routed};
+use crate::routed_id::{Mark, SessionId};
+use crate::router::{self, Answer, Routed};
 use crate::sse;
 
 /// What a delivered message is. Spans are byte ranges of the message holding the
@@ -41,21 +43,43 @@ impl Hub {
                 session,
                 mut message,
                 mut id,
-                filtered,
+                mark,
                 failed,
+                task,
             } => {
-                if filtered {
-                    let caller =
-                        (self.sessions.caller(&session)).or_else(|| self.modern.caller(&session));
-                    let hidden;
-                    (message, id, hidden) =
-                        (self.decisions).filter_list(&self.settings, caller, message, id);
-                    self.metrics.entries_hidden += hidden;
+                let owner = owner_of((&self.sessions, &self.modern), &session);
+                let hidden;
+                (message, id, hidden) = match (mark, &owner) {
+                    (Mark::Filtered, _) => {
+                        let caller = (self.sessions.caller(&session))
+                            .or_else(|| self.modern.caller(&session));
+                        (self.decisions).filter_list(&self.settings, caller, message, id)
+                    }
+                    (Mark::Tasks, Some(owner)) => {
+                        tasks_listed(&mut self.tasks, now, owner, message, id)
+                    }
+                    _ => (message, id, 0),
+                };
+                self.metrics.entries_hidden += hidden;
+                // A task is its creator's from the moment its result is delivered.
+                if let (Some(task), Some(owner)) = (task, owner) {
+                    self.tasks.created(now, owner, &task);
                 }
                 let outcome = Some(crate::audit::Outcome::of_failed(failed));
                 let what = Delivery::Response { id, outcome };
                 if !self.deliver(now, session, message, what) {
                     self.drop_message(DropReason::SessionGone, None);
+                }
+            }
+            Routed::TaskStatus { task, message } => {
+                let owner = task.and_then(|task| self.tasks.owner_of(now, &task).cloned());
+                let delivered = match owner {
+                    Some(Owner::Session(sid)) => self.deliver(now, sid, message, Delivery::Update),
+                    _ => false,
+                };
+                if !delivered {
+                    let method = "notifications/tasks/status";
+                    self.drop_message(DropReason::TaskUnattributed, Some(method));
                 }
             }
             Routed::Progress {
@@ -213,5 +237,43 @@ impl Hub {
             self.observe(now, Happened::answered(number, started, &message, outcome));
         }
         true
+    }
+}
+
+/// Who owns what a response routed under `key` creates: its live 2025 session, or the
+/// principal of the 2026-07-28 request waiting under it (`None`: nobody waits).
+fn owner_of((sessions, modern): (&Sessions, &ModernRequests), key: &SessionId) -> Option<Owner> {
+    if sessions.find(key).is_some() {
+        return Some(Owner::Session(*key));
+    }
+    let (principal, _) = modern.caller(key)?;
+    Some(Owner::Principal(principal.clone()))
+}
+
+/// A `tasks/list` answer for `owner` (SPEC section 15): its result keeps only the owner's
+/// tasks and a cursor minted for it; an error is passed on; a result that cannot be
+/// filtered is not. Returns the message, where its id now is, and how many tasks it hides.
+fn tasks_listed(
+    tasks: &mut Tasks,
+    now: Instant,
+    owner: &Owner,
+    message: Vec<u8>,
+    id: Range<usize>,
+) -> (Vec<u8>, Range<usize>, u64) {
+    let Some(result) = crate::message::parse_backend_result(&message) else {
+        return (message, id, 0);
+    };
+    let raw_id = String::from_utf8_lossy(&message[id]).into_owned();
+    let at = router::RESPONSE_ID_AT..router::RESPONSE_ID_AT + raw_id.len();
+    match tasks.list_for(now, owner, result) {
+        Some(listed) => (
+            router::response_line(&raw_id, "result", &listed.result),
+            at,
+            listed.hidden,
+        ),
+        None => {
+            let error = r#"{"code":-32603,"message":"task list could not be filtered"}"#;
+            (router::response_line(&raw_id, "error", error), at, 0)
+        }
     }
 }

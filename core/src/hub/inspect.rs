@@ -28,6 +28,8 @@ pub struct TableSizes {
     pub resume_bytes: usize,
     /// Principals counted for `--max-sessions-per-principal` (those with a live session).
     pub principals: usize,
+    /// Tasks with an owner, and owners holding tasks or cursors (SPEC section 15).
+    pub tasks: (usize, usize),
 }
 
 /// A read-only view of a [`Hub`] ([`Hub::inspect`]).
@@ -72,6 +74,7 @@ impl Inspect<'_> {
             resume_timers: self.hub.sessions.resume_timers.len(),
             resume_bytes: self.hub.sessions.resume_bytes(),
             principals: self.hub.sessions.principals(),
+            tasks: self.hub.tasks.sizes(),
         }
     }
 

@@ -66,6 +66,8 @@ impl Hub {
         };
         self.outputs
             .push_back(Output::Log(Event::BackendExited { pid, exit }));
+        // Its tasks went with it (SPEC section 15).
+        self.tasks.clear();
         if let Phase::Stopping { status, .. } = self.backend.phase() {
             self.router.backend_exited(false);
             return self.backend.exit(status, &mut self.outputs);
@@ -243,6 +245,7 @@ impl Hub {
             return;
         };
         self.metrics.sessions_closed += 1;
+        (self.tasks).owner_ended(&super::tasks::Owner::Session(session.id));
         self.outputs.push_back(Output::Log(Event::SessionClosed {
             session: session.id,
             reason,

@@ -12,6 +12,7 @@
 //! | `resume` | each Streamable session's event log: numbered events kept for resumption |
 //! | `keys` | the key sets: their fetches, refreshes and backoff (SPEC section 9) |
 //! | `authz` | the policy's decisions, remembered, and the filtering of list results (SPEC section 10) |
+//! | `tasks` | the backend's tasks and their owners, the cursors minted for each owner (SPEC section 15) |
 //! | `deadlines` | the timer set the other parts keep their deadlines in |
 //!
 //! Beside them the hub holds the `Router` (the message-level rules of SPEC sections 2 and
@@ -56,6 +57,7 @@ mod resumption;
 mod sessions;
 mod spans;
 mod streams;
+mod tasks;
 
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -99,6 +101,8 @@ pub struct Hub {
     buckets: crate::limits::Buckets,
     exchanges: Exchanges,
     decisions: authz::Decisions,
+    /// The backend's tasks and who owns each (SPEC section 15).
+    tasks: tasks::Tasks,
     outputs: VecDeque<Output>,
     next_id: u64,
 }
@@ -120,6 +124,7 @@ impl Hub {
             buckets: crate::limits::Buckets::default(),
             exchanges: Exchanges::default(),
             decisions: authz::Decisions::default(),
+            tasks: tasks::Tasks::new(settings.max_tasks_per_owner),
             settings,
             outputs: VecDeque::new(),
             next_id: 1,

@@ -12,6 +12,7 @@ use super::backend::LineFrom;
 use super::exchanges::{Answer, Sender};
 use super::in_flight::{Caller, Entry};
 use super::sessions::SessionNumber;
+use super::tasks::{Asked, Owner};
 use super::{Body, Hub, Request};
 use crate::auth::Principal;
 use crate::http::{Grant, Rejection, Response};
@@ -19,7 +20,7 @@ use crate::message::{self, Checked, IdKey};
 use crate::metrics::DropReason;
 use crate::modern::{self, ToolHeaders};
 use crate::output::{Frame, RequestId, StreamId};
-use crate::routed_id::{Instance, SessionId};
+use crate::routed_id::{Instance, Mark, SessionId};
 use crate::router::Forward;
 use crate::settings::{Modern, Settings};
 use crate::streamable::{self, Accepts};
@@ -216,6 +217,22 @@ pub(super) fn post(
     if let Some(response) = answered_by_proxy(hub, &msg, &principal, sender.forbidden) {
         return hub.respond(now, request, Answer::Served(response));
     }
+    // SPEC section 15: tasks are the principal's; unknown methods answered here.
+    let owner = Owner::Principal(principal.clone());
+    let msg = match (hub.tasks).ask(now, &owner, &msg, &hub.settings.pass_methods) {
+        Asked::Forward(_) | Asked::Dropped => msg,
+        Asked::Rewritten(checked) => *checked,
+        Asked::Answer(answer, reason) => {
+            hub.drop_message(reason, Some(&msg.method));
+            let status = if reason == DropReason::UnknownMethod {
+                404
+            } else {
+                400
+            };
+            let response = Response::json(status, answer);
+            return hub.respond(now, request, Answer::Served(response));
+        }
+    };
     let waiting = Waiting {
         method: msg.method.clone(),
         filtered: super::authz::filters(&hub.settings, &msg),
@@ -238,7 +255,12 @@ fn forward(
     msg: Checked,
     waiting: Waiting,
 ) {
-    let (request, filtered) = (waiting.exchange, waiting.filtered);
+    let request = waiting.exchange;
+    let mark = match (waiting.filtered, msg.method.as_str()) {
+        (true, _) => Mark::Filtered,
+        (false, "tasks/list") => Mark::Tasks,
+        (false, _) => Mark::Plain,
+    };
     // Accepted: its observation goes with it (taken before a stream answers the exchange),
     // ended when it is answered.
     let audit = hub.exchanges.take_started(request);
@@ -260,7 +282,7 @@ fn forward(
         _ => msg,
     };
     let hop = (&mut hub.router, &mut hub.in_flight, hub.settings.tracing);
-    match super::spans::forward(hop, (key, Caller::Modern(key), now), &outbound, filtered) {
+    match super::spans::forward(hop, (key, Caller::Modern(key), now), &outbound, mark) {
         Forward::Line(line) => hub.queue_line(line, LineFrom::Client(lane)),
         Forward::Answer(answer) => {
             let at = crate::router::RESPONSE_ID_AT;

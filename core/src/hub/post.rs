@@ -16,6 +16,7 @@ use super::modern::ModernPost;
 use super::sessions::{Kind, SessionNumber, Sessions};
 use super::spans;
 use super::streams::Role;
+use super::tasks::{Asked, Owner, Tasks};
 use super::{Hub, Request, Response};
 use crate::admission::{self, Arrival, Capacity, Refused, Verdict};
 use crate::audit::Outcome;
@@ -25,7 +26,7 @@ use crate::message::Checked;
 use crate::metrics::DropReason;
 use crate::modern::ToolHeaders;
 use crate::output::{Event, Frame, Output, RequestId, StreamId};
-use crate::routed_id::SessionId;
+use crate::routed_id::{Mark, SessionId};
 use crate::router::{Forward, RESPONSE_ID_AT};
 use crate::settings::{OnBackendExit, Settings};
 use crate::sse;
@@ -409,18 +410,30 @@ impl Hub {
                 self.observe(at, Happened::Unanswered(Some(number), started));
             }
         }
-        let (answer, outcome) = if sender.forbidden {
-            self.metrics.policy_denied += 1;
-            (msg.error(-32003, "forbidden by policy"), Outcome::Denied)
-        } else {
-            let filtered = super::authz::filters(&self.settings, msg);
-            if let (true, Some(session)) = (filtered, self.sessions.get_mut(number)) {
-                session.grant = sender.grant;
+        let parts = (&mut self.tasks, &mut self.sessions, &self.listeners);
+        let (answer, outcome) = match own_answer(
+            parts,
+            &self.settings,
+            now,
+            number,
+            msg,
+            (sender.forbidden, &sender.grant),
+        ) {
+            Own::Answer(answer, outcome, counted) => {
+                match counted {
+                    Some(reason) => self.drop_message(reason, Some(&msg.method)),
+                    None if outcome == Outcome::Denied => self.metrics.policy_denied += 1,
+                    None => {}
+                }
+                (answer, outcome)
             }
-            let hop = (&mut self.router, &mut self.in_flight, self.settings.tracing);
-            match subscription((&mut self.sessions, &self.listeners), number, msg) {
-                Some(answer) => answer,
-                None => match spans::forward(hop, (sid, number.into(), now), msg, filtered) {
+            Own::Dropped => {
+                return self.drop_message(DropReason::ClientNotification, Some(&msg.method))
+            }
+            Own::Forward(rewritten, mark) => {
+                let msg = rewritten.as_deref().unwrap_or(msg);
+                let hop = (&mut self.router, &mut self.in_flight, self.settings.tracing);
+                match spans::forward(hop, (sid, number.into(), now), msg, mark) {
                     Forward::Line(line) => return self.queue_line(line, LineFrom::Client(number)),
                     Forward::Answer(answer) => {
                         let outcome = Outcome::of_answer(&answer);
@@ -430,7 +443,7 @@ impl Hub {
                         (answer, outcome)
                     }
                     Forward::Waiting | Forward::Absorbed => return,
-                },
+                }
             }
         };
         let id = RESPONSE_ID_AT..RESPONSE_ID_AT + msg.raw_id().len();
@@ -440,6 +453,64 @@ impl Hub {
         };
         self.deliver(now, sid, answer, what);
     }
+}
+
+/// What the proxy does with a message of a 2025 session before the router.
+enum Own {
+    /// It answers with this, the outcome, and the reason it counts (none for the policy's
+    /// refusal, counted as such, and for subscriptions).
+    Answer(Vec<u8>, Outcome, Option<DropReason>),
+    /// A client notification not passed: dropped.
+    Dropped,
+    /// The message (or what replaces it) goes to the router with this mark.
+    Forward(Option<Box<Checked>>, Mark),
+}
+
+/// The proxy's own answer to `msg` of session `number`, in SPEC's order: the policy's
+/// -32003, then what the tasks and unknown methods rules answer (section 15), then a
+/// subscription's; else the message is forwarded, a filtered list's grant left with its
+/// session.
+fn own_answer(
+    (tasks, sessions, listeners): (&mut Tasks, &mut Sessions, &super::listen::Listeners),
+    settings: &Settings,
+    now: Instant,
+    number: SessionNumber,
+    msg: &Checked,
+    (forbidden, grant): (bool, &crate::http::Grant),
+) -> Own {
+    if forbidden {
+        return Own::Answer(
+            msg.error(-32003, "forbidden by policy"),
+            Outcome::Denied,
+            None,
+        );
+    }
+    let Some(session) = sessions.get(number) else {
+        return Own::Dropped;
+    };
+    let owner = Owner::Session(session.id);
+    let (rewritten, mark) = match tasks.ask(now, &owner, msg, &settings.pass_methods) {
+        Asked::Answer(answer, reason) => {
+            let outcome = match Asked::refuses(reason) {
+                true => Outcome::Denied,
+                false => Outcome::Success,
+            };
+            return Own::Answer(answer, outcome, Some(reason));
+        }
+        Asked::Dropped => return Own::Dropped,
+        Asked::Rewritten(checked) => (Some(checked), Mark::Tasks),
+        Asked::Forward(mark) => (None, mark),
+    };
+    if let Some((answer, outcome)) = subscription((sessions, listeners), number, msg) {
+        return Own::Answer(answer, outcome, None);
+    }
+    if super::authz::filters(settings, msg) {
+        if let Some(session) = sessions.get_mut(number) {
+            session.grant = grant.clone();
+        }
+        return Own::Forward(rewritten, Mark::Filtered);
+    }
+    Own::Forward(rewritten, mark)
 }
 
 /// The proxy's own answer to a subscription request of session `number`, if it has one: a

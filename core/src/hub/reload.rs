@@ -26,6 +26,7 @@ impl Hub {
         self.streams.set_keepalive(self.settings.keepalive);
         self.listeners.set_keepalive(self.settings.keepalive);
         self.backend.reconfigure(&self.settings);
+        self.tasks.set_max(self.settings.max_tasks_per_owner);
         self.metrics.reloads += 1;
         self.outputs
             .push_back(Output::Log(Event::Reloaded { ignored }));

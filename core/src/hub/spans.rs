@@ -11,7 +11,7 @@ use super::exchanges::Started;
 use super::in_flight::{Caller, InFlight};
 use crate::message::Checked;
 use crate::output::Output;
-use crate::routed_id::SessionId;
+use crate::routed_id::{Mark, SessionId};
 use crate::router::{Forward, Router};
 use crate::settings::Tracing;
 use crate::trace::{Carried, Ending, Value};
@@ -35,17 +35,17 @@ pub(super) fn forward(
     (router, in_flight, tracing): (&mut Router, &mut InFlight, Option<Tracing>),
     (sid, caller, now): (SessionId, Caller, Instant),
     msg: &Checked,
-    filtered: bool,
+    mark: Mark,
 ) -> Forward {
     let Some(started) = started_of(in_flight, caller, msg) else {
-        return router.forward(sid, msg, filtered);
+        return router.forward(sid, msg, mark);
     };
     let span = started.trace.as_deref_mut().filter(|_| tracing.is_some());
     let carried = span.as_ref().and_then(|span| span.carried(msg));
     let forward = match &carried {
-        Some(Carried::Edits(edits)) => router.forward_edited(sid, msg, filtered, edits),
-        Some(Carried::Rewritten(carried)) => router.forward(sid, carried, filtered),
-        None => router.forward(sid, msg, filtered),
+        Some(Carried::Edits(edits)) => router.forward_edited(sid, msg, mark, edits),
+        Some(Carried::Rewritten(carried)) => router.forward(sid, carried, mark),
+        None => router.forward(sid, msg, mark),
     };
     if matches!(forward, Forward::Line(_)) {
         if let Some(span) = span {

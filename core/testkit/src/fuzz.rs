@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::value::RawValue;
 
 use switchboard_core::routed_id::{self, SessionId};
-use switchboard_core::Principal;
+use switchboard_core::{DropReason, Principal};
 
 use crate::routing::{Accepted, Action, Delivery, Routing};
 
@@ -28,6 +28,49 @@ pub(crate) const LIST_CHANGED: [&str; 3] = [
     "notifications/resources/list_changed",
     "notifications/prompts/list_changed",
 ];
+
+/// The requests MCP defines for a 2025-era client (SPEC section 15): any other is answered
+/// -32601 by the proxy.
+pub(crate) const MCP_REQUESTS: [&str; 17] = [
+    "initialize",
+    "ping",
+    "tools/list",
+    "tools/call",
+    "prompts/list",
+    "prompts/get",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "completion/complete",
+    "logging/setLevel",
+    "tasks/get",
+    "tasks/result",
+    "tasks/list",
+    "tasks/cancel",
+];
+
+/// What the proxy answers itself before the router (SPEC section 15) for a request of
+/// `method` from a session that owns no task: the member and value of its answer.
+pub(crate) fn answered_before_routing(method: &str) -> Option<(&'static str, &'static str)> {
+    match method {
+        "logging/setLevel" => Some(("result", "{}")),
+        "tasks/get" | "tasks/result" | "tasks/cancel" => {
+            Some(("error", r#"{"code":-32602,"message":"Task not found"}"#))
+        }
+        "tasks/list" => Some(("error", r#"{"code":-32602,"message":"Invalid cursor"}"#)),
+        m if !MCP_REQUESTS.contains(&m) => {
+            Some(("error", r#"{"code":-32601,"message":"Method not found"}"#))
+        }
+        _ => None,
+    }
+}
+
+/// Whether a `tasks/list` names a cursor (one the proxy never minted, in the fixtures).
+fn has_cursor(m: &Members<'_>) -> bool {
+    at(m, &["params", "cursor"]).is_some_and(|c| c.get() != "null")
+}
 
 /// The proxy's own end of the handshake, written once when the first `initialize` succeeds.
 pub(crate) const INITIALIZED_LINE: &[u8] =
@@ -189,9 +232,15 @@ impl ClientFixture {
                     panic!("a forwarded body produced {actions:?}");
                 };
                 assert!(
-                    id.is_some()
-                        || !matches!(method.as_str(), "notifications/initialized" | "initialize"),
-                    "a client's handshake notification reached the backend"
+                    id.is_some() || method == "notifications/cancelled",
+                    "a client notification other than a cancellation reached the backend"
+                );
+                // SPEC section 15: a method MCP does not define never reaches the backend.
+                assert!(
+                    id.is_none()
+                        || answered_before_routing(&method).is_none()
+                        || (method == "tasks/list" && !has_cursor(&m)),
+                    "{method} reached the backend"
                 );
                 let first_initialize =
                     self.init == InitState::Idle && method == "initialize" && id.is_some();
@@ -200,12 +249,24 @@ impl ClientFixture {
             }
             Accepted::Answered => self.check_answered(&method, id, &m, &actions),
             Accepted::Absorbed => {
-                assert!(
-                    matches!(method.as_str(), "notifications/initialized" | "initialize"),
-                    "absorbed {method}"
-                );
                 assert!(id.is_none(), "absorbed a request");
-                assert!(actions.is_empty(), "absorbed with {actions:?}");
+                match method.as_str() {
+                    "notifications/initialized" | "initialize" => {
+                        assert!(actions.is_empty(), "absorbed with {actions:?}")
+                    }
+                    "notifications/cancelled" => panic!("a cancellation was absorbed"),
+                    // SPEC section 15: a notification nobody passed is dropped, counted.
+                    _ => assert!(
+                        matches!(
+                            &actions[..],
+                            [Action::Drop {
+                                reason: DropReason::ClientNotification,
+                                ..
+                            }]
+                        ),
+                        "absorbed {method} with {actions:?}"
+                    ),
+                }
             }
         }
     }
@@ -254,10 +315,26 @@ impl ClientFixture {
                 );
                 "{}"
             }
-            _ => panic!(
-                "{method} was answered by the proxy in state {:?}",
-                self.init
-            ),
+            _ => match answered_before_routing(method) {
+                Some((member, expected)) => {
+                    // Counted as the proxy's answer, then delivered.
+                    let [Action::Drop { .. }, Action::Deliver {
+                        session,
+                        message,
+                        what,
+                    }] = actions
+                    else {
+                        panic!("an answered {method} produced {actions:?}");
+                    };
+                    assert_eq!(*session, self.poster, "an answer went to another session");
+                    check_delivery_span(message, what);
+                    return check_answer(message, id, member, expected);
+                }
+                None => panic!(
+                    "{method} was answered by the proxy in state {:?}",
+                    self.init
+                ),
+            },
         };
         let [Action::Deliver {
             session,

