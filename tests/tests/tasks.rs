@@ -12,7 +12,8 @@
 //!   task id, refused to another caller;
 //! - the owner's own get, list, cancel and result work, and the result is its own report;
 //! - `notifications/tasks/status` reach the owning 2025 session, never another;
-//! - ten fresh sessions of both principals poll random task ids and all fail;
+//! - ten fresh sessions of both principals poll random task ids (and ids no one owns: a
+//!   number, null, none, an unknown string, 300 bytes) and all fail;
 //! - a session that ends leaves nothing a later session (same principal) can read;
 //! - a method MCP does not define gets -32601 and `logging/setLevel` gets `{}` from the proxy,
 //!   neither forwarded, unless `--pass-method` names the method.
@@ -359,12 +360,16 @@ fn answer_of(answer: Answer, notes: &mut Vec<Value>) -> (u16, Value) {
 
 /// Violations, collected so that one failing run names every leak at once.
 #[derive(Default)]
-struct Findings(Vec<String>);
+struct Findings {
+    checks: usize,
+    violations: Vec<String>,
+}
 
 impl Findings {
     fn check(&mut self, ok: bool, what: impl FnOnce() -> String) {
+        self.checks += 1;
         if !ok {
-            self.0.push(what());
+            self.violations.push(what());
         }
     }
 
@@ -386,11 +391,16 @@ impl Findings {
 
     /// Fails with every violation, grouped by kind (a count and the first three of each).
     fn assert_none(&self, target: Target) {
-        if self.0.is_empty() {
+        println!(
+            "{target:?}: {} checks, {} violations",
+            self.checks,
+            self.violations.len()
+        );
+        if self.violations.is_empty() {
             return;
         }
         let mut kinds: Vec<(&str, Vec<&String>)> = Vec::new();
-        for v in &self.0 {
+        for v in &self.violations {
             let kind = v.split(']').next().unwrap_or_default();
             match kinds.iter_mut().find(|(k, _)| *k == kind) {
                 Some((_, all)) => all.push(v),
@@ -406,7 +416,7 @@ impl Findings {
         }
         panic!(
             "{target:?}: {} violations of SPEC 15:\n{report}",
-            self.0.len()
+            self.violations.len()
         );
     }
 }
@@ -614,6 +624,7 @@ fn tasks_are_isolated_between_callers(target: Target) {
             })
         });
         let statuses = c.statuses();
+        println!("{}: {} status notifications", c.name, statuses.len());
         let foreign: Vec<&(String, String)> = statuses
             .iter()
             .filter(|(t, _)| !c.tasks.contains(t))
@@ -650,6 +661,16 @@ fn tasks_are_isolated_between_callers(target: Target) {
             let (status, m) = c.request(method, json!({"taskId": task, "marker": FOREIGN}));
             f.not_found(&format!("random {method}"), &c, status, &m, task);
         }
+        // Ids no one owns: a number, null, a missing one, an unknown string, one too long to
+        // record (SPEC 15: all "not owned", answered by the proxy).
+        let method = PROBES[k % PROBES.len()];
+        let long = "f".repeat(300);
+        for id in [json!(7), Value::Null, json!("no-such-task"), json!(long)] {
+            let (status, m) = c.request(method, json!({"taskId": id, "marker": FOREIGN}));
+            f.not_found(&format!("odd {method}"), &c, status, &m, &id.to_string());
+        }
+        let (status, m) = c.request(method, json!({"marker": FOREIGN}));
+        f.not_found(&format!("odd {method}"), &c, status, &m, "(no taskId)");
         match c.list_all() {
             Ok((ids, _)) => f.check(ids.is_empty(), || {
                 format!("[foreign list] {name}, a new session, was shown {ids:?}")
