@@ -224,6 +224,11 @@ pub(super) fn post(
         Asked::Rewritten(checked) => *checked,
         Asked::Answer(answer, reason) => {
             hub.drop_message(reason, Some(&msg.method));
+            // Observed as the proxy's denial, as a 2025 session's is (not by its status).
+            if let Some(started) = hub.exchanges.take_started(request) {
+                let outcome = Some(crate::audit::Outcome::Denied);
+                hub.observe(now, Happened::answered(None, started, &answer, outcome));
+            }
             let status = if reason == DropReason::UnknownMethod {
                 404
             } else {
