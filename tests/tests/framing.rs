@@ -19,8 +19,9 @@ const BACKEND: &str = env!("CARGO_BIN_EXE_test-backend");
 
 /// A notification the backend records, marked so its arrival can be looked for.
 fn marked(mark: &str) -> String {
+    // A cancellation: the one client notification every proxy forwards (SPEC 15).
     format!(
-        r#"{{"jsonrpc":"2.0","method":"notifications/roots/list_changed","params":{{"mark":"{mark}"}}}}"#
+        r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":"none","reason":"{mark}"}}}}"#
     )
 }
 

@@ -45,10 +45,11 @@ fn departed_client_is_noticed_within_a_second(target: Target) {
             "POST",
             &post_target,
             &[("Content-Type", "application/json")],
-            // A notification: the backend answers nothing, so nothing is written to the
-            // departed stream that could fail and give the departure away.
+            // A notification the proxy forwards (a cancellation, SPEC 15): the backend
+            // answers nothing, so nothing is written to the departed stream that could fail
+            // and give the departure away.
             switchboard_tests::Body::json(&format!(
-                r#"{{"jsonrpc":"2.0","method":"notifications/roots/list_changed","params":{{"mark":"{marker}"}}}}"#
+                r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":"none","reason":"{marker}"}}}}"#
             )),
         );
         if r.status == 404 {
