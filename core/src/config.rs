@@ -293,6 +293,14 @@ pub struct Config {
     #[cfg_attr(feature = "cli", arg(long, default_value = "30m", value_parser = parse_duration, value_name = "DURATION"))]
     pub session_idle: Duration,
 
+    /// Client requests written to the backend and not yet answered, at most; the rest wait
+    /// in the proxy's fair queue (one share per session), not in the backend's stdin pipe,
+    /// so one client's flood delays another's call by at most this many requests. A request
+    /// leaves the window when answered, cancelled, timed out (--request-timeout) or when its
+    /// session ends.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = crate::settings::BACKEND_WINDOW, value_name = "N"))]
+    pub backend_window: usize,
+
     /// Requests one Streamable HTTP session (and, with --audit-log, one legacy session) may
     /// have in flight; more get 429.
     #[cfg_attr(feature = "cli", arg(long, default_value_t = 256, value_name = "N"))]
@@ -564,6 +572,12 @@ impl Config {
                 problem: format!("{} is out of range (1 to 65536)", self.max_inflight),
             });
         }
+        if !(1..=65_536).contains(&self.backend_window) {
+            return Err(ConfigError {
+                flag: "--backend-window",
+                problem: format!("{} is out of range (1 to 65536)", self.backend_window),
+            });
+        }
         if !(1..=65_536).contains(&self.max_pipelined) {
             return Err(ConfigError {
                 flag: "--max-pipelined",
@@ -689,6 +703,7 @@ impl Config {
             restart: self.restart,
             stdin_queue: crate::settings::STDIN_QUEUE,
             stdin_window: crate::settings::STDIN_WINDOW,
+            backend_window: self.backend_window,
             request_timeout: (!self.request_timeout.is_zero()).then_some(self.request_timeout),
             on_backend_exit: self.on_backend_exit,
             oauth: self.resource_server().map(std::sync::Arc::new),

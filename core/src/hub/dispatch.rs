@@ -44,6 +44,13 @@ impl Hub {
                 filtered,
                 failed,
             } => {
+                // Answered: its place in the backend window is free.
+                let key = std::str::from_utf8(&message[id.clone()])
+                    .ok()
+                    .and_then(IdKey::of);
+                if key.is_some_and(|key| self.backend.answered(&(session, key))) {
+                    self.backend.release(now, &mut self.outputs, false);
+                }
                 if filtered {
                     let caller =
                         (self.sessions.caller(&session)).or_else(|| self.modern.caller(&session));
@@ -75,7 +82,7 @@ impl Hub {
                 method,
             } => {
                 self.drop_message(reason, Some(&method));
-                self.queue_line(line, LineFrom::Proxy);
+                self.queue_line(now, line, LineFrom::Proxy);
             }
             Routed::Pong { ping } => {
                 for request in self.backend.pong(now, ping, &mut self.outputs) {
@@ -111,7 +118,7 @@ impl Hub {
             self.deliver(now, answer.session, answer.message, what);
         }
         if let Some(line) = initialized {
-            self.queue_line(line, LineFrom::Proxy);
+            self.queue_line(now, line, LineFrom::Proxy);
             // 2026-07-28 requests held for the proxy's own handshake go ahead.
             self.release_waiting(now);
         }

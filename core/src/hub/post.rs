@@ -307,7 +307,7 @@ impl Hub {
             && self.router.handshake_result().is_none();
         if unshaken && self.router.is_idle() {
             let line = self.router.own_handshake();
-            self.queue_line(line, LineFrom::Proxy);
+            self.queue_line(now, line, LineFrom::Proxy);
         }
         // Client lines may go to the backend: it runs and owes no handshake.
         if self.backend.is_up() && self.router.is_ready() && !unshaken {
@@ -421,7 +421,9 @@ impl Hub {
             match subscription((&mut self.sessions, &self.listeners), number, msg) {
                 Some(answer) => answer,
                 None => match spans::forward(hop, (sid, number.into(), now), msg, filtered) {
-                    Forward::Line(line) => return self.queue_line(line, LineFrom::Client(number)),
+                    Forward::Line(line) => {
+                        return self.queue_line(now, line, client_line(number, sid, msg))
+                    }
                     Forward::Answer(answer) => {
                         let outcome = Outcome::of_answer(&answer);
                         if outcome == Outcome::Success && msg.is_request("initialize") {
@@ -464,5 +466,16 @@ fn subscription(
             Some((msg.result("{}"), Outcome::Success))
         }
         _ => None,
+    }
+}
+
+/// How a client line of session `number` (routed under `sid`) is queued: a request (not
+/// the handshake, which goes under the proxy's own id) takes a place in the backend window.
+pub(super) fn client_line(number: SessionNumber, sid: SessionId, msg: &Checked) -> LineFrom {
+    match (&msg.id, msg.kind) {
+        (Some(id), message::Kind::Request) if msg.method != "initialize" => {
+            LineFrom::Request(number, (sid, id.key.clone()))
+        }
+        _ => LineFrom::Client(number),
     }
 }
