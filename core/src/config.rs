@@ -230,6 +230,20 @@ pub struct Config {
     )]
     pub otel_traces_sampler_arg: Option<String>,
 
+    /// Bytes of each span attribute value and span name taken from a request (tool, prompt
+    /// and method names, URIs, request ids), cut at a character boundary.
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            hide = true,
+            value_name = "BYTES",
+            env = "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT",
+            default_value_t = crate::trace::VALUE_LIMIT
+        )
+    )]
+    pub otel_attribute_value_length_limit: usize,
+
     /// A proxy whose X-Forwarded-For names the client, as an address or CIDR block
     /// (repeatable): the audit log's client address is then the rightmost address in that
     /// header that is not itself a trusted proxy. Without it, the peer's address.
@@ -769,7 +783,10 @@ impl Config {
             name => name,
         };
         let sampler = crate::trace::Sampler::parse(name, self.otel_traces_sampler_arg.as_deref())?;
-        Ok(Some(crate::settings::Tracing { sampler }))
+        Ok(Some(crate::settings::Tracing {
+            sampler,
+            value_limit: self.otel_attribute_value_length_limit,
+        }))
     }
 
     /// What audit records hold, when `--audit-log` is given.

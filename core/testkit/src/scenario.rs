@@ -808,7 +808,10 @@ fn apply_setting(settings: &mut Settings, flag: &str, value: &str) -> Option<()>
                 None => (value, None),
             };
             let sampler = switchboard_core::Sampler::parse(name, arg).ok()?;
-            settings.tracing = Some(switchboard_core::Tracing { sampler });
+            settings.tracing = Some(switchboard_core::Tracing {
+                sampler,
+                ..switchboard_core::Tracing::default()
+            });
         }
         "audit" => {
             let max_data = match value {
