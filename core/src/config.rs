@@ -230,6 +230,20 @@ pub struct Config {
     )]
     pub otel_traces_sampler_arg: Option<String>,
 
+    /// Bytes of each span attribute value and span name taken from a request (tool, prompt
+    /// and method names, URIs, request ids), cut at a character boundary.
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            hide = true,
+            value_name = "BYTES",
+            env = "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT",
+            default_value_t = crate::trace::VALUE_LIMIT
+        )
+    )]
+    pub otel_attribute_value_length_limit: usize,
+
     /// A proxy whose X-Forwarded-For names the client, as an address or CIDR block
     /// (repeatable): the audit log's client address is then the rightmost address in that
     /// header that is not itself a trusted proxy. Without it, the peer's address.
@@ -292,6 +306,14 @@ pub struct Config {
     /// (its client starts a new one with initialize).
     #[cfg_attr(feature = "cli", arg(long, default_value = "30m", value_parser = parse_duration, value_name = "DURATION"))]
     pub session_idle: Duration,
+
+    /// Client requests written to the backend and not yet answered, at most; the rest wait
+    /// in the proxy's fair queue (one share per session), not in the backend's stdin pipe,
+    /// so one client's flood delays another's call by at most this many requests. A request
+    /// leaves the window when answered, cancelled, timed out (--request-timeout) or when its
+    /// session ends.
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = crate::settings::BACKEND_WINDOW, value_name = "N"))]
+    pub backend_window: usize,
 
     /// Requests one Streamable HTTP session (and, with --audit-log, one legacy session) may
     /// have in flight; more get 429.
@@ -585,6 +607,12 @@ impl Config {
                 problem: format!("{} is out of range (1 to 65536)", self.max_inflight),
             });
         }
+        if !(1..=65_536).contains(&self.backend_window) {
+            return Err(ConfigError {
+                flag: "--backend-window",
+                problem: format!("{} is out of range (1 to 65536)", self.backend_window),
+            });
+        }
         if !(1..=65_536).contains(&self.max_pipelined) {
             return Err(ConfigError {
                 flag: "--max-pipelined",
@@ -710,6 +738,7 @@ impl Config {
             restart: self.restart,
             stdin_queue: crate::settings::STDIN_QUEUE,
             stdin_window: crate::settings::STDIN_WINDOW,
+            backend_window: self.backend_window,
             request_timeout: (!self.request_timeout.is_zero()).then_some(self.request_timeout),
             on_backend_exit: self.on_backend_exit,
             oauth: self.resource_server().map(std::sync::Arc::new),
@@ -777,7 +806,10 @@ impl Config {
             name => name,
         };
         let sampler = crate::trace::Sampler::parse(name, self.otel_traces_sampler_arg.as_deref())?;
-        Ok(Some(crate::settings::Tracing { sampler }))
+        Ok(Some(crate::settings::Tracing {
+            sampler,
+            value_limit: self.otel_attribute_value_length_limit,
+        }))
     }
 
     /// What audit records hold, when `--audit-log` is given.

@@ -308,6 +308,19 @@ mod tests {
     }
 
     #[test]
+    fn the_backend_window_is_a_key_and_a_setting() {
+        let config = merge("backend-window = 8\n", &[]).unwrap();
+        assert_eq!(config.settings().backend_window, 8);
+        let config = merge("", &[]).unwrap();
+        assert_eq!(config.settings().backend_window, 64, "the default");
+        let e = merge("backend-window = 0\n", &[]).unwrap_err();
+        assert!(
+            e.contains("key `backend-window`") && e.contains("out of range"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn arrays_and_switches() {
         let file = "allow-origin = [\"https://a\", \"https://b\"]\nmetrics-auth = true\nallow-unauthenticated = false\n";
         let config = merge(file, &[]).unwrap();

@@ -123,5 +123,7 @@ pub use principal::{AuthFailure, Principal};
 pub use routed_id::SessionId;
 pub use settings::{Audit, KeySet, KeySource, Tracing};
 pub use supervise::{Exit, Signal};
-pub use trace::{Root, Sampler, SpanContext, SpanKind, SpanLink, SpanRecord, SpanStatus};
+pub use trace::{
+    Root, Sampler, SpanContext, SpanKind, SpanLink, SpanRecord, SpanStatus, VALUE_LIMIT,
+};
 pub use trace::{TraceHeaders, Value};

@@ -152,13 +152,18 @@ pub(crate) fn check(
     if fields.one("mcp-method")?.as_deref() != Some(msg.method.as_str()) {
         return Err(Refusal::Mismatch("Mcp-Method"));
     }
+    // The name a method that names something carries: `None` when its `params.name` /
+    // `params.uri` is missing, not a string or not Unicode, which no `Mcp-Name` matches.
     let named = match msg.method.as_str() {
-        "tools/call" | "prompts/get" => msg.name.as_deref(),
-        "resources/read" => msg.uri.as_deref(),
+        "tools/call" | "prompts/get" => Some(msg.name.as_deref()),
+        "resources/read" => Some(msg.uri.as_deref()),
         _ => None,
     };
-    if named.is_some() && fields.one("mcp-name")?.as_deref() != named {
-        return Err(Refusal::Mismatch("Mcp-Name"));
+    if let Some(named) = named {
+        let header = fields.one("mcp-name")?;
+        if (named.is_some() || header.is_some()) && header.as_deref() != named {
+            return Err(Refusal::Mismatch("Mcp-Name"));
+        }
     }
     if let Some(annotated) = msg.tool.as_ref().and_then(|tool| tools.tools.get(tool)) {
         check_params(msg, &fields, annotated)?;
@@ -516,6 +521,37 @@ mod tests {
         ));
         let refused = check(&ping, &headers(VERSION, &[("mcp-method", "ping")]), &tools);
         assert_eq!(refused.unwrap_err().response("2").status, 404);
+    }
+
+    #[test]
+    fn an_mcp_name_with_no_name_in_the_body_is_a_mismatch() {
+        let tools = ToolHeaders::default();
+        let bodies = [
+            ("tools/call", ""),
+            ("tools/call", r#""name":7,"#),
+            ("tools/call", r#""name":null,"#),
+            ("tools/call", r#""name":"\ud800","#),
+            ("prompts/get", r#""name":["a"],"#),
+            ("resources/read", ""),
+            ("resources/read", r#""uri":{"a":1},"#),
+            ("resources/read", r#""uri":"\udfff","#),
+        ];
+        for (method, params) in bodies {
+            let body = format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{{{params}{META}}}}}"#
+            );
+            let msg = modern(&body);
+            let fields = [("mcp-method", method), ("mcp-name", "a")];
+            let refused = check(&msg, &headers(VERSION, &fields), &tools);
+            assert_eq!(refused, Err(Refusal::Mismatch("Mcp-Name")), "{body}");
+            let response = refused.unwrap_err().response("1");
+            assert_eq!(response.status, 400);
+            let value: serde_json::Value = serde_json::from_slice(&response.body).expect("json");
+            assert_eq!(value["error"]["code"], -32020, "{body}");
+            // Without the header, the body's own checks are the backend's.
+            let fields = [("mcp-method", method)];
+            assert_eq!(check(&msg, &headers(VERSION, &fields), &tools), Ok(()));
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! [`Router::backend_line`] says where a backend line goes. Which sessions are live is the
 //! hub's to know.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -18,7 +18,8 @@ use crate::routed_id::{self, Mark, SessionId};
 /// Clients that may wait for the backend's first `initialize` at once.
 pub(crate) const MAX_INITIALIZE_WAITERS: usize = 4096;
 
-/// The proxy's own requests awaiting an answer, at most.
+/// The proxy's own requests of one purpose awaiting an answer, at most (each purpose has
+/// its own table, so no flood of subscribes can evict a health ping: SPEC section 13).
 const MAX_PROXY_REQUESTS: usize = 256;
 
 /// Prefix of the ids the proxy mints for its own requests. Not a UUID, so it can never be
@@ -29,7 +30,7 @@ const PROXY_ID_PREFIX: &str = "switchboard|";
 const INITIALIZED_LINE: &[u8] = b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n";
 
 /// What one of the proxy's own requests was, so only the right answer counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum ProxyRequest {
     Ping,
     Subscribe,
@@ -208,7 +209,8 @@ enum Init {
 pub(crate) struct Router {
     init: Init,
     next_proxy_request: u64,
-    proxy_requests: BTreeMap<u64, ProxyRequest>,
+    /// The proxy's own requests awaiting an answer, by purpose.
+    proxy_requests: BTreeMap<ProxyRequest, BTreeSet<u64>>,
 }
 
 impl Router {
@@ -455,12 +457,12 @@ impl Router {
     /// A response to one of the proxy's own requests (`<kind>:<n>` after the prefix): only
     /// an answer naming the request's own kind and number settles it.
     fn proxy_response(&mut self, msg: &Message<'_>, own: &str) -> Routed {
-        let settled =
-            parse_own_id(own).filter(|(kind, n)| self.proxy_requests.get(n) == Some(kind));
+        let settled = parse_own_id(own).filter(|(kind, n)| {
+            (self.proxy_requests.get_mut(kind)).is_some_and(|awaited| awaited.remove(n))
+        });
         let Some((kind, n)) = settled else {
             return dropped(DropReason::UnroutedResponse, None);
         };
-        self.proxy_requests.remove(&n);
         match kind {
             ProxyRequest::Ping => Routed::Pong { ping: n },
             ProxyRequest::Initialize => match self.init {
@@ -478,14 +480,16 @@ impl Router {
     }
 
     /// Numbers the proxy's own request of `kind` and remembers it until answered (the
-    /// oldest are forgotten past a bound, so a silent backend cannot grow memory).
+    /// oldest of that purpose are forgotten past a bound, so a silent backend cannot grow
+    /// memory, and no other purpose's requests can push one out).
     fn next_proxy_id(&mut self, kind: ProxyRequest) -> u64 {
         let n = self.next_proxy_request;
         self.next_proxy_request += 1;
-        if self.proxy_requests.len() >= MAX_PROXY_REQUESTS {
-            self.proxy_requests.pop_first();
+        let awaited = self.proxy_requests.entry(kind).or_default();
+        if awaited.len() >= MAX_PROXY_REQUESTS {
+            awaited.pop_first();
         }
-        self.proxy_requests.insert(n, kind);
+        awaited.insert(n);
         n
     }
 

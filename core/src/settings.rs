@@ -57,6 +57,10 @@ pub const STDIN_QUEUE: usize = 1024;
 /// only every that many lines always has some to write.
 pub const STDIN_WINDOW: usize = 128;
 
+/// Client requests the proxy keeps written to the backend and unanswered by default
+/// (`--backend-window`, SPEC section 12).
+pub const BACKEND_WINDOW: usize = 64;
+
 /// Bytes of Streamable events the whole proxy keeps for resumption, at most.
 pub const RESUME_GLOBAL: usize = 64 << 20;
 
@@ -97,6 +101,9 @@ pub struct Settings {
     pub stdin_queue: usize,
     /// Lines the shell holds for stdin at most ([`STDIN_WINDOW`]).
     pub stdin_window: usize,
+    /// Client requests written to the backend and not yet answered, at most
+    /// (`--backend-window`, [`BACKEND_WINDOW`]): the rest wait in the fair queue.
+    pub backend_window: usize,
     /// How long a Streamable request may wait for its answer (progress restarts the
     /// clock); `None` for no limit.
     pub request_timeout: Option<Duration>,
@@ -139,10 +146,22 @@ pub struct Settings {
 
 /// What the hub needs to decide spans (SPEC section 14); the exporter's settings are the
 /// shell's.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Tracing {
     /// `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG`.
     pub sampler: crate::trace::Sampler,
+    /// `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`: bytes of each value and name taken from a
+    /// request ([`VALUE_LIMIT`](crate::trace::VALUE_LIMIT) by default).
+    pub value_limit: usize,
+}
+
+impl Default for Tracing {
+    fn default() -> Self {
+        Tracing {
+            sampler: crate::trace::Sampler::default(),
+            value_limit: crate::trace::VALUE_LIMIT,
+        }
+    }
 }
 
 /// What audit records hold (SPEC section 11).
@@ -243,6 +262,7 @@ impl Default for Settings {
             restart_buffer: 64 << 20,
             stdin_queue: STDIN_QUEUE,
             stdin_window: STDIN_WINDOW,
+            backend_window: BACKEND_WINDOW,
             request_timeout: Some(Duration::from_secs(300)),
             session_idle: Duration::from_secs(1800),
             max_inflight: 256,

@@ -278,9 +278,54 @@ pub struct SpanRecord {
     pub tracestate: Option<String>,
 }
 
+/// Bytes of each span attribute value and span name taken from a request, by default
+/// (SPEC section 14; `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT` sets another).
+pub const VALUE_LIMIT: usize = 256;
+
+/// `text` cut to at most `limit` bytes at a character boundary.
+pub(crate) fn cut(text: &str, limit: usize) -> &str {
+    if text.len() <= limit {
+        return text;
+    }
+    let mut end = limit;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// A value cut to `limit` bytes, allocating only what is kept.
+fn cut_value(value: Value, limit: usize) -> Value {
+    match value {
+        Value::Str(text) if text.len() > limit => Value::Str(cut(&text, limit).to_owned().into()),
+        value => value,
+    }
+}
+
+impl SpanRecord {
+    /// About how many bytes it holds: what a queue of spans bounded by bytes counts.
+    pub fn weight(&self) -> usize {
+        let text = |value: &Value| match value {
+            Value::Str(text) => text.len(),
+            Value::Int(_) => 8,
+        };
+        let attributes: usize = (self.attributes.iter())
+            .map(|(name, value)| name.len() + text(value) + 32)
+            .sum();
+        let states = (self.links.iter())
+            .filter_map(|link| link.tracestate.as_ref())
+            .chain(&self.tracestate)
+            .map(String::len)
+            .sum::<usize>();
+        std::mem::size_of::<SpanRecord>() + self.name.len() + attributes + states
+    }
+}
+
 /// A sampled SERVER span under way, and its CLIENT child's.
 #[derive(Debug)]
 pub(crate) struct ServerSpan {
+    /// Bytes of each value taken from the request.
+    limit: usize,
     context: SpanContext,
     parent: Option<[u8; 8]>,
     tracestate: Option<String>,
@@ -331,8 +376,9 @@ impl ServerSpan {
         headers: TraceHeaders,
         protocol: Option<&str>,
         msg: &Checked,
-        sampler: &Sampler,
+        tracing: &crate::settings::Tracing,
     ) -> Option<Box<ServerSpan>> {
+        let (sampler, limit) = (&tracing.sampler, tracing.value_limit);
         msg.id.as_ref()?;
         let (trace_id, server, client) = headers.ids();
         let header = headers.parent.map(|c| (c, headers.tracestate));
@@ -366,8 +412,9 @@ impl ServerSpan {
                 context,
                 tracestate,
             }),
-            name: span_name(msg),
-            attributes: request_attributes(msg, protocol),
+            limit,
+            name: span_name(msg, limit),
+            attributes: request_attributes(msg, protocol, limit),
             client: (client, None),
         }))
     }
@@ -505,7 +552,8 @@ impl ServerSpan {
         });
         let mut attributes = self.attributes;
         attributes.extend(outcome);
-        attributes.extend(common);
+        let limit = self.limit;
+        attributes.extend(common.into_iter().map(|(k, v)| (k, cut_value(v, limit))));
         let server = SpanRecord {
             context: self.context,
             parent_span_id: self.parent,
@@ -703,11 +751,13 @@ fn with_meta(text: &str, traceparent: &str, tracestate: Option<&str>) -> Option<
     Some(message.with("params", &params.with("_meta", &meta)))
 }
 
-/// `{mcp.method.name} {target}`: the tool or prompt named, else the method alone.
-fn span_name(msg: &Checked) -> String {
-    match (msg.method.as_str(), target(msg)) {
-        (method, Some(target)) => format!("{method} {target}"),
-        (method, None) => method.to_owned(),
+/// `{mcp.method.name} {target}`: the tool or prompt named, else the method alone; at
+/// most `limit` bytes.
+fn span_name(msg: &Checked, limit: usize) -> String {
+    let method = cut(&msg.method, limit);
+    match target(msg) {
+        Some(target) => cut(&format!("{method} {}", cut(target, limit)), limit).to_owned(),
+        None => method.to_owned(),
     }
 }
 
@@ -720,18 +770,24 @@ fn target(msg: &Checked) -> Option<&str> {
 }
 
 /// SPEC section 14's attributes a request's message decides.
-fn request_attributes(msg: &Checked, protocol: Option<&str>) -> Vec<(&'static str, Value)> {
+/// Every string is cut to `limit` bytes (SPEC section 14).
+fn request_attributes(
+    msg: &Checked,
+    protocol: Option<&str>,
+    limit: usize,
+) -> Vec<(&'static str, Value)> {
     let raw = msg.raw_id();
     // A number is its own text (no failed string parse, which costs an error's message).
     let id = match raw.starts_with('"') {
         true => serde_json::from_str::<String>(raw).unwrap_or_else(|_| raw.to_owned()),
         false => raw.to_owned(),
     };
+    let text = |text: &str| Value::Str(cut(text, limit).to_owned().into());
     let mut attributes = vec![
-        ("mcp.method.name", Value::Str(msg.method.clone().into())),
-        ("jsonrpc.request.id", Value::Str(id.into())),
+        ("mcp.method.name", text(&msg.method)),
+        ("jsonrpc.request.id", text(&id)),
     ];
-    let target = target(msg).map(|t| Value::Str(t.to_owned().into()));
+    let target = target(msg).map(text);
     match (msg.method.as_str(), target) {
         ("tools/call", Some(tool)) => {
             attributes.push(("gen_ai.tool.name", tool));
@@ -740,7 +796,7 @@ fn request_attributes(msg: &Checked, protocol: Option<&str>) -> Vec<(&'static st
         ("prompts/get", Some(prompt)) => attributes.push(("gen_ai.prompt.name", prompt)),
         ("resources/read", _) => {
             if let Some(uri) = &msg.uri {
-                attributes.push(("mcp.resource.uri", Value::Str(uri.clone().into())));
+                attributes.push(("mcp.resource.uri", text(uri)));
             }
         }
         _ => {}
@@ -750,7 +806,7 @@ fn request_attributes(msg: &Checked, protocol: Option<&str>) -> Vec<(&'static st
         .then(|| asked_version(msg))
         .flatten();
     if let Some(version) = protocol.map(str::to_owned).or(asked) {
-        attributes.push(("mcp.protocol.version", Value::Str(version.into())));
+        attributes.push(("mcp.protocol.version", text(&version)));
     }
     attributes
 }
@@ -773,6 +829,63 @@ pub(crate) fn asked_version(msg: &Checked) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A span of `body`, sampled, with values cut to `limit` bytes.
+    fn finished(body: &str, limit: usize, principal: &str) -> (SpanRecord, Option<SpanRecord>) {
+        let msg = Checked::admit(body.as_bytes().to_vec()).expect("a request");
+        let tracing = crate::settings::Tracing {
+            value_limit: limit,
+            ..crate::settings::Tracing::default()
+        };
+        let headers = TraceHeaders {
+            entropy: [7; 32],
+            ..TraceHeaders::default()
+        };
+        let mut span = ServerSpan::begin(headers, Some("2025-06-18"), &msg, &tracing).unwrap();
+        #[allow(clippy::disallowed_methods)] // the test's one origin of time
+        let now = Instant::now();
+        span.hop(now);
+        let common = [("user.id", Value::Str(principal.to_owned().into()))];
+        span.finish((now, now), Ending::Unanswered, common)
+    }
+
+    #[test]
+    fn values_from_the_request_are_cut_at_a_character_boundary() {
+        // A 1 MB tool name whose 256th byte is inside a two-byte character.
+        let tool = format!("{}é{}", "t".repeat(255), "x".repeat(1 << 20));
+        let id = format!("\"{}\"", "i".repeat(250));
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}"}}}}"#
+        );
+        let (server, client) = finished(&body, VALUE_LIMIT, &"p".repeat(300));
+        for span in [&server, &client.expect("the hop")] {
+            assert_eq!(span.name, format!("tools/call {}", "t".repeat(245)));
+            for (name, value) in &span.attributes {
+                let Value::Str(text) = value else { continue };
+                assert!(text.len() <= VALUE_LIMIT, "{name}: {} bytes", text.len());
+            }
+            assert!(span.weight() < 8 << 10, "{} bytes", span.weight());
+        }
+        let tool_attr = server
+            .attributes
+            .iter()
+            .find(|(n, _)| *n == "gen_ai.tool.name");
+        assert_eq!(
+            tool_attr.unwrap().1,
+            Value::Str("t".repeat(255).into()),
+            "é not split"
+        );
+        let user = server.attributes.iter().find(|(n, _)| *n == "user.id");
+        assert_eq!(user.unwrap().1, Value::Str("p".repeat(256).into()));
+        // OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT sets another limit.
+        let (server, _) = finished(&body, 8, "alice");
+        assert_eq!(server.name, "tools/ca");
+        let id_attr = server
+            .attributes
+            .iter()
+            .find(|(n, _)| *n == "jsonrpc.request.id");
+        assert_eq!(id_attr.unwrap().1, Value::Str("iiiiiiii".into()));
+    }
 
     const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 

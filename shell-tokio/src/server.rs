@@ -120,9 +120,13 @@ impl Server {
             }
             let conn = http1.serve_connection(TokioIo::new(stream), service);
             let conn = graceful.watch(conn);
+            let server = self.clone();
             tokio::spawn(async move {
                 if let Err(e) = conn.await {
                     debug!(%peer, "connection ended: {e}");
+                    if let Some(refused) = hyper_refusal(&e) {
+                        server.refused_by_hyper(peer, refused).await;
+                    }
                 }
             });
         }
@@ -246,7 +250,45 @@ impl Drop for Waiting<'_> {
     }
 }
 
+/// The framing rule a request broke when hyper refused its head itself (hyper answered it:
+/// 400, 414 or 431, and closed): `None` for an end that refused no request (an HTTP/2
+/// preface is closed on, a timeout or a client that left is no request).
+fn hyper_refusal(e: &hyper::Error) -> Option<FramingError> {
+    if !e.is_parse() || e.is_parse_version_h2() {
+        return None;
+    }
+    if e.is_parse_too_large() {
+        return Some(FramingError::HeadTooLarge);
+    }
+    let text = e.to_string();
+    let refused = if text.contains("content-length") {
+        FramingError::InvalidContentLength
+    } else if text.contains("transfer-encoding") {
+        FramingError::InvalidTransferEncoding
+    } else if text.contains("URI too long") {
+        FramingError::TargetTooLong
+    } else {
+        FramingError::MalformedHead
+    };
+    Some(refused)
+}
+
 impl Server {
+    /// A request hyper refused before any of it reached a handler (its head did not parse):
+    /// the hub is told, so it is audited as the blocking shell's framing refusals are (SPEC
+    /// section 11: every refusal). Its method and target were not read.
+    async fn refused_by_hyper(&self, peer: SocketAddr, refused: FramingError) {
+        debug!(%peer, reason = refused.as_str(), "refused by hyper");
+        let head = RequestHead {
+            peer: Some(peer),
+            ..RequestHead::default()
+        };
+        let asked = self.front.get().gate.asked(&head);
+        let _ = (self.inputs)
+            .send(Input::Refused(TurnedAway::by_framing(refused, asked)))
+            .await;
+    }
+
     /// A request the framing rules refused once its head was read: the hub is told (it
     /// audits the refusal) and the refusal answered.
     async fn misframed(

@@ -437,7 +437,35 @@ fn only_an_allowed_origin_is_echoed_on_a_refusal(target: Target) {
     }
 }
 
+/// A request whose head the HTTP library refuses itself (two different Content-Lengths) is
+/// audited like every refusal (SPEC 11), on both binaries: one event, its 400 a denial of a
+/// request that named no endpoint.
+fn a_request_refused_for_its_framing_is_one_event(target: Target) {
+    use std::io::{Read, Write};
+    let dir = TempDir::new("audit-framing");
+    let log = dir.file("audit.jsonl");
+    let p = Proxy::builder(target)
+        .args(["--audit-log".to_owned(), log.display().to_string()])
+        .start();
+    let before = events(&log, |_| false).len();
+    let mut socket = std::net::TcpStream::connect(p.addr).expect("connect");
+    socket.set_read_timeout(Some(WAIT)).unwrap();
+    let request = "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!";
+    socket.write_all(request.as_bytes()).expect("write");
+    let mut answer = Vec::new();
+    let _ = socket.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 400"), "{target:?}: {answer}");
+    let seen = events(&log, |e| e.len() > before);
+    assert_eq!(seen.len(), before + 1, "{target:?}: {seen:#?}");
+    let event = &seen[before];
+    assert_eq!(event["type"], "mcp_request", "{event}");
+    assert_ne!(event["outcome"], "success", "{event}");
+    assert_eq!(event["source"]["value"], "127.0.0.1", "{event}");
+}
+
 suite!(
+    a_request_refused_for_its_framing_is_one_event,
     an_sdk_session_produces_exactly_the_expected_events,
     behind_nginx_the_client_address_comes_only_from_a_trusted_proxy,
     every_refusal_is_one_event_with_its_endpoint_and_transport,

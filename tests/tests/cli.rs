@@ -51,6 +51,7 @@ fn version_and_help(target: Target) {
         "--keepalive",
         "--ping-interval",
         "--max-sessions",
+        "--backend-window",
         "--config",
     ] {
         assert!(

@@ -294,7 +294,7 @@ pub(super) fn arrived(
     let protocol = req.mcp.protocol_version.as_deref();
     let trace = match (&settings.tracing, req.trace.take(), &req.body) {
         (Some(tracing), Some(headers), Body::Message(msg)) if posted => {
-            ServerSpan::begin(*headers, protocol, msg, &tracing.sampler)
+            ServerSpan::begin(*headers, protocol, msg, tracing)
         }
         _ => None,
     };

@@ -8,22 +8,44 @@
 //! health ping must not wait behind a flood); client lines go in turns, one per session
 //! with lines waiting, in session order (round robin), so a session that floods the queue
 //! delays another's line by one turn, not by its whole backlog (SPEC section 12).
+//!
+//! The share holds past the pipe: at most `Settings::backend_window` client requests are
+//! handed to the shell and not yet answered (the *window*); the rest wait here, so a
+//! victim's request waits behind at most the window, never behind a flood already in the
+//! pipe. A request leaves the window when the backend answers it, when its cancellation is
+//! queued, when its session ends, when the backend exits, or at `--request-timeout` after
+//! it was handed over, whichever comes first (a backend that never answers cannot wedge
+//! the window). The proxy's own lines, cancellations and client notifications do not count.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound::{Excluded, Unbounded};
 use std::time::{Duration, Instant};
 
+use super::deadlines::Deadlines;
 use super::sessions::SessionNumber;
+use crate::message::IdKey;
 use crate::output::{BackendId, Event, Output, RequestId};
+use crate::routed_id::SessionId;
 use crate::settings::Restart;
 use crate::settings::EXIT_DRAIN;
 use crate::supervise::{AfterExit, Exit, Signal, Supervisor};
 
+/// A client request as the backend window knows it: the routing key its id was routed
+/// under (a session's id, or a 2026-07-28 request's own key) and the id.
+pub(crate) type Slot = (SessionId, IdKey);
+
+/// One session's client lines waiting for stdin, each request with its slot.
+type Waiting = VecDeque<(Vec<u8>, Option<Slot>)>;
+
 /// Whose line is queued for the backend, which decides how much room it may take.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum LineFrom {
-    /// A client's message of this session: within its fair share of the stdin queue.
+    /// A client's notification of this session (or lane): within its fair share of the
+    /// stdin queue.
     Client(SessionNumber),
+    /// A client's request: as [`LineFrom::Client`], and it takes a place in the backend
+    /// window until it ends.
+    Request(SessionNumber, Slot),
     /// The proxy's own (pings, unsubscribes, answers to the backend's requests): within
     /// twice that; past it they are dropped and counted, they never delay a client.
     Proxy,
@@ -105,8 +127,19 @@ pub(crate) struct BackendProcess {
     queued_by: BTreeMap<SessionNumber, usize>,
     /// Lines the shell may hold not yet written.
     stdin_window: usize,
-    /// Client lines not handed to the shell yet, per session.
-    held: BTreeMap<SessionNumber, VecDeque<Vec<u8>>>,
+    /// Client lines not handed to the shell yet, per session, each request with its slot.
+    held: BTreeMap<SessionNumber, Waiting>,
+    /// Held client lines that are notifications (they pass a full window).
+    held_notes: usize,
+    /// Client requests handed to the shell and not yet ended: the window, each with its
+    /// session (or lane).
+    window: BTreeMap<Slot, SessionNumber>,
+    /// Requests in the window awaited no longer at these times (`--request-timeout`).
+    window_timers: Deadlines<Slot>,
+    /// Client requests handed over and unanswered, at most (`--backend-window`).
+    backend_window: usize,
+    /// How long a request keeps its place in the window (`--request-timeout`).
+    window_timeout: Option<Duration>,
     /// The proxy's own lines and cancellations not handed to the shell yet.
     held_proxy: VecDeque<Vec<u8>>,
     /// The session whose line was handed over last: the next turn is the next session's.
@@ -130,6 +163,11 @@ impl BackendProcess {
             queued_by: BTreeMap::new(),
             stdin_window: settings.stdin_window.max(1),
             held: BTreeMap::new(),
+            held_notes: 0,
+            window: BTreeMap::new(),
+            window_timers: Deadlines::default(),
+            backend_window: settings.backend_window.max(1),
+            window_timeout: settings.request_timeout,
             held_proxy: VecDeque::new(),
             turn: None,
         }
@@ -144,6 +182,8 @@ impl BackendProcess {
         self.grace = settings.grace;
         self.stdin_queue = settings.stdin_queue;
         self.stdin_window = settings.stdin_window.max(1);
+        self.backend_window = settings.backend_window.max(1);
+        self.window_timeout = settings.request_timeout;
     }
 
     pub(crate) fn phase(&self) -> Phase {
@@ -238,6 +278,9 @@ impl BackendProcess {
         self.owners.clear();
         self.queued_by.clear();
         self.held.clear();
+        self.held_notes = 0;
+        self.window.clear();
+        self.window_timers.clear();
         self.held_proxy.clear();
         self.turn = None;
         Some((pid, now.saturating_duration_since(started)))
@@ -271,8 +314,8 @@ impl BackendProcess {
     /// the proxy's own within twice the queue (past it they are dropped and counted), a
     /// cancellation always. False when it does not fit or no process takes lines.
     pub(crate) fn queue(&mut self, from: LineFrom, line: Vec<u8>) -> bool {
-        let fits = match from {
-            LineFrom::Client(session) => self.fits(Some(session)),
+        let fits = match &from {
+            LineFrom::Client(session) | LineFrom::Request(session, _) => self.fits(Some(*session)),
             LineFrom::Proxy => self.owners.len() + self.held_proxy.len() < 2 * self.stdin_queue,
             LineFrom::Cancellation => true,
         };
@@ -287,25 +330,34 @@ impl BackendProcess {
         {
             return false;
         }
-        match from {
-            LineFrom::Client(session) => {
-                *self.queued_by.entry(session).or_default() += 1;
-                self.held.entry(session).or_default().push_back(line);
+        let (session, slot) = match from {
+            LineFrom::Client(session) => (session, None),
+            LineFrom::Request(session, slot) => (session, Some(slot)),
+            LineFrom::Proxy | LineFrom::Cancellation => {
+                self.held_proxy.push_back(line);
+                return true;
             }
-            LineFrom::Proxy | LineFrom::Cancellation => self.held_proxy.push_back(line),
-        }
+        };
+        self.held_notes += usize::from(slot.is_none());
+        *self.queued_by.entry(session).or_default() += 1;
+        self.held
+            .entry(session)
+            .or_default()
+            .push_back((line, slot));
         true
     }
 
     /// Hands the shell the lines its window has room for ([`Output::ToBackend`]), in the
     /// order of the module docs; every line waiting when `all` (stdin is about to close).
-    pub(crate) fn release(&mut self, out: &mut impl Extend<Output>, all: bool) {
-        while let Some((backend, line)) = self.next_line(all) {
+    /// A request handed over now keeps its place in the window until `--request-timeout`
+    /// at most.
+    pub(crate) fn release(&mut self, now: Instant, out: &mut impl Extend<Output>, all: bool) {
+        while let Some((backend, line)) = self.next_line(now, all) {
             out.extend([Output::ToBackend { backend, line }]);
         }
     }
 
-    fn next_line(&mut self, all: bool) -> Option<(BackendId, Vec<u8>)> {
+    fn next_line(&mut self, now: Instant, all: bool) -> Option<(BackendId, Vec<u8>)> {
         let State::Up {
             id,
             queued,
@@ -321,16 +373,13 @@ impl BackendProcess {
         let (line, owner) = match self.held_proxy.pop_front() {
             Some(line) => (line, None),
             None => {
-                let after = self.turn.map_or(Unbounded, Excluded);
-                let next = (self.held.range((after, Unbounded)).next())
-                    .or_else(|| self.held.iter().next())
-                    .map(|(session, _)| *session)?;
-                let lines = self.held.get_mut(&next)?;
-                let line = lines.pop_front()?;
-                if lines.is_empty() {
-                    self.held.remove(&next);
+                let (next, line, slot) = self.next_client(all)?;
+                if let Some(slot) = slot {
+                    if let Some(timeout) = self.window_timeout {
+                        self.window_timers.set(slot.clone(), now + timeout);
+                    }
+                    self.window.insert(slot, next);
                 }
-                self.turn = Some(next);
                 (line, Some(next))
             }
         };
@@ -339,6 +388,96 @@ impl BackendProcess {
         }
         self.owners.push_back(owner);
         Some((id, line))
+    }
+
+    /// The next client line in turn: the next session's (after the last one served, in
+    /// session order) whose first line may go now, a request only while the window has
+    /// room (or when `all` lines go).
+    fn next_client(&mut self, all: bool) -> Option<(SessionNumber, Vec<u8>, Option<Slot>)> {
+        let room = all || self.window.len() < self.backend_window;
+        if !room && self.held_notes == 0 {
+            return None;
+        }
+        let may_go = |(session, lines): (&SessionNumber, &Waiting)| {
+            let first = lines
+                .front()
+                .is_some_and(|(_, slot)| room || slot.is_none());
+            first.then_some(*session)
+        };
+        let next = match self.turn {
+            Some(turn) => (self
+                .held
+                .range((Excluded(turn), Unbounded))
+                .find_map(may_go))
+            .or_else(|| self.held.range(..=turn).find_map(may_go)),
+            None => self.held.iter().find_map(may_go),
+        }?;
+        let lines = self.held.get_mut(&next)?;
+        let (line, slot) = lines.pop_front()?;
+        if lines.is_empty() {
+            self.held.remove(&next);
+        }
+        self.held_notes -= usize::from(slot.is_none());
+        if room {
+            // A notification passing a full window does not use its session's turn.
+            self.turn = Some(next);
+        }
+        Some((next, line, slot))
+    }
+
+    /// Request `slot` was answered: its place in the window is free. True if it had one.
+    pub(crate) fn answered(&mut self, slot: &Slot) -> bool {
+        let freed = self.window.remove(slot).is_some();
+        if freed {
+            self.window_timers.remove(slot);
+        }
+        freed
+    }
+
+    /// Request `slot` is cancelled (its cancellation is about to be queued): its place in
+    /// the window is free. One still waiting here is dropped instead, never written: true
+    /// then (no cancellation need follow it).
+    pub(crate) fn cancelled(&mut self, slot: &Slot) -> bool {
+        if self.answered(slot) {
+            return false;
+        }
+        let found = self.held.iter_mut().find_map(|(session, lines)| {
+            let at = lines.iter().position(|(_, s)| s.as_ref() == Some(slot))?;
+            Some((*session, lines, at))
+        });
+        let Some((session, lines, at)) = found else {
+            return false;
+        };
+        lines.remove(at);
+        if lines.is_empty() {
+            self.held.remove(&session);
+        }
+        self.unqueue(session);
+        true
+    }
+
+    /// Requests in the window awaited no longer at `now`; true if any left it.
+    fn window_due(&mut self, now: Instant) -> bool {
+        let mut freed = false;
+        while let Some((_, slot)) = self.window_timers.pop_due(now) {
+            freed |= self.window.remove(&slot).is_some();
+        }
+        freed
+    }
+
+    /// Client requests in the window (for the tests).
+    pub(crate) fn in_window(&self) -> usize {
+        self.window.len()
+    }
+
+    /// One line of `session` left the queue: its share gets its room back.
+    fn unqueue(&mut self, session: SessionNumber) {
+        if let Some(n) = self.queued_by.get_mut(&session) {
+            *n -= 1;
+            if *n == 0 {
+                self.queued_by.remove(&session);
+            }
+        }
     }
 
     /// `lines` queued for process `id` were written: their sessions get their room back.
@@ -355,27 +494,34 @@ impl BackendProcess {
             return;
         }
         *queued = queued.saturating_sub(lines);
-        for owner in self.owners.drain(..lines.min(self.owners.len())) {
-            let Some(session) = owner else { continue };
-            if let Some(n) = self.queued_by.get_mut(&session) {
-                *n -= 1;
-                if *n == 0 {
-                    self.queued_by.remove(&session);
-                }
-            }
+        let written: Vec<_> = self.owners.drain(..lines.min(self.owners.len())).collect();
+        for session in written.into_iter().flatten() {
+            self.unqueue(session);
         }
     }
 
-    /// A session ended: its lines the shell holds count for nobody, and those still
-    /// waiting here are dropped (nobody awaits their answers; a cancellation sent for one
-    /// of them must not overtake it). How many were dropped.
+    /// A session ended: its lines the shell holds count for nobody, its requests leave the
+    /// window (nobody awaits them), and its lines still waiting here are dropped (nobody
+    /// awaits their answers; a cancellation sent for one of them must not overtake it).
+    /// How many were dropped.
     pub(crate) fn forget(&mut self, session: SessionNumber) -> usize {
         if self.queued_by.remove(&session).is_some() {
             for owner in self.owners.iter_mut().filter(|o| **o == Some(session)) {
                 *owner = None;
             }
         }
-        self.held.remove(&session).map_or(0, |lines| lines.len())
+        let timers = &mut self.window_timers;
+        self.window.retain(|slot, lane| {
+            let keep = *lane != session;
+            if !keep {
+                timers.remove(slot);
+            }
+            keep
+        });
+        let dropped = self.held.remove(&session).unwrap_or_default();
+        let notes = dropped.iter().filter(|(_, slot)| slot.is_none()).count();
+        self.held_notes -= notes;
+        dropped.len()
     }
 
     /// Whether a backend will be running again without the proxy stopping: one is up,
@@ -386,8 +532,8 @@ impl BackendProcess {
 
     /// Closes stdin for the stop sequence, the first time; the lines still waiting go
     /// first, as they would have in the shell's queue.
-    pub(crate) fn close_stdin(&mut self, out: &mut impl Extend<Output>) {
-        self.release(out, true);
+    pub(crate) fn close_stdin(&mut self, now: Instant, out: &mut impl Extend<Output>) {
+        self.release(now, out, true);
         if let State::Up {
             id, stdin_closed, ..
         } = &mut self.state
@@ -481,7 +627,7 @@ impl BackendProcess {
             step: 0,
             at: now + self.grace,
         };
-        self.close_stdin(out);
+        self.close_stdin(now, out);
     }
 
     /// The next step of the stop sequence, if its grace period passed at `now`: a signal
@@ -538,6 +684,9 @@ impl BackendProcess {
             self.spawn(backend, out);
         }
         self.stop_due(now, out);
+        if self.window_due(now) {
+            self.release(now, out, false);
+        }
         self.periodic_ping_due(now)
     }
 
@@ -565,7 +714,8 @@ impl BackendProcess {
             _ => None,
         };
         let health = self.health_waiters.iter().map(|w| w.deadline).min();
-        [restart, stop, self.pings.next_at, silence, health]
+        let window = self.window_timers.next();
+        [restart, stop, self.pings.next_at, silence, health, window]
             .into_iter()
             .flatten()
             .min()

@@ -47,6 +47,13 @@ impl Hub {
                 failed,
                 task,
             } => {
+                // Answered: its place in the backend window is free.
+                let key = std::str::from_utf8(&message[id.clone()])
+                    .ok()
+                    .and_then(IdKey::of);
+                if key.is_some_and(|key| self.backend.answered(&(session, key))) {
+                    self.backend.release(now, &mut self.outputs, false);
+                }
                 let owner = owner_of((&self.sessions, &self.modern), &session);
                 let hidden;
                 (message, id, hidden) = match (mark, &owner) {
@@ -99,7 +106,7 @@ impl Hub {
                 method,
             } => {
                 self.drop_message(reason, Some(&method));
-                self.queue_line(line, LineFrom::Proxy);
+                self.queue_line(now, line, LineFrom::Proxy);
             }
             Routed::Pong { ping } => {
                 for request in self.backend.pong(now, ping, &mut self.outputs) {
@@ -135,7 +142,7 @@ impl Hub {
             self.deliver(now, answer.session, answer.message, what);
         }
         if let Some(line) = initialized {
-            self.queue_line(line, LineFrom::Proxy);
+            self.queue_line(now, line, LineFrom::Proxy);
             // 2026-07-28 requests held for the proxy's own handshake go ahead.
             self.release_waiting(now);
         }

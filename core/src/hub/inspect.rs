@@ -95,6 +95,12 @@ impl Inspect<'_> {
         metrics::render(&self.hub.metrics, gauges)
     }
 
+    /// Client requests written to the backend and not yet ended: the backend window's
+    /// use (SPEC section 12; never more than `--backend-window`).
+    pub fn backend_window(&self) -> usize {
+        self.hub.backend.in_window()
+    }
+
     /// Audit contexts of requests not answered yet (tests check they never outnumber them).
     pub fn audit_pending(&self) -> usize {
         self.hub.exchanges.observed()

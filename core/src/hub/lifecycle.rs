@@ -27,12 +27,12 @@ impl Hub {
         // A process after a crash with sessions kept is first initialized as the last one
         // was; until then client lines wait.
         match self.router.restore() {
-            Some(line) => self.queue_line(line, LineFrom::Proxy),
+            Some(line) => self.queue_line(now, line, LineFrom::Proxy),
             None => self.release_waiting(now),
         }
         if let Phase::Stopping { .. } = self.backend.phase() {
             // SIGTERM arrived while it was being started: stop it like any other.
-            self.backend.close_stdin(&mut self.outputs);
+            self.backend.close_stdin(now, &mut self.outputs);
         }
     }
 
@@ -143,16 +143,16 @@ impl Hub {
             return self.release_waiting(now);
         }
         if let Some(line) = initialized {
-            self.queue_line(line, LineFrom::Proxy);
+            self.queue_line(now, line, LineFrom::Proxy);
         }
         let mut watched: std::collections::BTreeSet<String> =
             self.sessions.watched().into_iter().collect();
         watched.extend(self.listeners.accepted().cloned());
         for uri in watched {
             let (_, line) = self.router.subscribe(&uri);
-            self.queue_line(line, LineFrom::Proxy);
+            self.queue_line(now, line, LineFrom::Proxy);
         }
-        super::listen::renew_awaited(self);
+        super::listen::renew_awaited(self, now);
         for what in ["tools", "resources", "prompts"] {
             let method = format!("notifications/{what}/list_changed");
             let message = format!(r#"{{"jsonrpc":"2.0","method":"{method}"}}"#);
@@ -217,6 +217,8 @@ impl Hub {
         for _ in 0..self.backend.forget(number) {
             self.drop_message(DropReason::SessionGone, None);
         }
+        // Its requests left the backend window: others' may go.
+        self.backend.release(now, &mut self.outputs, false);
         let unanswered = match self.sessions.get(number).map(|s| &s.kind) {
             Some(Kind::Legacy { stream }) => {
                 self.streams.end(*stream, &mut self.outputs);
@@ -256,7 +258,7 @@ impl Hub {
                 .collect();
             for uri in released {
                 let line = self.router.unsubscribe(&uri);
-                self.queue_line(line, LineFrom::Proxy);
+                self.queue_line(now, line, LineFrom::Proxy);
             }
         }
     }

@@ -26,6 +26,9 @@ use crate::sse;
 /// The `_meta` key that names the listen every frame of its stream belongs to.
 const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 
+/// `resourceSubscriptions` one listen may ask for (SPEC section 13); more: 400, -32602.
+pub(crate) const MAX_LISTEN_URIS: usize = 256;
+
 /// Each list_changed kind: its key in the listen filter, the capability that declares it,
 /// its method.
 const LIST_KINDS: [(&str, &str, &str); 3] = [
@@ -361,6 +364,20 @@ impl Asked {
     }
 }
 
+/// Whether `msg` asks for more than [`MAX_LISTEN_URIS`] `resourceSubscriptions` (SPEC
+/// section 13: refused 400, -32602).
+fn asks_too_many(msg: &Checked) -> bool {
+    // Most listens name few uris: a count of the key's occurrences decides without a parse.
+    let text = msg.text.as_bytes();
+    if memchr::memmem::find(text, b"resourceSubscriptions").is_none() {
+        return false;
+    }
+    let message: Value = serde_json::from_str(&msg.text).unwrap_or_default();
+    (message.pointer("/params/notifications/resourceSubscriptions"))
+        .and_then(Value::as_array)
+        .is_some_and(|uris| uris.len() > MAX_LISTEN_URIS)
+}
+
 impl Listen {
     /// A stream that holds no uri yet: the backend's subscribe answers add them.
     fn new(principal: Principal, msg: &Checked, lists: Vec<&'static str>, now: Instant) -> Listen {
@@ -390,6 +407,11 @@ pub(super) fn open(
     grant: Grant,
     msg: Checked,
 ) {
+    if asks_too_many(&msg) {
+        let body = http::error_message(msg.raw_id(), -32602, "too many subscriptions");
+        let response = crate::http::Response::json(400, body);
+        return hub.respond(now, request, Answer::Served(response));
+    }
     let parts = (&hub.backend, &hub.sessions);
     let per_principal = hub.settings.max_sessions_per_principal;
     let opening = super::mcp::opening(now, &principal, parts, per_principal);
@@ -430,7 +452,7 @@ pub(super) fn open(
     for uri in uris {
         let (n, line) = hub.router.subscribe(&uri);
         hub.listeners.awaits(n, stream, uri);
-        hub.queue_line(line, LineFrom::Proxy);
+        hub.queue_line(now, line, LineFrom::Proxy);
     }
     if hub.listeners.open[&stream].awaiting == 0 {
         hub.listeners.acknowledge(now, stream, &mut hub.outputs);
@@ -447,20 +469,20 @@ pub(super) fn subscribed(hub: &mut Hub, now: Instant, n: u64, accepted: bool) {
 
 /// The client closed listen `stream` (or its queue overflowed): the uris nobody else holds
 /// are unsubscribed.
-pub(super) fn closed(hub: &mut Hub, stream: StreamId) {
+pub(super) fn closed(hub: &mut Hub, now: Instant, stream: StreamId) {
     let Some((principal, released)) = hub.listeners.close(stream) else {
         return;
     };
     hub.sessions.listen_ended(&principal);
-    unsubscribe_unwatched(hub, released);
+    unsubscribe_unwatched(hub, now, released);
 }
 
 /// Unsubscribes each of `uris` that no session watches either.
-fn unsubscribe_unwatched(hub: &mut Hub, uris: Vec<String>) {
+fn unsubscribe_unwatched(hub: &mut Hub, now: Instant, uris: Vec<String>) {
     for uri in uris {
         if hub.sessions.watchers(&uri).is_empty() {
             let line = hub.router.unsubscribe(&uri);
-            hub.queue_line(line, LineFrom::Proxy);
+            hub.queue_line(now, line, LineFrom::Proxy);
         }
     }
 }
@@ -471,7 +493,7 @@ pub(super) fn handle_timeout(hub: &mut Hub, now: Instant) {
     for stream in hub.listeners.handle_timeout(now, &mut hub.outputs) {
         let released = hub.listeners.give_up(stream);
         hub.listeners.acknowledge(now, stream, &mut hub.outputs);
-        unsubscribe_unwatched(hub, released);
+        unsubscribe_unwatched(hub, now, released);
     }
 }
 
@@ -485,11 +507,11 @@ pub(super) fn end_all(hub: &mut Hub, now: Instant) {
 
 /// A restarted backend holds no subscription: the subscribes still awaited are asked again
 /// (the uris the listens hold are renewed with the sessions').
-pub(super) fn renew_awaited(hub: &mut Hub) {
+pub(super) fn renew_awaited(hub: &mut Hub, now: Instant) {
     for (stream, uri) in hub.listeners.take_awaited() {
         let (n, line) = hub.router.subscribe(&uri);
         hub.listeners.subscribing.insert(n, (stream, uri));
-        hub.queue_line(line, LineFrom::Proxy);
+        hub.queue_line(now, line, LineFrom::Proxy);
     }
 }
 
@@ -978,5 +1000,81 @@ mod tests {
         // The late answer finds nobody waiting.
         bench.backend(r#"{"jsonrpc":"2.0","id":"switchboard|subscribe:2","result":{}}"#);
         assert_eq!(on_stream(&bench.take(), stream).0.len(), 0);
+    }
+
+    /// `resourceSubscriptions` of `n` distinct uris starting at `from`.
+    fn many_uris(from: usize, n: usize) -> String {
+        let uris: Vec<String> = (from..from + n)
+            .map(|i| format!(r#""file:///{i}""#))
+            .collect();
+        format!(r#"{{"resourceSubscriptions":[{}]}}"#, uris.join(","))
+    }
+
+    #[test]
+    fn a_listen_asking_more_than_256_uris_is_refused() {
+        let mut bench = Bench::new(Settings::default(), CAPABILITIES);
+        assert_eq!(
+            bench.listen("bob", 7, &many_uris(0, MAX_LISTEN_URIS + 1)),
+            None
+        );
+        let outputs = bench.take();
+        let refused = outputs.iter().find_map(|o| match o {
+            Output::Respond { response, .. } => Some(response),
+            _ => None,
+        });
+        let refused = refused.expect("an answer");
+        assert_eq!(refused.status, 400);
+        let body = String::from_utf8_lossy(&refused.body);
+        assert_eq!(
+            body,
+            r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32602,"message":"too many subscriptions"}}"#
+        );
+        assert_eq!(
+            to_backend(&outputs),
+            Vec::<String>::new(),
+            "nothing subscribed"
+        );
+        // 256 are accepted.
+        assert!(bench
+            .listen("bob", 8, &many_uris(0, MAX_LISTEN_URIS))
+            .is_some());
+    }
+
+    #[test]
+    fn subscriptions_never_evict_a_health_ping() {
+        let mut bench = Bench::new(Settings::default(), CAPABILITIES);
+        let admitted = Admitted::new(Endpoint::Health, Principal::new("anonymous"), "");
+        let request = admitted.into_request(Payload::Bytes(Vec::new()), || [9; 16]);
+        let health = bench.hub.handle_request(bench.now, request);
+        bench.drain();
+        let ping = to_backend(&bench.take()).pop().expect("the health ping");
+        assert!(ping.contains("switchboard|ping:"), "{ping}");
+        // Listens whose subscribes the backend has not answered yet: more of the proxy's
+        // own requests in flight than its table of any one purpose holds.
+        for (i, principal) in ["bob", "carol"].into_iter().enumerate() {
+            let filter = many_uris(i * MAX_LISTEN_URIS, MAX_LISTEN_URIS);
+            let id = 10 + u32::try_from(i).expect("small");
+            assert!(bench.listen(principal, id, &filter).is_some());
+        }
+        let subscribes = to_backend(&bench.take()).len();
+        assert_eq!(subscribes, 2 * MAX_LISTEN_URIS);
+        let id = ping
+            .split(r#""id":"#)
+            .nth(1)
+            .and_then(|r| r.split(',').next());
+        let id = id.expect("the ping's id");
+        bench.backend(&format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#));
+        let outputs = bench.take();
+        let answer = outputs.iter().find_map(|o| match o {
+            Output::Respond { request, response } if *request == health => Some(response),
+            _ => None,
+        });
+        let answer = answer.expect("/health answered at the pong");
+        assert_eq!(
+            answer.status,
+            200,
+            "{}",
+            String::from_utf8_lossy(&answer.body)
+        );
     }
 }

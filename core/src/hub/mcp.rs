@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use super::auditing::Happened;
-use super::backend::{BackendProcess, LineFrom};
+use super::backend::BackendProcess;
 use super::dispatch::Delivery;
 use super::exchanges::{Answer, Sender};
 use super::in_flight::{Entry, Opens};
@@ -314,6 +314,11 @@ impl Hub {
     /// the backend's late answer finds nothing in flight (a legacy one still goes to the
     /// stream).
     pub(super) fn cancelled_by_client(&mut self, now: Instant, number: SessionNumber, key: &IdKey) {
+        // Its cancellation is queued: it leaves the backend window, or the fair queue.
+        if let Some(sid) = self.sessions.get(number).map(|s| s.id) {
+            self.backend.cancelled(&(sid, key.clone()));
+            self.backend.release(now, &mut self.outputs, false);
+        }
         let Some(mut entry) = self.in_flight.take(number, key) else {
             return;
         };
@@ -416,9 +421,8 @@ impl Hub {
         };
         let sid = self.sessions.get(number).expect("in flight").id;
         // An initialize is never cancelled (MCP forbids it; it went under the proxy's id).
-        let line = streamable::cancel_line(&sid, &entry.raw_id, "request timed out");
-        if let Some(line) = line.filter(|_| entry.opens.is_none()) {
-            self.queue_line(line, LineFrom::Cancellation);
+        if entry.opens.is_none() {
+            self.cancel_at_backend(now, &sid, &entry.raw_id, "request timed out");
         }
         let message = streamable::error_message(&entry.raw_id, -32001, "request timed out");
         self.answer(now, number, entry, (message, Some(Outcome::Error)));
@@ -443,9 +447,7 @@ impl Hub {
         }
         for (_, entry) in self.in_flight.take_all(number) {
             if let Ending::Deleted = ending {
-                if let Some(line) = streamable::cancel_line(&sid, &entry.raw_id, text) {
-                    self.queue_line(line, LineFrom::Cancellation);
-                }
+                self.cancel_at_backend(now, &sid, &entry.raw_id, text);
             }
             let message = streamable::error_message(&entry.raw_id, -32603, text);
             self.answer(now, number, entry, (message, Some(Outcome::Error)));

@@ -63,7 +63,9 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 pub use crate::http::{Body, Payload, Request};
-pub use crate::settings::{Reload, Settings, EXIT_DRAIN, RESUME_GLOBAL, STDIN_QUEUE, STDIN_WINDOW};
+pub use crate::settings::{
+    Reload, Settings, BACKEND_WINDOW, EXIT_DRAIN, RESUME_GLOBAL, STDIN_QUEUE, STDIN_WINDOW,
+};
 pub use auditing::{Refusal, TurnedAway};
 pub use inspect::{Inspect, TableSizes};
 pub use keys::Fetched;
@@ -80,6 +82,7 @@ use streams::{Role, Streams};
 use crate::http::{self, Endpoint, Rejection, Response};
 use crate::metrics::{DropReason, Metrics};
 use crate::output::{BackendId, Event, Output, RequestId, StreamEnd, StreamId};
+use crate::routed_id::SessionId;
 use crate::router::Router;
 use crate::supervise::Health;
 
@@ -304,7 +307,7 @@ impl Hub {
     /// stream ends.
     pub fn handle_stream_closed(&mut self, now: Instant, stream: StreamId, end: StreamEnd) {
         let Some(state) = self.streams.remove(stream) else {
-            return listen::closed(self, stream);
+            return listen::closed(self, now, stream);
         };
         let reason = match end {
             StreamEnd::ClientGone => crate::output::CloseReason::ClientGone,
@@ -343,9 +346,9 @@ impl Hub {
 
     /// `lines` more lines queued for `backend`'s stdin were written: their sessions get
     /// their share of the queue back, and the shell gets the next lines.
-    pub fn handle_backend_wrote(&mut self, _now: Instant, backend: BackendId, lines: usize) {
+    pub fn handle_backend_wrote(&mut self, now: Instant, backend: BackendId, lines: usize) {
         self.backend.wrote(backend, lines);
-        self.backend.release(&mut self.outputs, false);
+        self.backend.release(now, &mut self.outputs, false);
     }
 
     /// A read-only view of the hub's tables: what `/metrics` and the tests read.
@@ -391,22 +394,36 @@ impl Hub {
     fn send_ping(&mut self, now: Instant) -> u64 {
         let (ping, line) = self.router.health_ping();
         self.backend.ping_sent(now, None);
-        self.queue_line(line, LineFrom::Proxy);
+        self.queue_line(now, line, LineFrom::Proxy);
         ping
     }
 
     /// Queues a line for the backend's stdin within its part of the budget; a proxy line
     /// that does not fit is dropped and counted.
-    fn queue_line(&mut self, line: Vec<u8>, from: LineFrom) {
+    fn queue_line(&mut self, now: Instant, line: Vec<u8>, from: LineFrom) {
         match from {
-            LineFrom::Client(_) => self.metrics.rewrites += 1,
+            LineFrom::Client(_) | LineFrom::Request(..) => self.metrics.rewrites += 1,
             LineFrom::Proxy => self.metrics.replies += 1,
             LineFrom::Cancellation => {}
         }
         match self.backend.queue(from, line) {
-            true => self.backend.release(&mut self.outputs, false),
+            true => self.backend.release(now, &mut self.outputs, false),
             false => self.drop_message(DropReason::BackendQueueFull, None),
         }
+    }
+
+    /// Tells the backend that request `raw_id` routed under `sid` is cancelled (`reason`),
+    /// unless it never left the fair queue (then it is dropped there and never written);
+    /// either way it leaves the backend window (SPEC section 12).
+    fn cancel_at_backend(&mut self, now: Instant, sid: &SessionId, raw_id: &str, reason: &str) {
+        let slot = crate::message::IdKey::of(raw_id).map(|key| (*sid, key));
+        if slot.is_some_and(|slot| self.backend.cancelled(&slot)) {
+            return;
+        }
+        if let Some(line) = crate::streamable::cancel_line(sid, raw_id, reason) {
+            self.queue_line(now, line, LineFrom::Cancellation);
+        }
+        self.backend.release(now, &mut self.outputs, false);
     }
 
     /// Refuses `request` with the answer `rejection` calls for (a 503 for want of a

@@ -279,7 +279,7 @@ fn forward(
     }
     let entry = Entry::awaited(&msg, (now, request), None, (audit, None));
     let deadline = hub.settings.request_timeout.map(|timeout| now + timeout);
-    (hub.in_flight).insert(Caller::Modern(key), id, entry, deadline);
+    (hub.in_flight).insert(Caller::Modern(key), id.clone(), entry, deadline);
     let lane = (hub.modern.lane(&waiting.principal)).unwrap_or_else(|| hub.sessions.lane());
     hub.modern.insert(key, waiting, lane);
     let outbound = match msg.method.as_str() {
@@ -288,7 +288,13 @@ fn forward(
     };
     let hop = (&mut hub.router, &mut hub.in_flight, hub.settings.tracing);
     match super::spans::forward(hop, (key, Caller::Modern(key), now), &outbound, mark) {
-        Forward::Line(line) => hub.queue_line(line, LineFrom::Client(lane)),
+        Forward::Line(line) => {
+            let from = match outbound.method.as_str() {
+                "initialize" => LineFrom::Client(lane),
+                _ => LineFrom::Request(lane, (key, id)),
+            };
+            hub.queue_line(now, line, from);
+        }
         Forward::Answer(answer) => {
             let at = crate::router::RESPONSE_ID_AT;
             let id = at..at + outbound.raw_id().len();
@@ -443,9 +449,7 @@ pub(super) fn unanswered(
         hub.observe(now, Happened::Unanswered(None, started));
     }
     if cancel {
-        if let Some(line) = streamable::cancel_line(&key, &entry.raw_id, text) {
-            hub.queue_line(line, LineFrom::Cancellation);
-        }
+        hub.cancel_at_backend(now, &key, &entry.raw_id, text);
     }
     match (code, waiting.stream) {
         (0, Some(stream)) => hub.streams.end(stream, &mut hub.outputs),

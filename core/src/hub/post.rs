@@ -308,7 +308,7 @@ impl Hub {
             && self.router.handshake_result().is_none();
         if unshaken && self.router.is_idle() {
             let line = self.router.own_handshake();
-            self.queue_line(line, LineFrom::Proxy);
+            self.queue_line(now, line, LineFrom::Proxy);
         }
         // Client lines may go to the backend: it runs and owes no handshake.
         if self.backend.is_up() && self.router.is_ready() && !unshaken {
@@ -434,7 +434,9 @@ impl Hub {
                 let msg = rewritten.as_deref().unwrap_or(msg);
                 let hop = (&mut self.router, &mut self.in_flight, self.settings.tracing);
                 match spans::forward(hop, (sid, number.into(), now), msg, mark) {
-                    Forward::Line(line) => return self.queue_line(line, LineFrom::Client(number)),
+                    Forward::Line(line) => {
+                        return self.queue_line(now, line, client_line(number, sid, msg))
+                    }
                     Forward::Answer(answer) => {
                         let outcome = Outcome::of_answer(&answer);
                         if outcome == Outcome::Success && msg.is_request("initialize") {
@@ -535,5 +537,16 @@ fn subscription(
             Some((msg.result("{}"), Outcome::Success))
         }
         _ => None,
+    }
+}
+
+/// How a client line of session `number` (routed under `sid`) is queued: a request (not
+/// the handshake, which goes under the proxy's own id) takes a place in the backend window.
+pub(super) fn client_line(number: SessionNumber, sid: SessionId, msg: &Checked) -> LineFrom {
+    match (&msg.id, msg.kind) {
+        (Some(id), message::Kind::Request) if msg.method != "initialize" => {
+            LineFrom::Request(number, (sid, id.key.clone()))
+        }
+        _ => LineFrom::Client(number),
     }
 }

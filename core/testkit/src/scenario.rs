@@ -40,7 +40,7 @@
 //! | `mcp-raw METHOD [A] [key=value ...] [{...}]` | any `/mcp` request: `as=bob`, `session=none\|B\|text`, `accept=json\|sse\|both\|any\|none\|TYPE`, `type=json\|none\|TYPE`, `version=V`, `last-event-id=ID`, `origin=O`, `scopes=a,b` and `claims={...}` (the token's; JSON without spaces), `body=too-large`, `mcp-method=M`, `mcp-name=N`, `mcp-param-X=V` (repeatable) |
 //! | `hangup S`, `stall S` with a stream name | `A`, `A/get`, `A@12`, `A/resume@12` |
 //! | `trace-headers TRACEPARENT [TRACESTATE]` | the next POST carries these `traceparent` and `tracestate` headers (with `with trace`) |
-//! | `with FLAG VALUE` | before any other command: `restart never`, `keepalive 10s`, `ping-interval 5s`, `ping-timeout 2s`, `grace 1s`, `session-buffer 8192`, `max-sessions 2`, `stdin-queue 2`, `stdin-window 2` (lines the shell holds), `restart-wait 1s`, `restart-buffer 1KiB`, `on-backend-exit close-sessions`, `resume-window 0s` (no resumption), `resume-buffer 1KiB`, `resume-global 8KiB` (the cap over every session), `oauth-issuer URL`, `jwks-url URL` (key sources), `required-scope S`, `tool-scope T=S` (an OAuth resource server at `http://127.0.0.1:8000/`), `rate-limit 2/min`, `tool-rate-limit T=1/min`, `max-sessions-per-principal 2`, `authz {...}` (a policy file, on one line), `audit on` or `audit data=64` (with the messages, cut to 64 bytes), `modern off` (2026-07-28 requests refused as under `--modern off`), `trace on` or `trace SAMPLER[:ARG]` (spans made, as with `--otlp-endpoint`; `trace traceidratio:0`), `instance a` (ids are minted as `a.<uuid>`, `<A>` still expands to the whole id and transcripts show it as `a.<A>`); `spawn-fails N` makes the first N starts fail |
+//! | `with FLAG VALUE` | before any other command: `restart never`, `keepalive 10s`, `ping-interval 5s`, `ping-timeout 2s`, `grace 1s`, `session-buffer 8192`, `max-sessions 2`, `stdin-queue 2`, `stdin-window 2` (lines the shell holds), `backend-window 3` (client requests written and unanswered), `restart-wait 1s`, `restart-buffer 1KiB`, `on-backend-exit close-sessions`, `resume-window 0s` (no resumption), `resume-buffer 1KiB`, `resume-global 8KiB` (the cap over every session), `oauth-issuer URL`, `jwks-url URL` (key sources), `required-scope S`, `tool-scope T=S` (an OAuth resource server at `http://127.0.0.1:8000/`), `rate-limit 2/min`, `tool-rate-limit T=1/min`, `max-sessions-per-principal 2`, `authz {...}` (a policy file, on one line), `audit on` or `audit data=64` (with the messages, cut to 64 bytes), `modern off` (2026-07-28 requests refused as under `--modern off`), `trace on` or `trace SAMPLER[:ARG]` (spans made, as with `--otlp-endpoint`; `trace traceidratio:0`), `instance a` (ids are minted as `a.<uuid>`, `<A>` still expands to the whole id and transcripts show it as `a.<A>`); `spawn-fails N` makes the first N starts fail |
 //!
 //! The transcript shows each command, then what followed, indented:
 //!
@@ -756,6 +756,7 @@ fn apply_setting(settings: &mut Settings, flag: &str, value: &str) -> Option<()>
         }
         "stdin-queue" => settings.stdin_queue = value.parse().ok()?,
         "stdin-window" => settings.stdin_window = value.parse().ok()?,
+        "backend-window" => settings.backend_window = value.parse().ok()?,
         "restart-buffer" => settings.restart_buffer = size(value).ok()?,
         "oauth-issuer" => settings
             .key_sources
@@ -809,7 +810,10 @@ fn apply_setting(settings: &mut Settings, flag: &str, value: &str) -> Option<()>
                 None => (value, None),
             };
             let sampler = switchboard_core::Sampler::parse(name, arg).ok()?;
-            settings.tracing = Some(switchboard_core::Tracing { sampler });
+            settings.tracing = Some(switchboard_core::Tracing {
+                sampler,
+                ..switchboard_core::Tracing::default()
+            });
         }
         "audit" => {
             let max_data = match value {

@@ -33,6 +33,8 @@ struct Plan {
     delay: Duration,
     /// `OTEL_EXPORTER_OTLP_TIMEOUT`: one request to the collector, in all.
     timeout: Duration,
+    /// `OTEL_BSP_MAX_QUEUE_SIZE`: spans that may wait for export.
+    queue: usize,
 }
 
 impl Plan {
@@ -54,6 +56,9 @@ impl Plan {
             metrics: full("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "/v1/metrics"),
             delay: millis("OTEL_BSP_SCHEDULE_DELAY", 5_000),
             timeout: millis("OTEL_EXPORTER_OTLP_TIMEOUT", 10_000),
+            queue: (var("OTEL_BSP_MAX_QUEUE_SIZE").and_then(|v| v.trim().parse().ok()))
+                .filter(|n| *n > 0)
+                .unwrap_or(queue::QUEUE),
         }
     }
 }
@@ -96,6 +101,12 @@ fn resource() -> Resource {
     }
 }
 
+/// A queued span's weight (the queue holds boxes).
+#[allow(clippy::borrowed_box)]
+fn weigh_span(record: &Box<SpanRecord>) -> usize {
+    record.weight()
+}
+
 /// The loop's end of the export.
 pub struct Telemetry {
     spans: Queue<Box<SpanRecord>>,
@@ -126,7 +137,12 @@ impl Telemetry {
             .with_version(env!("CARGO_PKG_VERSION"))
             .build();
         let convert = move |record: Box<SpanRecord>| span::data(*record, &anchor, &scope);
-        let (spans, done) = Queue::start(convert, exporter, plan.delay)
+        let bounds = queue::Bounds {
+            count: plan.queue,
+            bytes: queue::QUEUE_BYTES,
+            weigh: weigh_span,
+        };
+        let (spans, done) = Queue::start(convert, exporter, (plan.delay, bounds))
             .map_err(|e| format!("cannot start the span exporter: {e}"))?;
         let exporter = opentelemetry_otlp::MetricExporter::builder()
             .with_http()
@@ -193,11 +209,14 @@ mod tests {
         assert_eq!(plan.traces, "http://collector:4318/v1/traces");
         assert_eq!(plan.metrics, "http://collector:4318/v1/metrics");
         assert_eq!(plan.delay, Duration::from_secs(5));
+        assert_eq!(plan.queue, 2_048);
         let plan = Plan::new("http://collector:4318", |name| match name {
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" => Some("http://other/traces".into()),
             "OTEL_BSP_SCHEDULE_DELAY" => Some("250".into()),
+            "OTEL_BSP_MAX_QUEUE_SIZE" => Some("100".into()),
             _ => None,
         });
+        assert_eq!(plan.queue, 100);
         assert_eq!(plan.traces, "http://other/traces");
         assert_eq!(plan.metrics, "http://collector:4318/v1/metrics");
         assert_eq!(plan.delay, Duration::from_millis(250));
