@@ -434,6 +434,26 @@ impl BackendProcess {
         freed
     }
 
+    /// Tells the backend that request `raw_id` routed under `sid` is cancelled (`reason`),
+    /// unless it never left the fair queue (then it is dropped there and never written);
+    /// either way it leaves the backend window (SPEC section 12). False when the
+    /// cancellation did not fit the queue (the caller counts the drop).
+    pub(crate) fn cancel(
+        &mut self,
+        now: Instant,
+        (sid, raw_id, reason): (&SessionId, &str, &str),
+        outputs: &mut VecDeque<Output>,
+    ) -> bool {
+        let slot = crate::message::IdKey::of(raw_id).map(|key| (*sid, key));
+        if slot.is_some_and(|slot| self.cancelled(&slot)) {
+            return true;
+        }
+        let line = crate::streamable::cancel_line(sid, raw_id, reason);
+        let queued = line.is_none_or(|line| self.queue(LineFrom::Cancellation, line));
+        self.release(now, outputs, false);
+        queued
+    }
+
     /// Request `slot` is cancelled (its cancellation is about to be queued): its place in
     /// the window is free. One still waiting here is dropped instead, never written: true
     /// then (no cancellation need follow it).

@@ -422,7 +422,10 @@ impl Hub {
         let sid = self.sessions.get(number).expect("in flight").id;
         // An initialize is never cancelled (MCP forbids it; it went under the proxy's id).
         if entry.opens.is_none() {
-            self.cancel_at_backend(now, &sid, &entry.raw_id, "request timed out");
+            let cancel = (&sid, entry.raw_id.as_str(), "request timed out");
+            if !self.backend.cancel(now, cancel, &mut self.outputs) {
+                self.drop_message(DropReason::BackendQueueFull, None);
+            }
         }
         let message = streamable::error_message(&entry.raw_id, -32001, "request timed out");
         self.answer(now, number, entry, (message, Some(Outcome::Error)));
@@ -447,7 +450,10 @@ impl Hub {
         }
         for (_, entry) in self.in_flight.take_all(number) {
             if let Ending::Deleted = ending {
-                self.cancel_at_backend(now, &sid, &entry.raw_id, text);
+                let cancel = (&sid, entry.raw_id.as_str(), text);
+                if !self.backend.cancel(now, cancel, &mut self.outputs) {
+                    self.drop_message(DropReason::BackendQueueFull, None);
+                }
             }
             let message = streamable::error_message(&entry.raw_id, -32603, text);
             self.answer(now, number, entry, (message, Some(Outcome::Error)));

@@ -82,7 +82,6 @@ use streams::{Role, Streams};
 use crate::http::{self, Endpoint, Rejection, Response};
 use crate::metrics::{DropReason, Metrics};
 use crate::output::{BackendId, Event, Output, RequestId, StreamEnd, StreamId};
-use crate::routed_id::SessionId;
 use crate::router::Router;
 use crate::supervise::Health;
 
@@ -410,20 +409,6 @@ impl Hub {
             true => self.backend.release(now, &mut self.outputs, false),
             false => self.drop_message(DropReason::BackendQueueFull, None),
         }
-    }
-
-    /// Tells the backend that request `raw_id` routed under `sid` is cancelled (`reason`),
-    /// unless it never left the fair queue (then it is dropped there and never written);
-    /// either way it leaves the backend window (SPEC section 12).
-    fn cancel_at_backend(&mut self, now: Instant, sid: &SessionId, raw_id: &str, reason: &str) {
-        let slot = crate::message::IdKey::of(raw_id).map(|key| (*sid, key));
-        if slot.is_some_and(|slot| self.backend.cancelled(&slot)) {
-            return;
-        }
-        if let Some(line) = crate::streamable::cancel_line(sid, raw_id, reason) {
-            self.queue_line(now, line, LineFrom::Cancellation);
-        }
-        self.backend.release(now, &mut self.outputs, false);
     }
 
     /// Refuses `request` with the answer `rejection` calls for (a 503 for want of a

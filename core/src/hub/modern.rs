@@ -449,7 +449,10 @@ pub(super) fn unanswered(
         hub.observe(now, Happened::Unanswered(None, started));
     }
     if cancel {
-        hub.cancel_at_backend(now, &key, &entry.raw_id, text);
+        let cancel = (&key, entry.raw_id.as_str(), text);
+        if !hub.backend.cancel(now, cancel, &mut hub.outputs) {
+            hub.drop_message(DropReason::BackendQueueFull, None);
+        }
     }
     match (code, waiting.stream) {
         (0, Some(stream)) => hub.streams.end(stream, &mut hub.outputs),
