@@ -208,6 +208,8 @@ enum Init {
 #[derive(Debug)]
 pub(crate) struct Router {
     init: Init,
+    /// The protocol version the cached handshake negotiated (a label).
+    negotiated: Option<&'static str>,
     next_proxy_request: u64,
     /// The proxy's own requests awaiting an answer, by purpose.
     proxy_requests: BTreeMap<ProxyRequest, BTreeSet<u64>>,
@@ -217,6 +219,7 @@ impl Router {
     pub(crate) fn new() -> Self {
         Router {
             init: Init::Idle,
+            negotiated: None,
             next_proxy_request: 1,
             proxy_requests: BTreeMap::new(),
         }
@@ -244,6 +247,13 @@ impl Router {
             Init::Ready { result, .. } => Some(result.get()),
             _ => None,
         }
+    }
+
+    /// The protocol version of the backend's cached handshake, as a label: what every
+    /// 2025 session's `initialize` was answered with (SPEC section 14's
+    /// `mcp.protocol.version`).
+    pub(crate) fn negotiated_version(&self) -> Option<&'static str> {
+        self.initialize_result().and(self.negotiated)
     }
 
     /// Whether no handshake is cached, owed or under way.
@@ -517,6 +527,7 @@ impl Router {
             .collect();
         let ready = member == "result";
         if ready {
+            self.negotiated = protocol_version(value).map(|v| crate::metrics::version_label(&v));
             self.init = Init::Ready {
                 result: value.to_owned(),
                 params,

@@ -226,7 +226,9 @@ fn measured(
             outcome,
             ..
         } => {
-            if outcome.is_none() {
+            // The backend's answer, whoever judged it (the router reads a session's; the
+            // proxy's own answers are no lists): a list teaches the labels, from any caller.
+            if !matches!(outcome, Some(Outcome::Denied | Outcome::Error)) {
                 measuring.answered_by_backend(started, message);
             }
             measuring.operation(now, started, Ending::Answered(message));
@@ -286,12 +288,17 @@ fn traced(
 /// A request arrived: its observation context, while auditing is on or its SERVER span
 /// is sampled (a POST's JSON-RPC request, with spans made).
 pub(super) fn arrived(
-    settings: &Settings,
+    (settings, router): (&Settings, &crate::router::Router),
     now: Instant,
     req: &mut Request,
 ) -> Option<Box<Started>> {
     let posted = matches!(req.endpoint, Endpoint::Messages | Endpoint::McpPost);
-    let protocol = req.mcp.protocol_version.as_deref();
+    // A legacy session names no version on its POSTs: the one it negotiated is the
+    // backend's handshake's, which answered every session's `initialize`.
+    let negotiated = (req.endpoint == Endpoint::Messages)
+        .then(|| router.negotiated_version())
+        .flatten();
+    let protocol = req.mcp.protocol_version.as_deref().or(negotiated);
     let trace = match (&settings.tracing, req.trace.take(), &req.body) {
         (Some(tracing), Some(headers), Body::Message(msg)) if posted => {
             ServerSpan::begin(*headers, protocol, msg, tracing)

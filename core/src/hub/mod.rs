@@ -225,7 +225,7 @@ impl Hub {
         }
         let exchange = Exchange {
             cors: request.cors.take(),
-            started: auditing::arrived(&self.settings, now, &mut request),
+            started: auditing::arrived((&self.settings, &self.router), now, &mut request),
         };
         self.exchanges.open(id, exchange);
         match self.backend.phase() {
