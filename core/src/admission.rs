@@ -65,6 +65,11 @@ pub(crate) enum Refused {
     IdInFlight,
     /// 429: `--max-inflight` requests of its session are in flight.
     TooManyInFlight,
+    /// 403: a 2026-07-28 request the policy denies: -32003 under its id (a 2025 session's
+    /// is accepted and answered -32003 on its stream instead).
+    Forbidden,
+    /// 429: `--max-inflight` 2026-07-28 requests of its principal are in flight.
+    PrincipalInFlight,
 }
 
 /// A refusal as it leaves the hub: what the metrics count, and the answer.
@@ -250,7 +255,8 @@ impl Refused {
             Refused::TooManySessions => Rejection::TooManySessions,
             Refused::PrincipalSessions => Rejection::PrincipalSessions,
             Refused::IdInFlight => Rejection::IdInFlight,
-            Refused::TooManyInFlight => Rejection::TooManyInFlight,
+            Refused::TooManyInFlight | Refused::PrincipalInFlight => Rejection::TooManyInFlight,
+            Refused::Forbidden => Rejection::ForbiddenByPolicy,
         }
     }
 
@@ -266,7 +272,9 @@ impl Refused {
             (
                 Refused::InsufficientScope { .. }
                 | Refused::PrincipalSessions
-                | Refused::IdInFlight,
+                | Refused::IdInFlight
+                | Refused::Forbidden
+                | Refused::PrincipalInFlight,
                 Some(id),
             ) => rejection.response_to(id),
             _ => rejection.response(),
@@ -300,6 +308,21 @@ impl Refused {
             rejection,
             response,
         }
+    }
+
+    /// [`Refused::refusal`] for a 2026-07-28 request (SPEC section 13): the revision
+    /// forbids undefined codes in -32020..-32099, so a rate limit and a principal's
+    /// requests in flight answer -32000.
+    pub(crate) fn modern_refusal(&self, id: Option<&str>) -> Refusal {
+        let mut refusal = self.refusal(id, None);
+        let text = match self {
+            Refused::RateLimited { .. } => "rate limit exceeded",
+            Refused::PrincipalInFlight => "too many requests in flight",
+            _ => return refusal,
+        };
+        let body = crate::http::error_message(id.unwrap_or("null"), -32000, text);
+        refusal.response.body = body.into();
+        refusal
     }
 }
 

@@ -14,6 +14,7 @@ use super::in_flight::{Caller, Entry};
 use super::sessions::SessionNumber;
 use super::tasks::{Asked, Owner};
 use super::{Body, Hub, Request};
+use crate::admission::Refused;
 use crate::auth::Principal;
 use crate::http::{Grant, Rejection, Response};
 use crate::message::{self, Checked, IdKey};
@@ -214,8 +215,15 @@ pub(super) fn post(
     if sender.forbidden {
         hub.metrics.policy_denied += 1;
     }
-    if let Some(response) = answered_by_proxy(hub, &msg, &principal, sender.forbidden) {
-        return hub.respond(now, request, Answer::Served(response));
+    if let Some(refused) = refused(hub, &principal, sender.forbidden) {
+        let refusal = refused.modern_refusal(Some(msg.raw_id()));
+        return hub.respond(now, request, refusal.into());
+    }
+    // `server/discover` from the cached handshake (else it is the proxy's own, below).
+    let cached = hub.router.initialize_result();
+    if let Some(result) = cached.filter(|_| msg.method == "server/discover") {
+        let answer = streamable::json_answer(msg.result(&modern::discover(result)));
+        return hub.respond(now, request, Answer::Served(answer));
     }
     // SPEC section 15: tasks are the principal's; unknown methods answered here.
     let owner = Owner::Principal(principal.clone());
@@ -304,33 +312,14 @@ fn forward(
     }
 }
 
-/// The proxy's own answer to a modern request, if it has one: -32003 for what the policy
-/// denied, 429 past `--max-inflight` of its principal, `server/discover` from the cached
-/// handshake.
-fn answered_by_proxy(
-    hub: &Hub,
-    msg: &Checked,
-    principal: &Principal,
-    forbidden: bool,
-) -> Option<Response> {
+/// The proxy's refusal of a modern request, if it owes one (SPEC section 13): -32003 for
+/// what the policy denied, 429 past `--max-inflight` of its principal.
+fn refused(hub: &Hub, principal: &Principal, forbidden: bool) -> Option<Refused> {
     if forbidden {
-        return Some(Response::json(
-            403,
-            msg.error(-32003, "forbidden by policy"),
-        ));
+        return Some(Refused::Forbidden);
     }
     let held = hub.modern.per_principal.get(principal).copied();
-    if held.unwrap_or_default() >= hub.settings.max_inflight {
-        let message = msg.error(-32000, "too many requests in flight");
-        let mut response = Response::json(429, message);
-        response.headers.push(("retry-after", "1".into()));
-        return Some(response);
-    }
-    let result = hub.router.initialize_result();
-    let discovered = result.filter(|_| msg.method == "server/discover")?;
-    Some(streamable::json_answer(
-        msg.result(&modern::discover(discovered)),
-    ))
+    (held.unwrap_or_default() >= hub.settings.max_inflight).then_some(Refused::PrincipalInFlight)
 }
 
 /// What a backend message routed under a modern request's key is.

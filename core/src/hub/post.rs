@@ -249,12 +249,10 @@ impl Hub {
                 if refused == Refused::Denied {
                     self.metrics.policy_denied += 1;
                 }
-                let mut refusal = refused.refusal(id, None);
-                if let (true, Refused::RateLimited { .. }) = (modern, &refused) {
-                    let body =
-                        http::error_message(id.unwrap_or("null"), -32000, "rate limit exceeded");
-                    refusal.response.body = body.into();
-                }
+                let refusal = match modern {
+                    true => refused.modern_refusal(id),
+                    false => refused.refusal(id, None),
+                };
                 self.respond(now, request, refusal.into());
                 None
             }
