@@ -15,6 +15,7 @@ use super::sessions::SessionNumber;
 use super::tasks::{Asked, Owner};
 use super::{Body, Hub, Request};
 use crate::admission::Refused;
+use crate::audit::Outcome;
 use crate::auth::Principal;
 use crate::http::{Grant, Rejection, Response};
 use crate::message::{self, Checked, IdKey};
@@ -234,7 +235,7 @@ pub(super) fn post(
             hub.drop_message(reason, Some(&msg.method));
             // Observed as the proxy's denial, as a 2025 session's is (not by its status).
             if let Some(started) = hub.exchanges.take_started(request) {
-                let outcome = Some(crate::audit::Outcome::Denied);
+                let outcome = Some(Outcome::Denied);
                 hub.observe(now, Happened::answered(None, started, &answer, outcome));
             }
             let status = if reason == DropReason::UnknownMethod {
@@ -434,8 +435,15 @@ pub(super) fn unanswered(
     let Some(waiting) = hub.modern.remove(&key) else {
         return;
     };
+    // Answered with an error (a restart, shutdown) as a 2025 request is recorded; a client
+    // that left is owed nothing: unanswered.
+    let message = (code != 0).then(|| streamable::error_message(&entry.raw_id, code, text));
     if let Some(started) = entry.audit.take() {
-        hub.observe(now, Happened::Unanswered(None, started));
+        let happened = match &message {
+            Some(message) => Happened::answered(None, started, message, Some(Outcome::Error)),
+            None => Happened::Unanswered(None, started),
+        };
+        hub.observe(now, happened);
     }
     if cancel {
         let cancel = (&key, entry.raw_id.as_str(), text);
@@ -443,15 +451,12 @@ pub(super) fn unanswered(
             hub.drop_message(DropReason::BackendQueueFull, None);
         }
     }
-    match (code, waiting.stream) {
-        (0, Some(stream)) => hub.streams.end(stream, &mut hub.outputs),
-        (0, None) => {
+    match (message, waiting.stream) {
+        (None, Some(stream)) => hub.streams.end(stream, &mut hub.outputs),
+        (None, None) => {
             let _ = hub.exchanges.close(waiting.exchange);
         }
-        (code, _) => {
-            let message = streamable::error_message(&entry.raw_id, code, text);
-            answer_with(hub, now, &waiting, (message, 200));
-        }
+        (Some(message), _) => answer_with(hub, now, &waiting, (message, 200)),
     }
 }
 
