@@ -342,6 +342,14 @@ pub struct Config {
     #[cfg_attr(feature = "cli", arg(long, default_value_t = 32, value_name = "N"))]
     pub max_pipelined: usize,
 
+    /// Threads running `switchboard`'s event loop. 1 (the default) runs the hub, every
+    /// connection and the backend's pipes on one thread: with the backend on the other
+    /// core, more workers only add cross-thread wake-ups (tests/BENCHMARKS.md). Large
+    /// bodies are still parsed, and spans exported, off the loop. `switchboard-blocking`
+    /// ignores it (a thread per connection).
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 1, value_name = "N"))]
+    pub workers: usize,
+
     /// Interval of `: keep-alive` comments on idle streams.
     #[cfg_attr(feature = "cli", arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION"))]
     pub keepalive: Duration,
@@ -611,6 +619,12 @@ impl Config {
             return Err(ConfigError {
                 flag: "--backend-window",
                 problem: format!("{} is out of range (1 to 65536)", self.backend_window),
+            });
+        }
+        if !(1..=256).contains(&self.workers) {
+            return Err(ConfigError {
+                flag: "--workers",
+                problem: format!("{} is out of range (1 to 256)", self.workers),
             });
         }
         if !(1..=65_536).contains(&self.max_pipelined) {

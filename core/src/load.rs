@@ -79,6 +79,7 @@ impl Config {
         keep!("--instance": instance);
         keep!("--env": env);
         keep!("--max-line": max_line);
+        keep!("--workers": workers);
         keep!("--log-level": log_level);
         keep!("--log-format": log_format);
         keep!("--audit-log": audit_log);

@@ -84,10 +84,17 @@ fn run(config: Config, line: CommandLine) -> Result<i32, Box<dyn std::error::Err
     let me = std::env::current_exe()?;
     let command = loaded.config.backend_command(&me.to_string_lossy());
     let listen = loaded.config.listen_addr();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    // One loop by default (issue 42): the hub, the connections and the backend's pipes on
+    // one thread, so a call is no hand-off between workers.
+    let runtime = match loaded.config.workers {
+        1 => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?,
+        n => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n)
+            .enable_all()
+            .build()?,
+    };
     let status = runtime.block_on(async move {
         // Before anything else: SIGHUP's default would end the process.
         let hangup = signal(SignalKind::hangup())?;
@@ -128,8 +135,8 @@ fn run(config: Config, line: CommandLine) -> Result<i32, Box<dyn std::error::Err
         let shutdown = async move {
             let _ = shutdown.await;
         };
-        // On a runtime worker, not the thread blocked in `block_on`: every hand-off to and
-        // from the loop is then a task wake-up instead of a futex wake across threads.
+        // A task of its own: with --workers past 1, on a runtime worker, not the thread
+        // blocked in `block_on` (a hand-off is then a task wake-up, not a futex wake).
         let (status, drain) = tokio::spawn(supervisor.run(shutdown))
             .await
             .unwrap_or((1, std::time::Duration::ZERO));
