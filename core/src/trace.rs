@@ -282,6 +282,26 @@ pub struct SpanRecord {
 /// (SPEC section 14; `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT` sets another).
 pub const VALUE_LIMIT: usize = 256;
 
+/// What the hub needs to decide spans (SPEC section 14); the exporter's settings are the
+/// shell's.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Tracing {
+    /// `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG`.
+    pub sampler: Sampler,
+    /// `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`: bytes of each value and name taken from a
+    /// request ([`VALUE_LIMIT`] by default).
+    pub value_limit: usize,
+}
+
+impl Default for Tracing {
+    fn default() -> Self {
+        Tracing {
+            sampler: Sampler::default(),
+            value_limit: VALUE_LIMIT,
+        }
+    }
+}
+
 /// `text` cut to at most `limit` bytes at a character boundary.
 pub(crate) fn cut(text: &str, limit: usize) -> &str {
     if text.len() <= limit {
@@ -376,7 +396,7 @@ impl ServerSpan {
         headers: TraceHeaders,
         protocol: Option<&str>,
         msg: &Checked,
-        tracing: &crate::settings::Tracing,
+        tracing: &Tracing,
     ) -> Option<Box<ServerSpan>> {
         let (sampler, limit) = (&tracing.sampler, tracing.value_limit);
         msg.id.as_ref()?;
@@ -833,9 +853,9 @@ mod tests {
     /// A span of `body`, sampled, with values cut to `limit` bytes.
     fn finished(body: &str, limit: usize, principal: &str) -> (SpanRecord, Option<SpanRecord>) {
         let msg = Checked::admit(body.as_bytes().to_vec()).expect("a request");
-        let tracing = crate::settings::Tracing {
+        let tracing = Tracing {
             value_limit: limit,
-            ..crate::settings::Tracing::default()
+            ..Tracing::default()
         };
         let headers = TraceHeaders {
             entropy: [7; 32],
