@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use super::auditing::Happened;
 use super::backend::LineFrom;
+use super::delivery::Delivery;
 use super::modern::ModernRequests;
 use super::resume::StreamKey;
 use super::sessions::{Kind, SessionNumber, Sessions};
@@ -18,22 +19,6 @@ use crate::output::{Frame, StreamId};
 use crate::routed_id::{Mark, SessionId};
 use crate::router::{self, Answer, Routed};
 use crate::sse;
-
-/// What a delivered message is. Spans are byte ranges of the message holding the
-/// restored id or token as JSON text.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Delivery {
-    /// The answer to the session's request whose id is at `id`; `outcome` is the proxy's
-    /// verdict on an answer it made itself (`None`: the backend's, judged by its content).
-    Response {
-        id: Range<usize>,
-        outcome: Option<crate::audit::Outcome>,
-    },
-    /// `notifications/progress` for the token at `token`.
-    Progress { token: Range<usize> },
-    /// `notifications/resources/updated` for a resource the session watches.
-    Update,
-}
 
 impl Hub {
     /// Carries out the router's decision on one backend line.

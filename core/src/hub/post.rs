@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use super::auditing::Happened;
 use super::backend::LineFrom;
-use super::dispatch::Delivery;
+use super::delivery::Delivery;
 use super::exchanges::{Answer, Sender};
 use super::in_flight::Entry;
 use super::mcp::{self, McpPost};
