@@ -811,7 +811,7 @@ impl Config {
 
     /// What the hub decides spans with, when `--otlp-endpoint` is given; an unknown sampler
     /// is refused at load.
-    pub fn tracing(&self) -> Result<Option<crate::settings::Tracing>, String> {
+    pub fn tracing(&self) -> Result<Option<crate::trace::Tracing>, String> {
         if self.otlp_endpoint.is_none() {
             return Ok(None);
         }
@@ -820,7 +820,7 @@ impl Config {
             name => name,
         };
         let sampler = crate::trace::Sampler::parse(name, self.otel_traces_sampler_arg.as_deref())?;
-        Ok(Some(crate::settings::Tracing {
+        Ok(Some(crate::trace::Tracing {
             sampler,
             value_limit: self.otel_attribute_value_length_limit,
         }))

@@ -121,9 +121,9 @@ pub use output::{BackendId, Event, FetchId, Frame, Lost, Output, RequestId, Stre
 pub use policy::Policy;
 pub use principal::{AuthFailure, Principal};
 pub use routed_id::SessionId;
-pub use settings::{Audit, KeySet, KeySource, Tracing};
+pub use settings::{Audit, KeySet, KeySource};
 pub use supervise::{Exit, Signal};
 pub use trace::{
     Root, Sampler, SpanContext, SpanKind, SpanLink, SpanRecord, SpanStatus, VALUE_LIMIT,
 };
-pub use trace::{TraceHeaders, Value};
+pub use trace::{TraceHeaders, Tracing, Value};

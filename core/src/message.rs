@@ -1036,23 +1036,33 @@ impl Checked {
             let modern = Some(Box::default());
             return Checked { modern, ..self };
         };
-        let text = [&self.text[..span.start], &kept, &self.text[span.end..]].concat();
-        // Only `_meta` changed: what lies after it moves back, what lies before stays, and
-        // the progress token (the one span inside `_meta`) is found again in what was kept.
+        let checked = self.with_meta(span, &kept, said);
+        // Read again, it is the same message (checked where tests and fuzzing run).
+        #[cfg(debug_assertions)]
+        checked.assert_reads_again();
+        checked
+    }
+
+    /// This message with its `_meta` object (at `span`) replaced by `kept`, the reserved
+    /// keys' `said` kept aside. Only `_meta` changed: what lies after it moves back, what
+    /// lies before stays, and the progress token (the one span inside `_meta`) is found
+    /// again in what was kept.
+    fn with_meta(self, span: Range<usize>, kept: &str, said: ModernMeta) -> Checked {
+        let text = [&self.text[..span.start], kept, &self.text[span.end..]].concat();
         let removed = span.len() - kept.len();
         let moved = |r: Range<usize>| match r.start >= span.end {
             true => r.start - removed..r.end - removed,
             false => r,
         };
         let token = self.token.and_then(|token| {
-            let (_, value) = (members(&kept)?.into_iter()).find(|(k, _)| k == "progressToken")?;
+            let (_, value) = (members(kept)?.into_iter()).find(|(k, _)| k == "progressToken")?;
             let at = span.start + (value.as_ptr() as usize - kept.as_ptr() as usize);
             Some(IdAt {
                 span: at..at + value.len(),
                 ..token
             })
         });
-        let checked = Checked {
+        Checked {
             id: self.id.map(|id| IdAt {
                 span: moved(id.span.clone()),
                 ..id
@@ -1071,31 +1081,32 @@ impl Checked {
             modern: Some(Box::new(said)),
             text,
             ..self
-        };
-        // Read again, it is the same message (checked where tests and fuzzing run).
-        #[cfg(debug_assertions)]
-        {
-            let again = Checked::admit(checked.text.clone().into_bytes()).expect("admits again");
-            let again = format!(
-                "{:?}",
-                Checked {
-                    modern: None,
-                    ..again
-                }
-            );
-            let fast = format!(
-                "{:?}",
-                Checked {
-                    modern: None,
-                    ..checked.clone()
-                }
-            );
-            assert_eq!(
-                fast, again,
-                "the spans moved as a second reading finds them"
-            );
         }
-        checked
+    }
+
+    /// Panics unless a second reading of the text finds every span where the edit moved
+    /// it: the fast path of [`Checked::into_modern`] is the slow one's equal.
+    #[cfg(debug_assertions)]
+    fn assert_reads_again(&self) {
+        let again = Checked::admit(self.text.clone().into_bytes()).expect("admits again");
+        let again = format!(
+            "{:?}",
+            Checked {
+                modern: None,
+                ..again
+            }
+        );
+        let fast = format!(
+            "{:?}",
+            Checked {
+                modern: None,
+                ..self.clone()
+            }
+        );
+        assert_eq!(
+            fast, again,
+            "the spans moved as a second reading finds them"
+        );
     }
 
     /// Whether it asks something of the server: a request, or a method sent without an id

@@ -9,7 +9,7 @@ use crate::auth::Principal;
 use crate::http::Response;
 use crate::metrics::{DropReason, LogLevel};
 use crate::routed_id::SessionId;
-use crate::supervise::{Exit, Signal};
+use crate::supervise::{AfterExit, Exit, Signal};
 
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident, $prefix:literal) => {
@@ -382,6 +382,14 @@ pub enum Level {
 }
 
 impl Event {
+    /// What the log says of the supervisor's decision after the backend exited.
+    pub(crate) fn after_exit(after: AfterExit) -> Event {
+        match after {
+            AfterExit::Restart { after } => Event::Restarting { after },
+            AfterExit::Shutdown { status } => Event::ShuttingDown { status },
+        }
+    }
+
     /// How loud the event is.
     pub fn level(&self) -> Level {
         match self {

@@ -141,27 +141,7 @@ pub struct Settings {
     /// The audit log (`--audit-log`); `None`: no audit records.
     pub audit: Option<Audit>,
     /// Traces (`--otlp-endpoint`); `None`: no span work at all.
-    pub tracing: Option<Tracing>,
-}
-
-/// What the hub needs to decide spans (SPEC section 14); the exporter's settings are the
-/// shell's.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Tracing {
-    /// `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG`.
-    pub sampler: crate::trace::Sampler,
-    /// `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`: bytes of each value and name taken from a
-    /// request ([`VALUE_LIMIT`](crate::trace::VALUE_LIMIT) by default).
-    pub value_limit: usize,
-}
-
-impl Default for Tracing {
-    fn default() -> Self {
-        Tracing {
-            sampler: crate::trace::Sampler::default(),
-            value_limit: crate::trace::VALUE_LIMIT,
-        }
-    }
+    pub tracing: Option<crate::trace::Tracing>,
 }
 
 /// What audit records hold (SPEC section 11).

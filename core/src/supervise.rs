@@ -55,16 +55,6 @@ pub(crate) enum AfterExit {
     },
 }
 
-impl AfterExit {
-    /// What the log says of the decision.
-    pub(crate) fn event(self) -> crate::output::Event {
-        match self {
-            AfterExit::Restart { after } => crate::output::Event::Restarting { after },
-            AfterExit::Shutdown { status } => crate::output::Event::ShuttingDown { status },
-        }
-    }
-}
-
 /// The restart policy with its exponential backoff (0.5 s doubling to 30 s, reset after a
 /// minute of healthy running).
 #[derive(Debug, Clone)]

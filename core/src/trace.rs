@@ -282,6 +282,26 @@ pub struct SpanRecord {
 /// (SPEC section 14; `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT` sets another).
 pub const VALUE_LIMIT: usize = 256;
 
+/// What the hub needs to decide spans (SPEC section 14); the exporter's settings are the
+/// shell's.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Tracing {
+    /// `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG`.
+    pub sampler: Sampler,
+    /// `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`: bytes of each value and name taken from a
+    /// request ([`VALUE_LIMIT`] by default).
+    pub value_limit: usize,
+}
+
+impl Default for Tracing {
+    fn default() -> Self {
+        Tracing {
+            sampler: Sampler::default(),
+            value_limit: VALUE_LIMIT,
+        }
+    }
+}
+
 /// `text` cut to at most `limit` bytes at a character boundary.
 pub(crate) fn cut(text: &str, limit: usize) -> &str {
     if text.len() <= limit {
@@ -376,7 +396,7 @@ impl ServerSpan {
         headers: TraceHeaders,
         protocol: Option<&str>,
         msg: &Checked,
-        tracing: &crate::settings::Tracing,
+        tracing: &Tracing,
     ) -> Option<Box<ServerSpan>> {
         let (sampler, limit) = (&tracing.sampler, tracing.value_limit);
         msg.id.as_ref()?;
@@ -645,67 +665,81 @@ pub(crate) enum Carried {
 /// [`with_meta`] does, for the shapes that need no rewriting: `None` for the others
 /// (a `_meta` holding a `tracestate` or an escape, a `params` or `_meta` that is no object).
 fn meta_edits(msg: &Checked, traceparent: &str, tracestate: Option<&str>) -> Option<Vec<Edit>> {
-    let text = msg.text();
+    match msg.meta.clone() {
+        Some(span) => edits_in_meta(msg.text(), span, traceparent, tracestate),
+        None => meta_added(msg.text(), traceparent, tracestate).map(|edit| vec![edit]),
+    }
+}
+
+/// A `_meta` is there (at `span`): a `traceparent` it holds gets the new value in place,
+/// and the members it lacks are appended before its closing brace.
+fn edits_in_meta(
+    text: &str,
+    span: Range<usize>,
+    traceparent: &str,
+    tracestate: Option<&str>,
+) -> Option<Vec<Edit>> {
     let mut edits = Vec::with_capacity(2);
     // The members the proxy adds to `_meta`.
     let mut meta = String::new();
-    match msg.meta.clone() {
-        Some(span) => {
-            let inner = object_inside(&text[span.clone()])?;
-            if inner.contains('\\') || inner.contains("\"tracestate\"") {
-                return None;
-            }
-            let mut any = !inner.trim().is_empty();
-            if inner.contains("\"traceparent\"") {
-                let members: Members<'_> = serde_json::from_str(&text[span.clone()]).ok()?;
-                let value = span_of(text, members.get("traceparent")?);
-                edits.push((value, json_string(traceparent).into_bytes()));
-            } else {
-                push_member(&mut meta, any, "traceparent", traceparent);
-                any = true;
-            }
-            if let Some(state) = tracestate {
-                push_member(&mut meta, any, "tracestate", state);
-            }
-            if !meta.is_empty() {
-                edits.push((span.end - 1..span.end - 1, meta.into_bytes()));
-            }
-        }
-        None => {
-            #[derive(serde::Deserialize)]
-            struct Top<'a> {
-                // Present whatever its value: a `"params":null` is no missing `params` (a
-                // second `params` would be a duplicate key), and takes the whole rewrite.
-                #[serde(borrow, default, deserialize_with = "present")]
-                params: Option<&'a serde_json::value::RawValue>,
-            }
-            fn present<'de, D: serde::Deserializer<'de>>(
-                value: D,
-            ) -> Result<Option<&'de serde_json::value::RawValue>, D::Error> {
-                serde::Deserialize::deserialize(value).map(Some)
-            }
-            push_member(&mut meta, false, "traceparent", traceparent);
-            if let Some(state) = tracestate {
-                push_member(&mut meta, true, "tracestate", state);
-            }
-            let top: Top<'_> = serde_json::from_str(text).ok()?;
-            let (outer, added) = match top.params {
-                Some(params) => (
-                    span_of(text, params.get()),
-                    format!(r#""_meta":{{{meta}}}"#),
-                ),
-                None => (
-                    0..text.trim_end().len(),
-                    format!(r#""params":{{"_meta":{{{meta}}}}}"#),
-                ),
-            };
-            let inner = object_inside(&text[outer.clone()])?;
-            let comma = if inner.trim().is_empty() { "" } else { "," };
-            let at = outer.end - 1;
-            edits.push((at..at, format!("{comma}{added}").into_bytes()));
-        }
+    let inner = object_inside(&text[span.clone()])?;
+    if inner.contains('\\') || inner.contains("\"tracestate\"") {
+        return None;
+    }
+    let mut any = !inner.trim().is_empty();
+    if inner.contains("\"traceparent\"") {
+        let members: Members<'_> = serde_json::from_str(&text[span.clone()]).ok()?;
+        let value = span_of(text, members.get("traceparent")?);
+        edits.push((value, json_string(traceparent).into_bytes()));
+    } else {
+        push_member(&mut meta, any, "traceparent", traceparent);
+        any = true;
+    }
+    if let Some(state) = tracestate {
+        push_member(&mut meta, any, "tracestate", state);
+    }
+    if !meta.is_empty() {
+        edits.push((span.end - 1..span.end - 1, meta.into_bytes()));
     }
     Some(edits)
+}
+
+/// No `_meta` is there: one is added at the end of `params`, or a `params` holding it at
+/// the end of the message when it has none.
+fn meta_added(text: &str, traceparent: &str, tracestate: Option<&str>) -> Option<Edit> {
+    #[derive(serde::Deserialize)]
+    struct Top<'a> {
+        // Present whatever its value: a `"params":null` is no missing `params` (a
+        // second `params` would be a duplicate key), and takes the whole rewrite.
+        #[serde(borrow, default, deserialize_with = "present")]
+        params: Option<&'a serde_json::value::RawValue>,
+    }
+    fn present<'de, D: serde::Deserializer<'de>>(
+        value: D,
+    ) -> Result<Option<&'de serde_json::value::RawValue>, D::Error> {
+        serde::Deserialize::deserialize(value).map(Some)
+    }
+    // The members the proxy adds to `_meta`.
+    let mut meta = String::new();
+    push_member(&mut meta, false, "traceparent", traceparent);
+    if let Some(state) = tracestate {
+        push_member(&mut meta, true, "tracestate", state);
+    }
+    let top: Top<'_> = serde_json::from_str(text).ok()?;
+    let (outer, added) = match top.params {
+        Some(params) => (
+            span_of(text, params.get()),
+            format!(r#""_meta":{{{meta}}}"#),
+        ),
+        None => (
+            0..text.trim_end().len(),
+            format!(r#""params":{{"_meta":{{{meta}}}}}"#),
+        ),
+    };
+    let inner = object_inside(&text[outer.clone()])?;
+    let comma = if inner.trim().is_empty() { "" } else { "," };
+    let at = outer.end - 1;
+    Some((at..at, format!("{comma}{added}").into_bytes()))
 }
 
 type Edit = (Range<usize>, Vec<u8>);
@@ -833,9 +867,9 @@ mod tests {
     /// A span of `body`, sampled, with values cut to `limit` bytes.
     fn finished(body: &str, limit: usize, principal: &str) -> (SpanRecord, Option<SpanRecord>) {
         let msg = Checked::admit(body.as_bytes().to_vec()).expect("a request");
-        let tracing = crate::settings::Tracing {
+        let tracing = Tracing {
             value_limit: limit,
-            ..crate::settings::Tracing::default()
+            ..Tracing::default()
         };
         let headers = TraceHeaders {
             entropy: [7; 32],

@@ -309,23 +309,9 @@ pub(super) fn arrived(
     if settings.audit.is_none() && !measured {
         return None;
     }
-    // A `GET /mcp` or `DELETE /mcp` is audited only when refused (as `mcp_request` and
-    // `session_close`): an opened stream is no request, and a session that ends says
-    // so itself.
-    let (kind, transport) = match req.endpoint {
-        Endpoint::Stream => (AuditType::SessionOpen, Transport::Sse),
-        Endpoint::Messages => (AuditType::Request, Transport::Sse),
-        Endpoint::McpPost | Endpoint::McpGet => (AuditType::Request, Transport::Streamable),
-        Endpoint::McpDelete => (AuditType::SessionClose, Transport::Streamable),
-        _ => return None,
-    };
+    let (kind, transport) = audited_as(req.endpoint)?;
     let modern = matches!(&req.body, Body::Message(msg) if msg.modern.is_some());
-    let session = match (req.endpoint, &req.body) {
-        // A 2026-07-28 request joins no session: `Mcp-Session-Id` is ignored (SPEC 13).
-        (_, crate::http::Body::Message(msg)) if msg.modern.is_some() => None,
-        (Endpoint::Messages, _) => crate::routed_id::SessionId::parse(&req.session),
-        _ => (req.mcp.session.as_deref()).and_then(crate::routed_id::SessionId::parse),
-    };
+    let session = session_named(req);
     Some(Box::new(Started {
         at: now,
         kind,
@@ -347,6 +333,29 @@ pub(super) fn arrived(
         },
         trace,
     }))
+}
+
+/// The record a request to `endpoint` starts, and its transport (`None`: no record). A
+/// `GET /mcp` or `DELETE /mcp` is audited only when refused (as `mcp_request` and
+/// `session_close`): an opened stream is no request, and a session that ends says so itself.
+fn audited_as(endpoint: Endpoint) -> Option<(AuditType, Transport)> {
+    Some(match endpoint {
+        Endpoint::Stream => (AuditType::SessionOpen, Transport::Sse),
+        Endpoint::Messages => (AuditType::Request, Transport::Sse),
+        Endpoint::McpPost | Endpoint::McpGet => (AuditType::Request, Transport::Streamable),
+        Endpoint::McpDelete => (AuditType::SessionClose, Transport::Streamable),
+        _ => return None,
+    })
+}
+
+/// The session a request names: a legacy POST's `session_id`, else its `Mcp-Session-Id`.
+/// A 2026-07-28 request joins no session: `Mcp-Session-Id` is ignored (SPEC 13).
+fn session_named(req: &Request) -> Option<crate::routed_id::SessionId> {
+    match (req.endpoint, &req.body) {
+        (_, Body::Message(msg)) if msg.modern.is_some() => None,
+        (Endpoint::Messages, _) => crate::routed_id::SessionId::parse(&req.session),
+        _ => (req.mcp.session.as_deref()).and_then(crate::routed_id::SessionId::parse),
+    }
 }
 
 impl Auditor<'_> {

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use super::auditing::Happened;
 use super::backend::LineFrom;
+use super::delivery::Delivery;
 use super::modern::ModernRequests;
 use super::resume::StreamKey;
 use super::sessions::{Kind, SessionNumber, Sessions};
@@ -16,24 +17,8 @@ use crate::message::IdKey;
 use crate::metrics::DropReason;
 use crate::output::{Frame, StreamId};
 use crate::routed_id::{Mark, SessionId};
-use crate::router::{self, Answer, Routed};
+use crate::router::{self, Answer, CreatedTask, Routed};
 use crate::sse;
-
-/// What a delivered message is. Spans are byte ranges of the message holding the
-/// restored id or token as JSON text.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Delivery {
-    /// The answer to the session's request whose id is at `id`; `outcome` is the proxy's
-    /// verdict on an answer it made itself (`None`: the backend's, judged by its content).
-    Response {
-        id: Range<usize>,
-        outcome: Option<crate::audit::Outcome>,
-    },
-    /// `notifications/progress` for the token at `token`.
-    Progress { token: Range<usize> },
-    /// `notifications/resources/updated` for a resource the session watches.
-    Update,
-}
 
 impl Hub {
     /// Carries out the router's decision on one backend line.
@@ -41,43 +26,12 @@ impl Hub {
         match routed {
             Routed::Response {
                 session,
-                mut message,
-                mut id,
+                message,
+                id,
                 mark,
                 failed,
                 task,
-            } => {
-                // Answered: its place in the backend window is free.
-                let key = std::str::from_utf8(&message[id.clone()])
-                    .ok()
-                    .and_then(IdKey::of);
-                if key.is_some_and(|key| self.backend.answered(&(session, key))) {
-                    self.backend.release(now, &mut self.outputs, false);
-                }
-                let owner = owner_of((&self.sessions, &self.modern), &session);
-                let hidden;
-                (message, id, hidden) = match (mark, &owner) {
-                    (Mark::Filtered, _) => {
-                        let caller = (self.sessions.caller(&session))
-                            .or_else(|| self.modern.caller(&session));
-                        (self.decisions).filter_list(&self.settings, caller, message, id)
-                    }
-                    (Mark::Tasks, Some(owner)) => {
-                        tasks_listed(&mut self.tasks, now, owner, message, id)
-                    }
-                    _ => (message, id, 0),
-                };
-                self.metrics.entries_hidden += hidden;
-                // A task is its creator's from the moment its result is delivered.
-                if let (Some(task), Some(owner)) = (task, owner) {
-                    self.tasks.created(now, owner, &task);
-                }
-                let outcome = Some(crate::audit::Outcome::of_failed(failed));
-                let what = Delivery::Response { id, outcome };
-                if !self.deliver(now, session, message, what) {
-                    self.drop_message(DropReason::SessionGone, None);
-                }
-            }
+            } => self.backend_answered(now, session, (message, id), (mark, failed, task)),
             Routed::TaskStatus { task, message } => {
                 let owner = task.and_then(|task| self.tasks.owner_of(now, &task).cloned());
                 let delivered = match owner {
@@ -124,6 +78,47 @@ impl Hub {
             } => super::listen::subscribed(self, now, subscribe, accepted),
             Routed::Consumed => {}
             Routed::Dropped { reason, method } => self.drop_message(reason, method.as_deref()),
+        }
+    }
+
+    /// The backend answered a client's request: its place in the backend window is free,
+    /// a list result is shown only what its caller may see (SPEC sections 10 and 15), a task
+    /// it created becomes its creator's, and it is delivered with its outcome (an error or
+    /// a success, for the audit log).
+    fn backend_answered(
+        &mut self,
+        now: Instant,
+        session: SessionId,
+        (mut message, mut id): (Vec<u8>, Range<usize>),
+        (mark, failed, task): (Mark, bool, Option<CreatedTask>),
+    ) {
+        // Answered: its place in the backend window is free.
+        let key = std::str::from_utf8(&message[id.clone()])
+            .ok()
+            .and_then(IdKey::of);
+        if key.is_some_and(|key| self.backend.answered(&(session, key))) {
+            self.backend.release(now, &mut self.outputs, false);
+        }
+        let owner = owner_of((&self.sessions, &self.modern), &session);
+        let hidden;
+        (message, id, hidden) = match (mark, &owner) {
+            (Mark::Filtered, _) => {
+                let caller =
+                    (self.sessions.caller(&session)).or_else(|| self.modern.caller(&session));
+                (self.decisions).filter_list(&self.settings, caller, message, id)
+            }
+            (Mark::Tasks, Some(owner)) => tasks_listed(&mut self.tasks, now, owner, message, id),
+            _ => (message, id, 0),
+        };
+        self.metrics.entries_hidden += hidden;
+        // A task is its creator's from the moment its result is delivered.
+        if let (Some(task), Some(owner)) = (task, owner) {
+            self.tasks.created(now, owner, &task);
+        }
+        let outcome = Some(crate::audit::Outcome::of_failed(failed));
+        let what = Delivery::Response { id, outcome };
+        if !self.deliver(now, session, message, what) {
+            self.drop_message(DropReason::SessionGone, None);
         }
     }
 

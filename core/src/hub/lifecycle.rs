@@ -53,7 +53,8 @@ impl Hub {
             // A command that never ran is a configuration error, not a crash to ride out.
             false => AfterExit::Shutdown { status: 1 },
         };
-        self.outputs.push_back(Output::Log(after.event()));
+        self.outputs
+            .push_back(Output::Log(Event::after_exit(after)));
         if let AfterExit::Shutdown { status } = after {
             self.begin_stop(now, status);
         }
@@ -92,7 +93,8 @@ impl Hub {
             self.respond_health(now, request, false);
         }
         let after = after.unwrap_or_else(|| self.backend.after_exit(now, exit, ran_for));
-        self.outputs.push_back(Output::Log(after.event()));
+        self.outputs
+            .push_back(Output::Log(Event::after_exit(after)));
         if let AfterExit::Shutdown { status } = after {
             self.begin_stop(now, status);
         }

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::auditing::Happened;
 use super::backend::BackendProcess;
-use super::dispatch::Delivery;
+use super::delivery::Delivery;
 use super::exchanges::{Answer, Sender};
 use super::in_flight::{Entry, Opens};
 use super::resume::Carries;

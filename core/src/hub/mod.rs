@@ -39,6 +39,7 @@ mod auditing;
 mod authz;
 mod backend;
 mod deadlines;
+mod delivery;
 mod dispatch;
 mod exchanges;
 mod fetching;

@@ -8,9 +8,9 @@ use std::time::Instant;
 
 use super::auditing::Happened;
 use super::backend::LineFrom;
-use super::dispatch::Delivery;
-use super::exchanges::{Answer, Sender};
-use super::in_flight::Entry;
+use super::delivery::Delivery;
+use super::exchanges::{Answer, Sender, Started};
+use super::in_flight::{Entry, Expired, InFlight};
 use super::mcp::{self, McpPost};
 use super::modern::ModernPost;
 use super::sessions::{Kind, SessionNumber, Sessions};
@@ -392,21 +392,13 @@ impl Hub {
         now: Instant,
         (number, sid): (SessionNumber, SessionId),
         msg: &Checked,
-        sender: Sender,
+        mut sender: Sender,
     ) {
         self.metrics.client_messages += 1;
         self.observe(now, Happened::Introduced(number, msg));
-        // A legacy request is tracked before anything answers it (routing never needs it),
-        // to answer it should the backend restart first and to observe its outcome.
-        let legacy =
-            matches!(self.sessions.get(number), Some(s) if matches!(s.kind, Kind::Legacy { .. }));
-        if let (true, Some(id), message::Kind::Request) = (legacy, &msg.id, msg.kind) {
-            let entry = Entry::legacy(msg.raw_id().to_owned(), now, sender.started);
-            let limits = (self.settings.max_inflight, self.settings.request_timeout);
-            let unawaited = (self.in_flight).track(now, (number, id.key.clone()), entry, limits);
-            for (at, started) in unawaited {
-                self.observe(at, Happened::Unanswered(Some(number), started));
-            }
+        let parts = (&self.sessions, &mut self.in_flight, &self.settings);
+        for (at, started) in track_legacy(parts, now, number, msg, &mut sender.started) {
+            self.observe(at, Happened::Unanswered(Some(number), started));
         }
         let parts = (&mut self.tasks, &mut self.sessions, &self.listeners);
         let (answer, outcome) = match own_answer(
@@ -453,6 +445,26 @@ impl Hub {
         };
         self.deliver(now, sid, answer, what);
     }
+}
+
+/// A legacy request is tracked before anything answers it (routing never needs it), to
+/// answer it should the backend restart first and to observe its outcome: it takes the
+/// request's observation context from `started`. Returns the requests the table awaits no
+/// longer, to observe as unanswered.
+fn track_legacy(
+    (sessions, in_flight, settings): (&Sessions, &mut InFlight, &Settings),
+    now: Instant,
+    number: SessionNumber,
+    msg: &Checked,
+    started: &mut Option<Box<Started>>,
+) -> Expired {
+    let legacy = matches!(sessions.get(number), Some(s) if matches!(s.kind, Kind::Legacy { .. }));
+    let (true, Some(id), message::Kind::Request) = (legacy, &msg.id, msg.kind) else {
+        return Expired::new();
+    };
+    let entry = Entry::legacy(msg.raw_id().to_owned(), now, started.take());
+    let limits = (settings.max_inflight, settings.request_timeout);
+    in_flight.track(now, (number, id.key.clone()), entry, limits)
 }
 
 /// What the proxy does with a message of a 2025 session before the router.

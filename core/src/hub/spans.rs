@@ -13,8 +13,7 @@ use crate::message::Checked;
 use crate::output::Output;
 use crate::routed_id::{Mark, SessionId};
 use crate::router::{Forward, Router};
-use crate::settings::Tracing;
-use crate::trace::{Carried, Ending, Value};
+use crate::trace::{Carried, Ending, Tracing, Value};
 
 /// The observation context of request `msg` of session `number`, if it is in flight and is
 /// no `initialize` (the proxy's own message to the backend carries no client's context).
