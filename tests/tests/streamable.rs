@@ -943,7 +943,9 @@ fn backend_exit_answers_in_flight_and_ends_sessions(target: Target) {
 fn json_waits_do_not_starve_other_requests(target: Target) {
     const SESSIONS: usize = 3;
     const WAITING: usize = 200;
-    let p = proxy(target, &[]);
+    // Every wait at the backend at once: a window past them all (with the default one,
+    // SPEC 12's fair share of it gives the fresh session its place: fair_share_window.txt).
+    let p = proxy(target, &["--backend-window", "1000"]);
     let sessions: Vec<McpSession> = (0..SESSIONS).map(|_| start(&p, ALICE)).collect();
     let answered = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|scope| {

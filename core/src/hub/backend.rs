@@ -134,6 +134,9 @@ pub(crate) struct BackendProcess {
     /// Client requests handed to the shell and not yet ended: the window, each with its
     /// session (or lane).
     window: BTreeMap<Slot, SessionNumber>,
+    /// How many of the window's requests each session holds: one below its share of the
+    /// window goes even when the window is full.
+    in_window: BTreeMap<SessionNumber, usize>,
     /// Requests in the window awaited no longer at these times (`--request-timeout`).
     window_timers: Deadlines<Slot>,
     /// Client requests handed over and unanswered, at most (`--backend-window`).
@@ -166,6 +169,7 @@ impl BackendProcess {
             held_notes: 0,
             window: BTreeMap::new(),
             window_timers: Deadlines::default(),
+            in_window: BTreeMap::new(),
             backend_window: settings.backend_window.max(1),
             window_timeout: settings.request_timeout,
             held_proxy: VecDeque::new(),
@@ -281,6 +285,7 @@ impl BackendProcess {
         self.held_notes = 0;
         self.window.clear();
         self.window_timers.clear();
+        self.in_window.clear();
         self.held_proxy.clear();
         self.turn = None;
         Some((pid, now.saturating_duration_since(started)))
@@ -379,6 +384,7 @@ impl BackendProcess {
                         self.window_timers.set(slot.clone(), now + timeout);
                     }
                     self.window.insert(slot, next);
+                    *self.in_window.entry(next).or_default() += 1;
                 }
                 (line, Some(next))
             }
@@ -395,13 +401,23 @@ impl BackendProcess {
     /// room (or when `all` lines go).
     fn next_client(&mut self, all: bool) -> Option<(SessionNumber, Vec<u8>, Option<Slot>)> {
         let room = all || self.window.len() < self.backend_window;
-        if !room && self.held_notes == 0 {
+        // The window is shared fairly too: a session holding less than its part of it
+        // (the window over the sessions holding or wanting a place) goes even when it is
+        // full, so one client's slow calls never hold it against another's.
+        let sharers = self.in_window.len()
+            + (self.held.keys())
+                .filter(|s| !self.in_window.contains_key(s))
+                .count();
+        let share = (self.backend_window / sharers.max(1)).max(1);
+        let in_window = &self.in_window;
+        let below_share = |s: &SessionNumber| in_window.get(s).copied().unwrap_or(0) < share;
+        if !room && self.held_notes == 0 && !self.held.keys().any(below_share) {
             return None;
         }
         let may_go = |(session, lines): (&SessionNumber, &Waiting)| {
             let first = lines
                 .front()
-                .is_some_and(|(_, slot)| room || slot.is_none());
+                .is_some_and(|(_, slot)| room || slot.is_none() || below_share(session));
             first.then_some(*session)
         };
         let next = match self.turn {
@@ -427,11 +443,25 @@ impl BackendProcess {
 
     /// Request `slot` was answered: its place in the window is free. True if it had one.
     pub(crate) fn answered(&mut self, slot: &Slot) -> bool {
-        let freed = self.window.remove(slot).is_some();
+        let freed = self.leave_window(slot);
         if freed {
             self.window_timers.remove(slot);
         }
         freed
+    }
+
+    /// Request `slot` leaves the window (its session holds one fewer). True if it was in.
+    fn leave_window(&mut self, slot: &Slot) -> bool {
+        let Some(session) = self.window.remove(slot) else {
+            return false;
+        };
+        if let Some(n) = self.in_window.get_mut(&session) {
+            *n -= 1;
+            if *n == 0 {
+                self.in_window.remove(&session);
+            }
+        }
+        true
     }
 
     /// Tells the backend that request `raw_id` routed under `sid` is cancelled (`reason`),
@@ -480,7 +510,7 @@ impl BackendProcess {
     fn window_due(&mut self, now: Instant) -> bool {
         let mut freed = false;
         while let Some((_, slot)) = self.window_timers.pop_due(now) {
-            freed |= self.window.remove(&slot).is_some();
+            freed |= self.leave_window(&slot);
         }
         freed
     }
@@ -530,6 +560,7 @@ impl BackendProcess {
                 *owner = None;
             }
         }
+        self.in_window.remove(&session);
         let timers = &mut self.window_timers;
         self.window.retain(|slot, lane| {
             let keep = *lane != session;
@@ -566,6 +597,18 @@ impl BackendProcess {
     }
 
     // Pings and health
+
+    /// A health ping of the proxy's own (numbered by the router, which awaits its answer),
+    /// going out now: its number and its line.
+    pub(crate) fn ping(
+        &mut self,
+        now: Instant,
+        router: &mut crate::router::Router,
+    ) -> (u64, Vec<u8>) {
+        let (ping, line) = router.health_ping();
+        self.ping_sent(now, None);
+        (ping, line)
+    }
 
     /// A ping numbered `ping` went out now (for `/health` when `waiter` is given).
     pub(crate) fn ping_sent(&mut self, now: Instant, waiter: Option<(RequestId, u64)>) {

@@ -170,7 +170,8 @@ impl Hub {
         }
         let (next_id, outputs) = (&mut self.next_id, &mut self.outputs);
         if self.backend.handle_timeout(now, next_id, outputs) {
-            self.send_ping(now);
+            let (_, line) = self.backend.ping(now, &mut self.router);
+            self.queue_line(now, line, LineFrom::Proxy);
         }
         if let Some(silent) = self.backend.newly_unresponsive(now) {
             let event = Event::Unresponsive { silent };
@@ -248,7 +249,8 @@ impl Hub {
             }
             // Answered once the backend answers a ping of its own (or the wait ends).
             Endpoint::Health if self.backend.is_up() => {
-                let ping = self.send_ping(now);
+                let (ping, line) = self.backend.ping(now, &mut self.router);
+                self.queue_line(now, line, LineFrom::Proxy);
                 self.backend.ping_sent(now, Some((id, ping)));
                 Ok(())
             }
@@ -388,14 +390,6 @@ impl Hub {
     ) {
         self.respond(now, request, Answer::Stream(stream, head));
         self.streams.open(now, stream, session, role);
-    }
-
-    /// Sends the backend a health ping of the proxy's own; its number.
-    fn send_ping(&mut self, now: Instant) -> u64 {
-        let (ping, line) = self.router.health_ping();
-        self.backend.ping_sent(now, None);
-        self.queue_line(now, line, LineFrom::Proxy);
-        ping
     }
 
     /// Queues a line for the backend's stdin within its part of the budget; a proxy line
