@@ -332,6 +332,19 @@ pub struct Config {
     #[cfg_attr(feature = "cli", arg(long = "pass-method", value_name = "METHOD"))]
     pub pass_methods: Vec<String>,
 
+    /// Show only this tool (repeatable; a shown name, after --tools-override): every
+    /// other tool is left out of tools/list and a call of it is answered "Unknown tool"
+    /// by the proxy. ToolHive's `thv run --tools`.
+    #[cfg_attr(feature = "cli", arg(long = "tools", value_name = "NAME"))]
+    pub tools: Vec<String>,
+
+    /// Rename and redescribe tools: ToolHive's JSON file
+    /// `{"toolsOverride": {"<backend name>": {"name": "...", "description": "..."}}}`.
+    /// Clients see and call the new names; the backend's names stay for policies, scopes
+    /// and rate limits, and are not callable.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "FILE"))]
+    pub tools_override: Option<std::path::PathBuf>,
+
     /// How long a request head may take to arrive (on a new connection, or an idle one
     /// after its last answer); the connection is then closed.
     #[cfg_attr(feature = "cli", arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION"))]
@@ -762,6 +775,7 @@ impl Config {
             max_inflight: self.max_inflight,
             max_tasks_per_owner: self.max_tasks_per_owner,
             pass_methods: self.pass_methods.iter().cloned().collect(),
+            tool_view: None,
             modern: self.modern,
             endpoint_prefix: format!("{base}{}", self.base_path()),
             instance: self.instance(),
@@ -802,8 +816,22 @@ impl Config {
             }
             None => None,
         };
+        let overrides = match &self.tools_override {
+            Some(path) => Some(
+                read(path)
+                    .map_err(|e| format!("cannot read --tools-override {}: {e}", path.display()))?,
+            ),
+            None => None,
+        };
+        let tool_view = crate::tools::ToolView::new(&self.tools, overrides.as_deref()).map_err(
+            |e| match &self.tools_override {
+                Some(path) => format!("--tools-override {}: {e}", path.display()),
+                None => format!("--tools: {e}"),
+            },
+        )?;
         Ok(crate::settings::Settings {
             policy,
+            tool_view: tool_view.map(std::sync::Arc::new),
             tracing: self.tracing()?,
             ..self.settings()
         })

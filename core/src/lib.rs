@@ -100,6 +100,7 @@ mod settings; // what the hub decides with
 pub mod sse; // SSE frames
 mod streamable; // /mcp helpers: Accept, ids as keys, proxy bodies
 mod supervise; // restart policy, exits, /health
+mod tools; // the tools an operator shows: --tools and --tools-override (SPEC 16)
 mod trace; // W3C trace context, the sampler, finished spans
 
 pub use audit::{rfc3339_millis, Asked, AuditRecord};
@@ -123,6 +124,7 @@ pub use principal::{AuthFailure, Principal};
 pub use routed_id::SessionId;
 pub use settings::{Audit, KeySet, KeySource};
 pub use supervise::{Exit, Signal};
+pub use tools::{Override, ToolView};
 pub use trace::{
     Root, Sampler, SpanContext, SpanKind, SpanLink, SpanRecord, SpanStatus, VALUE_LIMIT,
 };

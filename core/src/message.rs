@@ -962,6 +962,9 @@ pub struct Checked {
     pub(crate) name: Option<String>,
     /// `params.taskId` of a `tasks/*` request, when a string.
     pub(crate) task: Option<String>,
+    /// A `tools/call` of a name that is not exactly a shown one (SPEC section 16): the
+    /// proxy answers it, before any admission.
+    pub(crate) unknown_tool: bool,
     /// Where `params.arguments` is, for policies.
     arguments: Option<Range<usize>>,
     /// Where `params.ref` is (a `completion/complete`'s), for policies.
@@ -1010,6 +1013,7 @@ impl Checked {
             reference: msg.params.reference.map(|r| msg.span(r)),
             meta: msg.params.meta.map(|m| msg.span(m)),
             meta_version: msg.params.meta_protocol_version,
+            unknown_tool: false,
             modern: None,
             method,
             text: String::new(),

@@ -114,6 +114,8 @@ pub struct Settings {
     pub max_inflight: usize,
     /// Tasks one owner may hold (SPEC section 15).
     pub max_tasks_per_owner: usize,
+    /// The tools an operator shows (`--tools`, `--tools-override`; SPEC section 16).
+    pub tool_view: Option<std::sync::Arc<crate::tools::ToolView>>,
     /// Methods MCP does not define that are forwarded all the same (`--pass-method`).
     pub pass_methods: std::collections::BTreeSet<String>,
     /// `--modern`.
@@ -248,6 +250,7 @@ impl Default for Settings {
             max_inflight: 256,
             max_tasks_per_owner: 1000,
             pass_methods: std::collections::BTreeSet::new(),
+            tool_view: None,
             modern: Modern::On,
             endpoint_prefix: String::new(),
             instance: None,

@@ -110,6 +110,10 @@ impl Hub {
             (Mark::Tasks, Some(owner)) => tasks_listed(&mut self.tasks, now, owner, message, id),
             _ => (message, id, 0),
         };
+        // The operator's tools (SPEC section 16), after the policy judged the backend's names.
+        if let (Mark::Filtered, Some(view)) = (mark, &self.settings.tool_view) {
+            (message, id) = tools_shown(view, message, id);
+        }
         self.metrics.entries_hidden += hidden;
         // A task is its creator's from the moment its result is delivered.
         if let (Some(task), Some(owner)) = (task, owner) {
@@ -278,4 +282,20 @@ fn tasks_listed(
             (router::response_line(&raw_id, "error", error), at, 0)
         }
     }
+}
+
+/// A `tools/list` answer as the operator shows it (SPEC section 16): renamed and filtered by
+/// `view`; any other answer (an error, another list) as it is.
+fn tools_shown(
+    view: &crate::tools::ToolView,
+    message: Vec<u8>,
+    id: Range<usize>,
+) -> (Vec<u8>, Range<usize>) {
+    let shown = crate::message::parse_backend_result(&message).and_then(|r| view.list(r));
+    let Some(result) = shown else {
+        return (message, id);
+    };
+    let raw_id = String::from_utf8_lossy(&message[id]).into_owned();
+    let at = router::RESPONSE_ID_AT..router::RESPONSE_ID_AT + raw_id.len();
+    (router::response_line(&raw_id, "result", &result), at)
 }

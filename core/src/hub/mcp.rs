@@ -63,6 +63,11 @@ impl McpPost {
         &self.msg
     }
 
+    /// The message it carries, to show the operator's tools (SPEC section 16).
+    pub(super) fn message_mut(&mut self) -> &mut Checked {
+        &mut self.msg
+    }
+
     /// `POST /mcp`: SPEC section 7's checks in order, the message read once.
     pub(super) fn prepare(
         req: Request,

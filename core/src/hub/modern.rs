@@ -57,6 +57,11 @@ impl ModernPost {
         &self.msg
     }
 
+    /// The message it carries, to show the operator's tools (SPEC section 16).
+    pub(super) fn message_mut(&mut self) -> &mut Checked {
+        &mut self.msg
+    }
+
     /// SPEC section 7's header checks, then section 13's in order; a section 13 refusal
     /// is the answer itself (`Err(Ok(response))`).
     pub(super) fn prepare(
@@ -216,6 +221,11 @@ pub(super) fn post(
     if sender.forbidden {
         hub.metrics.policy_denied += 1;
     }
+    if msg.unknown_tool {
+        // SPEC 16: no shown tool of that name; answered before any admission.
+        *hub.metrics.rejections.entry("unknown_tool").or_default() += 1;
+        return denied(hub, now, request, crate::tools::unknown_tool(&msg), 400);
+    }
     if let Some(refused) = refused(hub, &principal, sender.forbidden) {
         let refusal = refused.modern_refusal(Some(msg.raw_id()));
         return hub.respond(now, request, refusal.into());
@@ -233,18 +243,12 @@ pub(super) fn post(
         Asked::Rewritten(checked) => *checked,
         Asked::Answer(answer, reason) => {
             hub.drop_message(reason, Some(&msg.method));
-            // Observed as the proxy's denial, as a 2025 session's is (not by its status).
-            if let Some(started) = hub.exchanges.take_started(request) {
-                let outcome = Some(Outcome::Denied);
-                hub.observe(now, Happened::answered(None, started, &answer, outcome));
-            }
             let status = if reason == DropReason::UnknownMethod {
                 404
             } else {
                 400
             };
-            let response = Response::json(status, answer);
-            return hub.respond(now, request, Answer::Served(response));
+            return denied(hub, now, request, answer, status);
         }
     };
     let waiting = Waiting {
@@ -270,7 +274,8 @@ fn forward(
     waiting: Waiting,
 ) {
     let request = waiting.exchange;
-    let mark = match (waiting.filtered, msg.method.as_str()) {
+    let shown = crate::tools::shows_list(&hub.settings, &msg);
+    let mark = match (waiting.filtered || shown, msg.method.as_str()) {
         (true, _) => Mark::Filtered,
         (false, "tasks/list") => Mark::Tasks,
         (false, _) => Mark::Plain,
@@ -311,6 +316,17 @@ fn forward(
         }
         Forward::Waiting | Forward::Absorbed => {}
     }
+}
+
+/// The proxy's own error `answer` to modern request `request`, with `status`: observed as
+/// its denial, as a 2025 session's is (not judged by its status).
+fn denied(hub: &mut Hub, now: Instant, request: RequestId, answer: Vec<u8>, status: u16) {
+    if let Some(started) = hub.exchanges.take_started(request) {
+        let outcome = Some(Outcome::Denied);
+        hub.observe(now, Happened::answered(None, started, &answer, outcome));
+    }
+    let response = Response::json(status, answer);
+    hub.respond(now, request, Answer::Served(response));
 }
 
 /// The proxy's refusal of a modern request, if it owes one (SPEC section 13): -32003 for

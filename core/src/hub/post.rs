@@ -96,6 +96,25 @@ impl Prepared {
         }
     }
 
+    /// Its `tools/call` through the operator's tool view (SPEC section 16): a shown name
+    /// rewritten to the backend's, before admission judges it by that name; any other
+    /// name marked to be answered "Unknown tool" by the proxy.
+    fn show_tools(&mut self, settings: &Settings) {
+        let Some(view) = &settings.tool_view else {
+            return;
+        };
+        let msg = match self {
+            Prepared::Legacy { msg, .. } => msg,
+            Prepared::Mcp(post) => post.message_mut(),
+            Prepared::Modern(post) => post.message_mut(),
+        };
+        match msg.shown_call(view) {
+            Ok(None) => {}
+            Ok(Some(edited)) => *msg = edited,
+            Err(()) => msg.unknown_tool = true,
+        }
+    }
+
     /// The id of the request it carries, as the client wrote it.
     fn request_id(&self) -> Option<&str> {
         let msg = self.message();
@@ -236,6 +255,10 @@ impl Hub {
         arrival: Arrival<'_>,
         id: Option<&str>,
     ) -> Option<bool> {
+        // SPEC 16: a call of a tool not shown is answered before any admission.
+        if arrival.msg.is_some_and(|m| m.unknown_tool) {
+            return Some(false);
+        }
         // The 2026-07-28 revision forbids undefined codes in -32020..-32099 (SPEC 13).
         let modern = arrival.msg.is_some_and(|m| m.modern.is_some());
         let (settings, decisions) = (&self.settings, &mut self.decisions);
@@ -269,7 +292,7 @@ impl Hub {
     ) -> Result<(), Rejection> {
         let (grant, principal) = (req.grant.clone(), req.principal.clone());
         let modern_tools = &self.modern.tools;
-        let prepared = match Prepared::of(req, &self.settings, &self.sessions, modern_tools)? {
+        let mut prepared = match Prepared::of(req, &self.settings, &self.sessions, modern_tools)? {
             Ok(prepared) => prepared,
             Err(answer) => {
                 self.respond(now, request, Answer::Served(answer));
@@ -277,6 +300,7 @@ impl Hub {
             }
         };
         self.observe(now, Happened::Described(request, prepared.message()));
+        prepared.show_tools(&self.settings);
         let arrival = Arrival {
             principal: &principal,
             grant: &grant,
@@ -411,9 +435,10 @@ impl Hub {
         ) {
             Own::Answer(answer, outcome, counted) => {
                 match counted {
-                    Some(reason) => self.drop_message(reason, Some(&msg.method)),
-                    None if outcome == Outcome::Denied => self.metrics.policy_denied += 1,
-                    None => {}
+                    Count::Drop(reason) => self.drop_message(reason, Some(&msg.method)),
+                    Count::Policy => self.metrics.policy_denied += 1,
+                    Count::Rejected(why) => *self.metrics.rejections.entry(why).or_default() += 1,
+                    Count::Nothing => {}
                 }
                 (answer, outcome)
             }
@@ -469,16 +494,28 @@ fn track_legacy(
 
 /// What the proxy does with a message of a 2025 session before the router.
 enum Own {
-    /// It answers with this, the outcome, and the reason it counts (none for the policy's
-    /// refusal, counted as such, and for subscriptions).
-    Answer(Vec<u8>, Outcome, Option<DropReason>),
+    /// It answers with this, the outcome, and how it is counted.
+    Answer(Vec<u8>, Outcome, Count),
     /// A client notification not passed: dropped.
     Dropped,
     /// The message (or what replaces it) goes to the router with this mark.
     Forward(Option<Box<Checked>>, Mark),
 }
 
-/// The proxy's own answer to `msg` of session `number`, in SPEC's order: the policy's
+/// How the proxy's own answer is counted.
+enum Count {
+    /// As a drop (answered by the proxy) for this reason and the method.
+    Drop(DropReason),
+    /// As the policy's denial.
+    Policy,
+    /// As a refusal of this reason (`switchboard_rejections_total`).
+    Rejected(&'static str),
+    /// Not at all (a subscription the proxy answers).
+    Nothing,
+}
+
+/// The proxy's own answer to `msg` of session `number`, in SPEC's order: a tool not shown
+/// (section 16, before every admission), the policy's
 /// -32003, then what the tasks and unknown methods rules answer (section 15), then a
 /// subscription's; else the message is forwarded, a filtered list's grant left with its
 /// session.
@@ -490,12 +527,13 @@ fn own_answer(
     msg: &Checked,
     (forbidden, grant): (bool, &crate::http::Grant),
 ) -> Own {
+    if msg.unknown_tool {
+        let answer = crate::tools::unknown_tool(msg);
+        return Own::Answer(answer, Outcome::Denied, Count::Rejected("unknown_tool"));
+    }
     if forbidden {
-        return Own::Answer(
-            msg.error(-32003, "forbidden by policy"),
-            Outcome::Denied,
-            None,
-        );
+        let answer = msg.error(-32003, "forbidden by policy");
+        return Own::Answer(answer, Outcome::Denied, Count::Policy);
     }
     let Some(session) = sessions.get(number) else {
         return Own::Dropped;
@@ -507,14 +545,17 @@ fn own_answer(
                 true => Outcome::Denied,
                 false => Outcome::Success,
             };
-            return Own::Answer(answer, outcome, Some(reason));
+            return Own::Answer(answer, outcome, Count::Drop(reason));
         }
         Asked::Dropped => return Own::Dropped,
         Asked::Rewritten(checked) => (Some(checked), Mark::Tasks),
         Asked::Forward(mark) => (None, mark),
     };
     if let Some((answer, outcome)) = subscription((sessions, listeners), number, msg) {
-        return Own::Answer(answer, outcome, None);
+        return Own::Answer(answer, outcome, Count::Nothing);
+    }
+    if crate::tools::shows_list(settings, msg) {
+        return Own::Forward(rewritten, Mark::Filtered);
     }
     if super::authz::filters(settings, msg) {
         if let Some(session) = sessions.get_mut(number) {

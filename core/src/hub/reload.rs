@@ -27,6 +27,12 @@ impl Hub {
         self.listeners.set_keepalive(self.settings.keepalive);
         self.backend.reconfigure(&self.settings);
         self.tasks.set_max(self.settings.max_tasks_per_owner);
+        // Another set of shown tools: every client lists them again (SPEC section 16).
+        if old.tool_view != self.settings.tool_view {
+            let changed = "notifications/tools/list_changed";
+            let message = format!(r#"{{"jsonrpc":"2.0","method":"{changed}"}}"#);
+            self.list_changed(now, changed, message.as_bytes());
+        }
         self.metrics.reloads += 1;
         self.outputs
             .push_back(Output::Log(Event::Reloaded { ignored }));

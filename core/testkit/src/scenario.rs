@@ -750,6 +750,19 @@ fn apply_setting(settings: &mut Settings, flag: &str, value: &str) -> Option<()>
         "max-inflight" => settings.max_inflight = value.parse().ok()?,
         "max-tasks-per-owner" => settings.max_tasks_per_owner = value.parse().ok()?,
         "pass-method" => drop(settings.pass_methods.insert(value.to_owned())),
+        // SPEC 16: `with tools NAME` (repeatable) and `with tools-override {JSON}`; the
+        // view is built again from both each time.
+        "tools" | "tools-override" => {
+            let view = settings.tool_view.take();
+            let mut tools: Vec<String> = view.as_ref().map(|v| v.allowed()).unwrap_or_default();
+            let mut overrides = view.as_ref().and_then(|v| v.override_text());
+            match flag {
+                "tools" => tools.push(value.to_owned()),
+                _ => overrides = Some(value.to_owned()),
+            }
+            let view = switchboard_core::ToolView::new(&tools, overrides.as_deref()).ok()??;
+            settings.tool_view = Some(std::sync::Arc::new(view));
+        }
         "session-idle" => settings.session_idle = duration(value).ok()?,
         "request-timeout" => {
             settings.request_timeout = Some(duration(value).ok()?).filter(|d| !d.is_zero())

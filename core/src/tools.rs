@@ -1,0 +1,337 @@
+//! The tools an operator shows (SPEC section 16): ToolHive's `--tools` allowlist and
+//! `--tools-override` file, so an operator's existing configuration carries over. Every
+//! operator setting that names a tool (the policy, scopes, rate limits) speaks the
+//! backend's name; clients see and call the shown names. A call of any name that is not
+//! exactly a shown name never reaches the backend.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+use crate::message::{self, Checked, Kind};
+
+/// What ToolHive's override file says of one backend tool.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Override {
+    /// The name clients see instead of the backend's.
+    pub name: Option<String>,
+    /// The description clients see instead of the backend's.
+    pub description: Option<String>,
+}
+
+/// The shown-name map: which backend tools are shown, and under which names.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ToolView {
+    /// `--tools`: the shown names allowed (`None`: every tool).
+    allowed: Option<BTreeSet<String>>,
+    /// Backend name → its override.
+    overrides: BTreeMap<String, Override>,
+    /// Shown name → the backend tool renamed to it.
+    renamed_to: BTreeMap<String, String>,
+}
+
+/// What a `tools/call` names, as the view sees it.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Call<'a> {
+    /// A shown name: the backend's name for it.
+    Shown(&'a str),
+    /// No shown name (a renamed tool's backend name, one outside `--tools`, a variant).
+    Unknown,
+}
+
+impl ToolView {
+    /// A view of `--tools` names and ToolHive's override file `overrides` (its text), each
+    /// checked: an entry with neither `name` nor `description`, or two backend tools
+    /// given one shown name, is refused with the reason. `None` when neither is given.
+    pub fn new(tools: &[String], overrides: Option<&str>) -> Result<Option<ToolView>, String> {
+        if tools.is_empty() && overrides.is_none() {
+            return Ok(None);
+        }
+        let overrides = match overrides {
+            Some(text) => parse_overrides(text)?,
+            None => BTreeMap::new(),
+        };
+        let mut renamed_to = BTreeMap::new();
+        for (backend, o) in &overrides {
+            let Some(shown) = &o.name else { continue };
+            if let Some(other) = renamed_to.insert(shown.clone(), backend.clone()) {
+                return Err(format!(
+                    "tools {other:?} and {backend:?} are both shown as {shown:?}"
+                ));
+            }
+        }
+        let allowed = (!tools.is_empty()).then(|| tools.iter().cloned().collect());
+        Ok(Some(ToolView {
+            allowed,
+            overrides,
+            renamed_to,
+        }))
+    }
+
+    /// The name backend tool `backend` is shown as, if it is shown: its override's name,
+    /// else its own unless another tool is renamed to it (the renamed one shadows it),
+    /// and only a name `--tools` allows.
+    pub(crate) fn shown<'a>(&'a self, backend: &'a str) -> Option<&'a str> {
+        let shown = match self.overrides.get(backend).and_then(|o| o.name.as_deref()) {
+            Some(name) => name,
+            None if self.renamed_to.contains_key(backend) => return None,
+            None => backend,
+        };
+        let allowed = self.allowed.as_ref().is_none_or(|a| a.contains(shown));
+        allowed.then_some(shown)
+    }
+
+    /// What a call of `name` reaches: the backend tool shown under exactly that name.
+    pub(crate) fn call<'a>(&'a self, name: &'a str) -> Call<'a> {
+        let backend = match self.renamed_to.get(name) {
+            Some(backend) => backend.as_str(),
+            // A case variant of a renamed tool's own name might reach it at a backend
+            // that ignores case: not a shown name.
+            None if (self.overrides.iter())
+                .any(|(b, o)| o.name.is_some() && b.eq_ignore_ascii_case(name)) =>
+            {
+                return Call::Unknown
+            }
+            None => name,
+        };
+        match self.shown(backend) == Some(name) {
+            true => Call::Shown(backend),
+            false => Call::Unknown,
+        }
+    }
+
+    /// The `--tools` names (for the test kit, which builds a view flag by flag).
+    pub fn allowed(&self) -> Vec<String> {
+        self.allowed.iter().flatten().cloned().collect()
+    }
+
+    /// The override file this view was read from, written back (for the test kit).
+    pub fn override_text(&self) -> Option<String> {
+        if self.overrides.is_empty() {
+            return None;
+        }
+        let entries = (self.overrides.iter()).map(|(backend, o)| {
+            let mut entry = serde_json::Map::new();
+            if let Some(name) = &o.name {
+                entry.insert("name".into(), Value::from(name.as_str()));
+            }
+            if let Some(description) = &o.description {
+                entry.insert("description".into(), Value::from(description.as_str()));
+            }
+            (backend.clone(), Value::Object(entry))
+        });
+        let entries: serde_json::Map<String, Value> = entries.collect();
+        Some(serde_json::json!({ "toolsOverride": entries }).to_string())
+    }
+
+    /// The backend tools a shown tool shadows (its shown name is theirs), for the warning.
+    pub fn shadowed(&self) -> Vec<(&str, &str)> {
+        (self.renamed_to.iter())
+            .filter(|(shown, _)| self.overrides.get(*shown).is_none_or(|o| o.name.is_none()))
+            .map(|(shown, backend)| (backend.as_str(), shown.as_str()))
+            .collect()
+    }
+
+    /// A `tools/list` result (its JSON text) as clients see it: each tool renamed (`name`,
+    /// `description`) and only shown ones kept, every other field of each tool and of the
+    /// result as the backend wrote it. `None` when it holds no `tools` array.
+    pub(crate) fn list(&self, result: &str) -> Option<String> {
+        let members = message::members(result)?;
+        let mut out = String::with_capacity(result.len());
+        out.push('{');
+        for (key, value) in &members {
+            message::push_key(&mut out, key);
+            match &**key {
+                "tools" => out.push_str(&self.tools(value)?),
+                _ => out.push_str(value),
+            }
+        }
+        out.push('}');
+        Some(out)
+    }
+
+    /// The `tools` array of a list, shown.
+    fn tools(&self, array: &str) -> Option<String> {
+        let entries: Vec<&serde_json::value::RawValue> = serde_json::from_str(array).ok()?;
+        let mut shown = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let Ok(Value::Object(mut tool)) = serde_json::from_str::<Value>(entry.get()) else {
+                continue;
+            };
+            let Some(backend) = tool.get("name").and_then(Value::as_str) else {
+                continue;
+            };
+            let Some(name) = self.shown(backend) else {
+                continue;
+            };
+            let o = self.overrides.get(backend).cloned().unwrap_or_default();
+            if o.name.is_none() && o.description.is_none() {
+                shown.push(entry.get().to_owned());
+                continue;
+            }
+            tool.insert("name".into(), Value::from(name));
+            if let Some(description) = o.description {
+                tool.insert("description".into(), Value::from(description));
+            }
+            shown.push(Value::Object(tool).to_string());
+        }
+        Some(format!("[{}]", shown.join(",")))
+    }
+}
+
+/// The proxy's answer to a call of a tool that is not shown: what a server answers for a
+/// tool it does not have (SPEC section 16).
+pub(crate) fn unknown_tool(msg: &Checked) -> Vec<u8> {
+    let name = msg.tool.as_deref().unwrap_or_default();
+    msg.error(-32602, &format!("Unknown tool: {name}"))
+}
+
+/// Whether `msg` is a `tools/list` whose result the operator's tool view changes.
+pub(crate) fn shows_list(settings: &crate::settings::Settings, msg: &Checked) -> bool {
+    settings.tool_view.is_some() && msg.kind == Kind::Request && msg.method == "tools/list"
+}
+
+/// ToolHive's `--tools-override` JSON: `{"toolsOverride": {"<backend name>": {"name":
+/// "<shown name>", "description": "<text>"}}}`.
+fn parse_overrides(text: &str) -> Result<BTreeMap<String, Override>, String> {
+    let value: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    let Some(entries) = value.get("toolsOverride").and_then(Value::as_object) else {
+        return Err("no \"toolsOverride\" object".into());
+    };
+    let mut overrides = BTreeMap::new();
+    for (backend, entry) in entries {
+        let text = |key: &str| match entry.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) if !s.is_empty() => Ok(Some(s.clone())),
+            Some(_) => Err(format!(
+                "tool {backend:?}: {key:?} must be a non-empty string"
+            )),
+        };
+        let (name, description) = (text("name")?, text("description")?);
+        if name.is_none() && description.is_none() {
+            return Err(format!(
+                "tool {backend:?}: an override needs a \"name\" or a \"description\""
+            ));
+        }
+        overrides.insert(backend.clone(), Override { name, description });
+    }
+    Ok(overrides)
+}
+
+impl Checked {
+    /// A `tools/call` through `view` (SPEC section 16): `Ok(None)` when it is no call or
+    /// names its backend tool already; `Ok(Some(edited))` with `params.name` rewritten to
+    /// the backend's name; `Err(())` for a name that is not exactly a shown name.
+    pub(crate) fn shown_call(&self, view: &ToolView) -> Result<Option<Checked>, ()> {
+        if self.method != "tools/call" || self.kind == Kind::Response {
+            return Ok(None);
+        }
+        let Some(name) = self.tool.as_deref() else {
+            return Err(());
+        };
+        let Call::Shown(backend) = view.call(name) else {
+            return Err(());
+        };
+        if backend == name {
+            return Ok(None);
+        }
+        let raw = name_in(&self.text).ok_or(())?;
+        // `raw` lies inside the text: its place is where it starts in it.
+        let at = raw.as_ptr() as usize - self.text.as_ptr() as usize;
+        let value = Value::from(backend).to_string();
+        let text = [&self.text[..at], &value, &self.text[at + raw.len()..]].concat();
+        self.edited(text).map(Some).map_err(|_| ())
+    }
+}
+
+/// The raw text of `params.name` in message `text`.
+fn name_in(text: &str) -> Option<&str> {
+    let (_, params) = message::members(text)?
+        .into_iter()
+        .find(|(k, _)| k == "params")?;
+    let (_, name) = message::members(params)?
+        .into_iter()
+        .find(|(k, _)| k == "name")?;
+    Some(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(tools: &[&str], overrides: &str) -> ToolView {
+        let tools: Vec<String> = tools.iter().map(|t| t.to_string()).collect();
+        let overrides = (!overrides.is_empty()).then_some(overrides);
+        ToolView::new(&tools, overrides).unwrap().unwrap()
+    }
+
+    const ECHO_SLEEP: &str = r#"{"toolsOverride":{"echo":{"name":"sleep","description":"Sleeps."},"sleep":{"name":"nap"}}}"#;
+
+    #[test]
+    fn renames_hide_the_backend_names_and_shadow() {
+        let v = view(&[], ECHO_SLEEP);
+        assert_eq!(v.call("sleep"), Call::Shown("echo"));
+        assert_eq!(v.call("nap"), Call::Shown("sleep"));
+        assert_eq!(v.call("echo"), Call::Unknown);
+        assert_eq!(v.call("other"), Call::Shown("other"));
+        assert_eq!(v.call("Sleep"), Call::Unknown);
+        // echo -> sleep alone shadows the backend's own sleep.
+        let v = view(&[], r#"{"toolsOverride":{"echo":{"name":"sleep"}}}"#);
+        assert_eq!(v.call("sleep"), Call::Shown("echo"));
+        assert_eq!(v.shown("sleep"), None);
+        assert_eq!(v.shadowed(), [("echo", "sleep")]);
+    }
+
+    #[test]
+    fn tools_allows_shown_names_only() {
+        let v = view(&["sleep", "add"], ECHO_SLEEP);
+        assert_eq!(v.call("sleep"), Call::Shown("echo"));
+        assert_eq!(v.call("add"), Call::Shown("add"));
+        assert_eq!(v.call("nap"), Call::Unknown);
+        assert_eq!(v.call("echo"), Call::Unknown);
+        assert_eq!(v.call("other"), Call::Unknown);
+    }
+
+    #[test]
+    fn a_list_is_renamed_then_filtered_every_other_field_kept() {
+        let v = view(&["sleep", "add"], ECHO_SLEEP);
+        let result = r#"{"tools":[{"name":"echo","description":"Echoes.","inputSchema":{"type":"object"}},{"name":"sleep"},{"name":"add","annotations":{"x":1}},{"name":"secret"}],"nextCursor":"c","_meta":{"k":1}}"#;
+        let listed: Value = serde_json::from_str(&v.list(result).unwrap()).unwrap();
+        assert_eq!(
+            listed,
+            serde_json::json!({"tools":[
+                {"name":"sleep","description":"Sleeps.","inputSchema":{"type":"object"}},
+                {"name":"add","annotations":{"x":1}}],
+                "nextCursor":"c","_meta":{"k":1}})
+        );
+        assert!(v.list(r#"{"tools":3}"#).is_none());
+    }
+
+    #[test]
+    fn bad_files_are_refused_with_the_reason() {
+        let bad = |text: &str| ToolView::new(&[], Some(text)).unwrap_err();
+        assert!(bad("{").contains("not JSON"));
+        assert!(bad("{}").contains("toolsOverride"));
+        assert!(bad(r#"{"toolsOverride":{"a":{}}}"#).contains("\"name\" or a \"description\""));
+        let two = r#"{"toolsOverride":{"a":{"name":"x"},"b":{"name":"x"}}}"#;
+        assert!(bad(two).contains("both shown as \"x\""));
+        assert_eq!(ToolView::new(&[], None), Ok(None));
+    }
+
+    #[test]
+    fn a_call_is_rewritten_to_the_backend_name() {
+        let v = view(&[], ECHO_SLEEP);
+        let call = |name: &str| {
+            let body = format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":{},"arguments":{{"name":"keep"}}}}}}"#,
+                Value::from(name)
+            );
+            Checked::admit(body.into_bytes()).unwrap()
+        };
+        let edited = call("sleep").shown_call(&v).unwrap().unwrap();
+        assert_eq!(edited.tool.as_deref(), Some("echo"));
+        assert!(edited.text.contains(r#""arguments":{"name":"keep"}"#));
+        assert!(call("other").shown_call(&v).unwrap().is_none());
+        assert!(call("echo").shown_call(&v).is_err());
+    }
+}
