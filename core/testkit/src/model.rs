@@ -411,7 +411,7 @@ pub fn random_ops(seed: u64, len: usize) -> Vec<Op> {
     // One sequence in three also creates, asks for, lists and reports on tasks (SPEC
     // section 15) between those operations, a third as many again, so that owners come
     // back for their tasks and cursors while the rest is drawn as often as ever.
-    let tasks = seed % 3 == 0;
+    let tasks = seed.is_multiple_of(3);
     let mut ops = Vec::with_capacity(len + len / 2);
     for _ in 0..len {
         ops.push(rng.op());

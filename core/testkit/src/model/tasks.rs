@@ -208,7 +208,9 @@ impl Tasks {
     /// [`Tasks::lookup`] without forgetting.
     fn peek(&self, now: Duration, id: &str) -> Option<&Owner> {
         let held = self.held.get(id)?;
-        (!held.expires.is_some_and(|at| at <= now)).then_some(&held.owner)
+        held.expires
+            .is_none_or(|at| at > now)
+            .then_some(&held.owner)
     }
 
     fn created(&mut self, now: Duration, owner: Owner, id: String, ttl_ms: Option<u64>) {
@@ -569,7 +571,7 @@ impl Model {
         if accepted && owned {
             let text = self.task_line(method);
             let line = members(&text).expect("one object");
-            let named = at(&line, &["params", "taskId"]).and_then(|v| string_of(v));
+            let named = at(&line, &["params", "taskId"]).and_then(string_of);
             assert_eq!(named, task, "{method} forwarded naming another task");
         }
         format!("task-ask:{kind}:{label}")
@@ -619,7 +621,7 @@ impl Model {
         if let (true, Expect::Forward(cursor)) = (accepted, &expect) {
             let text = self.task_line("tasks/list");
             let line = members(&text).expect("one object");
-            let sent = at(&line, &["params", "cursor"]).and_then(|v| string_of(v));
+            let sent = at(&line, &["params", "cursor"]).and_then(string_of);
             assert_eq!(&sent, cursor, "tasks/list forwarded with another cursor");
             let id = line
                 .get("id")
@@ -727,10 +729,11 @@ impl Model {
             Expect::Refuse(message) => {
                 let written = (self.tasks.lines.iter())
                     .any(|l| contains(l, method) || contains(l, TASK_MARK));
+                let lines = self.tasks.lines.iter().map(|l| String::from_utf8_lossy(l));
                 assert!(
                     !written,
                     "a refused {method} reached the backend: {:?}",
-                    self.tasks.lines
+                    lines.collect::<Vec<_>>()
                 );
                 let answer = answer.unwrap_or_else(|| panic!("{method} was not answered"));
                 let m = one_line_object(&answer);
