@@ -981,6 +981,8 @@ impl Model {
         let mut transcript = Vec::with_capacity(ops.len());
         let mut labels = Vec::with_capacity(ops.len());
         for op in ops {
+            model.tasks.placed.clear();
+            model.tasks.lines.clear();
             let label = model.step(op);
             let mut records = std::mem::take(&mut model.step_records);
             records.extend(model.driver.take_records());

@@ -167,7 +167,8 @@ pub(super) struct Tasks {
     /// Who each stream and POST answer reaches (`None`: no owner of tasks).
     streams: BTreeMap<StreamId, Option<Owner>>,
     senders: BTreeMap<RequestId, Owner>,
-    /// What reached callers, and the lines the backend got, in the current step.
+    /// What reached callers, and the lines the backend got, in the current step (cleared
+    /// before each).
     pub(super) placed: Vec<(SessionId, Vec<u8>)>,
     pub(super) lines: Vec<Vec<u8>>,
     /// The answer the next `BackendMsg::Answer` gives instead: (key, routed id, its
@@ -381,8 +382,6 @@ impl Model {
     }
 
     pub(super) fn task(&mut self, op: &TaskOp) -> String {
-        self.tasks.placed.clear();
-        self.tasks.lines.clear();
         match op {
             TaskOp::Create { pick, ttl, long } => self.task_create(*pick, *ttl, *long),
             TaskOp::Ask {
