@@ -479,3 +479,255 @@ fn session_seeds(max: usize) -> Vec<(String, Vec<u8>)> {
         .map(|(i, data)| (format!("search-{i:02}"), data))
         .collect()
 }
+
+/// `session_ops` inputs that reach SPEC section 15's task operations deeply: tasks created
+/// for sessions of both transports and a modern request's principal, asked for by their
+/// owners and others (forwarded, refused), listed with pages of everybody's tasks and
+/// cursors sent back (their own, another's), status notifications, a ttl running out, an
+/// owner's oldest task forgotten, a session's end and a backend exit. Random bytes seldom
+/// get that far, so they are written with `arbitrary`'s own encoding ([`Enc`]) of chosen
+/// operations, as `tasks-*` (kept by `generate_seed_corpus`), each checked to reach the
+/// labels it was written for.
+/// `cargo test -p switchboard-core --test fuzz_corpus -- --ignored generate_task_corpus`.
+#[test]
+#[ignore = "writes fuzz/corpus/session_ops/tasks-*; run by hand to regenerate them"]
+fn generate_task_corpus() {
+    let dir = corpus_dir("session_ops");
+    for (n, (wanted, data)) in task_inputs().into_iter().enumerate() {
+        let labels = model::check_ops(&model::decode_ops(&data));
+        for label in wanted {
+            assert!(
+                labels.iter().any(|l| l.starts_with(label)),
+                "tasks-{n:02} misses {label}: {labels:#?}"
+            );
+        }
+        std::fs::write(dir.join(format!("tasks-{n:02}")), &data).expect("write");
+        println!("tasks-{n:02}: {labels:?}");
+    }
+}
+
+/// `arbitrary` 1's encoding, written: a `Vec` taken from the rest is (1, element)*; an
+/// enum's variant is a little-endian u32 scaled over the variants; integers are
+/// little-endian; a bool is a byte's low bit; an `Option` a bool then the value.
+#[derive(Default)]
+struct Enc(Vec<u8>);
+
+impl Enc {
+    fn op(&mut self, variant: u32) -> &mut Self {
+        self.0.push(1);
+        self.variant(variant, OP_VARIANTS)
+    }
+    fn variant(&mut self, i: u32, count: u32) -> &mut Self {
+        let v = ((2 * u64::from(i) + 1) << 32) / (2 * u64::from(count));
+        self.0.extend_from_slice(&(v as u32).to_le_bytes());
+        self
+    }
+    fn u8(&mut self, v: u8) -> &mut Self {
+        self.0.push(v);
+        self
+    }
+    fn u16(&mut self, v: u16) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    /// A task operation (`Op::Task`, then `TaskOp`'s variant).
+    fn task(&mut self, variant: u32) -> &mut Self {
+        self.op(OP_TASK).variant(variant, 5)
+    }
+    /// A `TaskCaller`: a slot (0) or a modern principal (1), accepting JSON.
+    fn caller(&mut self, kind: u32, n: u8) -> &mut Self {
+        self.variant(kind, 3).u8(n).variant(1, 3)
+    }
+    /// A request with a small id, no uri, request id or token.
+    fn call(&mut self, id: i8, method: u32) -> &mut Self {
+        self.variant(0, 3)
+            .variant(0, 10)
+            .u8(id as u8)
+            .variant(method, 10);
+        self.u8(0).u8(0).u8(0)
+    }
+}
+
+/// `Op`'s variants, and the ones the task inputs use.
+const OP_VARIANTS: u32 = 20;
+const OP_OPEN: u32 = 0;
+const OP_CLOSE: u32 = 1;
+const OP_POST: u32 = 2;
+const OP_EXIT: u32 = 6;
+const OP_MCP_INIT: u32 = 9;
+const OP_MCP_POST: u32 = 10;
+const OP_MCP_GET: u32 = 11;
+const OP_WAIT: u32 = 14;
+const OP_MODERN: u32 = 15;
+const OP_TASK: u32 = 19;
+/// `TaskOp`'s variants.
+const CREATE: u32 = 0;
+const ASK: u32 = 1;
+const LIST: u32 = 2;
+const PAGE: u32 = 3;
+const STATUS: u32 = 4;
+/// `TaskPick`'s variants (of 5), `CursorPick`'s (of 4), `TaskCaller`'s (of 3).
+const OWN: u32 = 0;
+const FOREIGN: u32 = 1;
+const FORGOTTEN: u32 = 2;
+const MINE: u32 = 1;
+const OTHERS: u32 = 2;
+const SLOT: u32 = 0;
+const MODERN: u32 = 1;
+
+/// The task inputs, each with the labels it must reach.
+fn task_inputs() -> Vec<(Vec<&'static str>, Vec<u8>)> {
+    let mut inputs = Vec::new();
+    // Two legacy sessions: the owner's ask forwarded, the other's refused; a page of both
+    // sessions' tasks shows each only its own; the cursor minted for one sent back; a
+    // status to the owner; the owner leaves and its task is forgotten.
+    let mut e = Enc::default();
+    e.op(OP_OPEN).u8(0).u8(0);
+    e.op(OP_POST).u8(0).u8(0).call(1, 0);
+    e.task(CREATE).u16(0).u8(0).u8(0);
+    e.task(ASK).caller(SLOT, 0).u8(0).variant(OWN, 5).u8(0);
+    e.op(OP_OPEN).u8(1).u8(1);
+    e.op(OP_POST).u8(1).u8(0).call(2, 0);
+    // Routed ids so far: the first post's, the own ask's, this post's.
+    e.task(CREATE).u16(2).u8(1).u8(0);
+    e.task(ASK).caller(SLOT, 1).u8(1).variant(FOREIGN, 5).u8(0);
+    e.task(LIST).caller(SLOT, 1).u8(0);
+    e.task(PAGE)
+        .u16(1)
+        .u8(0)
+        .u8(1)
+        .u8(2)
+        .u8(3)
+        .u8(4)
+        .u8(4)
+        .u8(0);
+    e.task(LIST).caller(SLOT, 1).u8(1).variant(MINE, 4).u8(0);
+    e.task(STATUS).u8(0);
+    e.op(OP_CLOSE).u8(0);
+    e.task(ASK)
+        .caller(SLOT, 1)
+        .u8(2)
+        .variant(FORGOTTEN, 5)
+        .u8(0);
+    inputs.push((
+        vec![
+            "task-create:session:delivered",
+            "task-ask:own:legacy:forwarded",
+            "task-ask:foreign:legacy:refused",
+            "task-list:none:legacy:forwarded",
+            "task-page:shown-some",
+            "task-list:mine:legacy:forwarded",
+            "task-status:delivered",
+            "task-ask:forgotten:legacy:refused",
+        ],
+        e.0,
+    ));
+    // A Streamable session and a modern request's principal: each its own tasks; the
+    // status on the GET stream; the principal's page; another's cursor refused; a ttl
+    // runs out; a backend exit forgets everything.
+    let mut e = Enc::default();
+    e.op(OP_MCP_INIT)
+        .u8(2)
+        .u8(0)
+        .variant(0, 10)
+        .u8(0)
+        .variant(1, 3)
+        .u8(1);
+    e.op(OP_MCP_POST).u8(2).u8(0).variant(1, 3).call(1, 0);
+    e.task(CREATE).u16(0).u8(3).u8(0);
+    e.op(OP_MCP_GET).u8(2).u8(0);
+    e.task(STATUS).u8(0);
+    e.op(OP_MODERN)
+        .u8(1)
+        .variant(0, 10)
+        .u8(3)
+        .variant(1, 3)
+        .u8(0);
+    e.task(CREATE).u16(1).u8(4).u8(0);
+    e.task(ASK).caller(MODERN, 1).u8(0).variant(OWN, 5).u8(0);
+    e.task(ASK)
+        .caller(MODERN, 2)
+        .u8(0)
+        .variant(FOREIGN, 5)
+        .u8(0);
+    e.task(ASK).caller(SLOT, 2).u8(1).variant(FOREIGN, 5).u8(0);
+    e.task(LIST).caller(MODERN, 1).u8(0);
+    e.task(PAGE)
+        .u16(1)
+        .u8(0)
+        .u8(1)
+        .u8(2)
+        .u8(3)
+        .u8(4)
+        .u8(4)
+        .u8(0);
+    e.task(LIST).caller(SLOT, 2).u8(1).variant(OTHERS, 4).u8(0);
+    e.op(OP_WAIT).u8(16);
+    e.task(ASK).caller(SLOT, 2).u8(0).variant(OWN, 5).u8(0);
+    e.op(OP_EXIT);
+    e.task(STATUS).u8(1);
+    inputs.push((
+        vec![
+            "task-create:session:delivered",
+            "task-status:delivered",
+            "task-create:principal:delivered",
+            "task-ask:own:modern:forwarded",
+            "task-ask:foreign:modern:refused",
+            "task-ask:foreign:mcp:refused",
+            "task-list:none:modern:forwarded",
+            "task-page:shown-some",
+            "task-list:others:mcp:refused",
+            "task-ask:own:mcp:refused",
+        ],
+        e.0,
+    ));
+    // One owner past --max-tasks-per-owner (its oldest forgotten), an id over 256 bytes
+    // (nobody's), pages that cannot be filtered or are errors, a status naming a number.
+    let mut e = Enc::default();
+    e.op(OP_OPEN).u8(0).u8(0);
+    for id in 1..=4 {
+        e.op(OP_POST).u8(0).u8(0).call(id, 0);
+    }
+    for pick in 0..4 {
+        e.task(CREATE).u16(pick).u8(1).u8(0);
+    }
+    e.task(CREATE).u16(0).u8(0).u8(1);
+    e.task(ASK).caller(SLOT, 0).u8(0).variant(OWN, 5).u8(0);
+    e.task(ASK)
+        .caller(SLOT, 0)
+        .u8(1)
+        .variant(FORGOTTEN, 5)
+        .u8(0);
+    e.task(LIST).caller(SLOT, 0).u8(0);
+    e.task(PAGE)
+        .u16(1)
+        .u8(0)
+        .u8(1)
+        .u8(2)
+        .u8(3)
+        .u8(4)
+        .u8(3)
+        .u8(6);
+    e.task(LIST).caller(SLOT, 0).u8(0);
+    e.task(PAGE)
+        .u16(1)
+        .u8(0)
+        .u8(1)
+        .u8(2)
+        .u8(3)
+        .u8(4)
+        .u8(3)
+        .u8(7);
+    e.task(STATUS).u8(255);
+    inputs.push((
+        vec![
+            "task-create:session:delivered:long",
+            "task-ask:own:legacy:forwarded",
+            "task-ask:forgotten:legacy:refused",
+            "task-page:error",
+            "task-status:nobody",
+        ],
+        e.0,
+    ));
+    inputs
+}

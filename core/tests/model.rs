@@ -5,9 +5,10 @@
 //! expiry, with ids and tokens colliding across sessions and transports; 2026-07-28
 //! requests with no session, their hang-ups, and listen streams; backend answers
 //! in and out of order, progress, updates, forged ids and requests, backend exits and
-//! restarts, health checks, time passing) run through the one reference model
-//! (`switchboard_testkit::model`), which drives the hub in virtual time and checks SPEC
-//! sections 6 and 7 after every step.
+//! restarts, health checks, time passing; in one sequence in three, tasks created for
+//! sessions and modern requests, asked for, listed and reported on by owners and others)
+//! run through the one reference model (`switchboard_testkit::model`), which drives the
+//! hub in virtual time and checks SPEC sections 6, 7 and 15 after every step.
 //!
 //! Deterministic: seeds `0..SEQUENCES`. A failure names its seed; rerun one sequence with
 //! `MODEL_SEED=<seed> cargo test -p switchboard-core --test model`. The full run asserts
@@ -23,7 +24,7 @@ const STEPS: usize = 40;
 
 /// What every full run must reach at least `MIN_HITS` times (label prefixes of
 /// `check_ops`).
-const COVERAGE: [&str; 46] = [
+const COVERAGE: [&str; 65] = [
     "open",
     "open:refused",
     "close:0",
@@ -72,6 +73,26 @@ const COVERAGE: [&str; 46] = [
     "listen:acknowledged",
     "listen:refused",
     "listen-close",
+    // SPEC section 15: tasks.
+    "task-create:session:delivered",
+    "task-create:principal:delivered",
+    "task-create:nobody",
+    "task-ask:own:legacy:forwarded",
+    "task-ask:own:mcp:forwarded",
+    "task-ask:own:modern:forwarded",
+    "task-ask:foreign",
+    "task-ask:forgotten",
+    "task-ask:unknown:legacy:refused",
+    "task-ask:unknown:mcp:refused",
+    "task-ask:unknown:modern:refused",
+    "task-list:mine",
+    "task-list:others",
+    "task-list:backend",
+    "task-page:shown-some",
+    "task-page:shown-none",
+    "task-status:delivered",
+    "task-status:nobody",
+    "task-status:principal",
 ];
 const MIN_HITS: u64 = 20;
 

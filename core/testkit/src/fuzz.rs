@@ -659,6 +659,8 @@ struct BackendFixture {
     subs: BTreeMap<SessionId, BTreeSet<String>>,
     init_askers: BTreeSet<(SessionId, String)>,
     init_ids: BTreeSet<String>,
+    /// One line per run: no task was ever created.
+    tasks: BTreeMap<String, SessionId>,
 }
 
 impl BackendFixture {
@@ -697,6 +699,7 @@ impl BackendFixture {
                 (fixture_sid(2), "\"init-b\"".to_owned()),
             ]),
             init_ids,
+            tasks: BTreeMap::new(),
         }
     }
 
@@ -706,6 +709,7 @@ impl BackendFixture {
             subs: &self.subs,
             init_askers: &self.init_askers,
             init_ids: &self.init_ids,
+            tasks: &self.tasks,
         }
     }
 }
@@ -720,6 +724,9 @@ pub(crate) struct World<'a> {
     pub(crate) init_askers: &'a BTreeSet<(SessionId, String)>,
     /// String values of the proxy's own ids the `initialize` went out under.
     pub(crate) init_ids: &'a BTreeSet<String>,
+    /// The tasks live sessions own now (SPEC section 15): a status notification reaches
+    /// only its task's owner, a `tasks/list` result keeps only the caller's own.
+    pub(crate) tasks: &'a BTreeMap<String, SessionId>,
 }
 
 impl World<'_> {
@@ -822,7 +829,23 @@ fn justify_delivery(world: &World<'_>, m: &Members<'_>, session: &SessionId, mes
             let id = m.get("id").and_then(|v| string_of(v)).unwrap_or_default();
             let rest = routed_rest(&id, session)
                 .unwrap_or_else(|| panic!("response {id:?} delivered to {session}"));
-            check_restored(m, &d, &["id"], rest);
+            match rest.strip_prefix('t') {
+                // A `tasks/list` of the session's (SPEC section 15).
+                Some(rest) => check_task_list(world, m, &d, session, rest),
+                None => check_restored(m, &d, &["id"], rest),
+            }
+        }
+        Some(Some(method)) if method == "notifications/tasks/status" => {
+            let task = at(m, &["params", "taskId"]).and_then(strict_string_of);
+            assert!(
+                (task.as_ref()).is_some_and(|t| world.tasks.get(t) == Some(session)),
+                "status of task {task:?} delivered to {session}, which does not own it"
+            );
+            assert_eq!(
+                canon_text(std::str::from_utf8(message).expect("checked")),
+                canon_members(m),
+                "tasks/status changed on the way"
+            );
         }
         Some(Some(method)) if method == "notifications/progress" => {
             let token = at(m, &["params", "progressToken"])
@@ -830,6 +853,8 @@ fn justify_delivery(world: &World<'_>, m: &Members<'_>, session: &SessionId, mes
                 .unwrap_or_default();
             let rest = routed_rest(&token, session)
                 .unwrap_or_else(|| panic!("progress {token:?} delivered to {session}"));
+            // A backend may echo a marked request id as a token: the mark means nothing.
+            let rest = rest.strip_prefix(['f', 't']).unwrap_or(rest);
             check_restored(m, &d, &["params", "progressToken"], rest);
         }
         Some(Some(method)) if method == "notifications/resources/updated" => {
@@ -846,6 +871,80 @@ fn justify_delivery(world: &World<'_>, m: &Members<'_>, session: &SessionId, mes
         }
         other => panic!("{other:?} delivered to {session}"),
     }
+}
+
+/// SPEC section 15: the answer to `session`'s `tasks/list` (`rest` its routed id past the
+/// mark). An error is passed on as any answer; a result keeps only entries naming a task
+/// the session owns, each as the backend wrote it, every other member as it was, and a
+/// `nextCursor` that is not the backend's (a task id, maybe someone else's); a result
+/// that cannot be filtered becomes -32603.
+fn check_task_list(
+    world: &World<'_>,
+    m: &Members<'_>,
+    d: &Members<'_>,
+    session: &SessionId,
+    rest: &str,
+) {
+    if !m.contains_key("result") || d.contains_key("error") && !m.contains_key("error") {
+        let unfiltered = r#"{"code":-32603,"message":"task list could not be filtered"}"#;
+        if m.contains_key("result") {
+            assert_eq!(
+                d.get("error").map(|e| e.get()),
+                Some(unfiltered),
+                "a tasks/list result became another error"
+            );
+            check_id_restored(d, &["id"], rest);
+        } else {
+            check_restored(m, d, &["id"], rest);
+        }
+        return;
+    }
+    check_id_restored(d, &["id"], rest);
+    let (Some(line), Some(out)) = (
+        m.get("result").and_then(|r| members(r.get())),
+        d.get("result").and_then(|r| members(r.get())),
+    ) else {
+        panic!("a tasks/list result delivered as {d:?}");
+    };
+    let entries = |m: &Members<'_>| -> Vec<Canon> {
+        let list = m.get("tasks").map(|t| t.get()).unwrap_or("[]");
+        let list: Vec<&RawValue> = serde_json::from_str(list).unwrap_or_default();
+        list.iter().map(|e| canon(e, 0)).collect()
+    };
+    let before = entries(&line);
+    let list = out.get("tasks").map(|t| t.get()).unwrap_or("[]");
+    let kept: Vec<&RawValue> = serde_json::from_str(list).expect("a filtered list is an array");
+    for entry in kept {
+        let task =
+            members(entry.get()).and_then(|e| e.get("taskId").and_then(|t| strict_string_of(t)));
+        assert!(
+            (task.as_ref()).is_some_and(|t| world.tasks.get(t) == Some(session)),
+            "tasks/list showed {session} task {task:?}, not its own"
+        );
+        assert!(
+            before.contains(&canon(entry, 0)),
+            "tasks/list showed an entry the backend did not list"
+        );
+    }
+    let cursor = |m: &Members<'_>| m.get("nextCursor").and_then(|c| strict_string_of(c));
+    if let Some(backend) = cursor(&line) {
+        assert_ne!(
+            cursor(&out).as_ref(),
+            Some(&backend),
+            "a backend cursor reached {session}"
+        );
+    }
+    let others = |m: &Members<'_>| -> Vec<(String, Canon)> {
+        (m.iter())
+            .filter(|(k, _)| *k != "tasks" && *k != "nextCursor")
+            .map(|(k, v)| (k.clone(), canon(v, 0)))
+            .collect()
+    };
+    assert_eq!(
+        others(&line),
+        others(&out),
+        "a tasks/list result changed beyond its tasks"
+    );
 }
 
 /// Is `d` (delivered to `session`) the proxy's rebuilt answer to the first `initialize`:
@@ -893,6 +992,20 @@ pub(crate) fn is_routed_form(value: &str, session: &SessionId, original: &str) -
 /// The delivered `d` is the line `m` with the routed value at `path` restored from `rest`
 /// (`n:<digits>` or `s:<string>`) and nothing else changed.
 fn check_restored(m: &Members<'_>, d: &Members<'_>, path: &[&str], rest: &str) {
+    check_id_restored(d, path, rest);
+    let mut before = Canon::Object(m.iter().map(|(k, v)| (k.clone(), canon(v, 0))).collect());
+    let mut after = Canon::Object(d.iter().map(|(k, v)| (k.clone(), canon(v, 0))).collect());
+    blank(&mut before, path);
+    blank(&mut after, path);
+    assert_eq!(
+        before, after,
+        "a delivered message changed beyond its routed value"
+    );
+}
+
+/// The routed value at `path` of `d` is the client's own again (`rest`: what followed
+/// `<sid>|`).
+fn check_id_restored(d: &Members<'_>, path: &[&str], rest: &str) {
     let restored = at(d, path).expect("the restored member is there");
     if let Some(digits) = rest.strip_prefix("n:") {
         assert_eq!(restored.get(), digits, "integer not restored");
@@ -905,14 +1018,6 @@ fn check_restored(m: &Members<'_>, d: &Members<'_>, path: &[&str], rest: &str) {
     } else {
         panic!("delivered a routed value of unknown kind {rest:?}");
     }
-    let mut before = Canon::Object(m.iter().map(|(k, v)| (k.clone(), canon(v, 0))).collect());
-    let mut after = Canon::Object(d.iter().map(|(k, v)| (k.clone(), canon(v, 0))).collect());
-    blank(&mut before, path);
-    blank(&mut after, path);
-    assert_eq!(
-        before, after,
-        "a delivered message changed beyond its routed value"
-    );
 }
 
 pub(crate) fn check_broadcast(message: &[u8], line_method: Option<&str>) {

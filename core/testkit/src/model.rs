@@ -2,9 +2,10 @@
 //! POSTs as the owner or an impostor; Streamable sessions initialized, POSTed to, cancelled,
 //! given GET streams, deleted and hung up on; backend lines, backend exits and restarts,
 //! health checks, time passing past the request timeout and the idle time; 2026-07-28
-//! requests, their hang-ups and listen streams) run against a
+//! requests, their hang-ups and listen streams; tasks created, asked for, listed and
+//! reported on, [`TaskOp`]) run against a
 //! [`Hub`](switchboard_core::Hub) in virtual time through the [`Driver`], with SPEC sections
-//! 6, 7 and 13 checked after every step against what a small model says should be live, open,
+//! 6, 7, 13 and 15 checked after every step against what a small model says should be live, open,
 //! watched and in flight:
 //!
 //! 1. a message produced for session A is only ever written to one of A's streams (or
@@ -33,7 +34,18 @@
 //!    times out and ends on a backend exit as a session's request does, and it is no
 //!    session; a `subscriptions/listen` stream takes a session's room, gets its
 //!    acknowledgement and only notifications under its own subscription id (no response
-//!    but its last, no progress), and ends with the sessions on a backend exit.
+//!    but its last, no progress), and ends with the sessions on a backend exit;
+//! 9. (section 15) no caller learns a task id it does not own: every message that reaches
+//!    a session of either transport (its stream, its POST's answer or stream) or a modern
+//!    request names only tasks created for that caller (the session, or the modern
+//!    request's principal); a `tasks/get`, `tasks/result` or `tasks/cancel` naming a task
+//!    the caller does not own now (another's, forgotten, unknown, not a string) is
+//!    answered -32602 `Task not found` and never written to the backend, an owned one is
+//!    forwarded; a `tasks/list` is forwarded marked, its answer keeps only the caller's
+//!    own tasks and never the backend's cursor, and a cursor not minted for the caller is
+//!    refused; a status notification reaches only the live 2025 session owning the task;
+//!    the task table is the model's own (owners, `ttl`, `--max-tasks-per-owner`, session
+//!    ends and backend exits), so it stays bounded.
 //!
 //! Answers, progress and updates that have somewhere to go do arrive, and the same sequence
 //! run twice gives the same transcript. The fuzz target `session_ops` decodes [`Op`]s from
@@ -61,8 +73,10 @@ use crate::fuzz::{
 use crate::routing::{Action, Delivery};
 
 mod modern;
+mod tasks;
 
 use modern::{Listening, ModernPending};
+pub use tasks::{CursorPick, TaskCaller, TaskOp, TaskPick};
 
 /// The sessions slots [`Op`]s address; a slot holds one session at a time.
 const SLOTS: usize = 4;
@@ -204,6 +218,8 @@ pub enum Op {
         /// Which stream.
         pick: u8,
     },
+    /// SPEC section 15: tasks created, asked for, listed and reported on.
+    Task(TaskOp),
 }
 
 /// A JSON-RPC id as a client or backend may write it.
@@ -386,12 +402,25 @@ pub fn session_ops(data: &[u8]) {
     check_ops(&decode_ops(data));
 }
 
-/// `len` operations from a seeded generator, weighted towards what reaches deep states:
+/// `len` operations from a seeded generator (and, in one sequence in three, task operations
+/// between them), weighted towards what reaches deep states:
 /// sessions open and post well-formed requests often, backend answers pick what was sent,
 /// exits are rare. (Uniform `arbitrary` bytes, which the fuzzer mutates from, mostly miss.)
 pub fn random_ops(seed: u64, len: usize) -> Vec<Op> {
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-    (0..len).map(|_| rng.op()).collect()
+    // One sequence in three also creates, asks for, lists and reports on tasks (SPEC
+    // section 15) between those operations, a third as many again, so that owners come
+    // back for their tasks and cursors while the rest is drawn as often as ever.
+    let tasks = seed.is_multiple_of(3);
+    let mut ops = Vec::with_capacity(len + len / 2);
+    for _ in 0..len {
+        ops.push(rng.op());
+        if tasks && rng.chance(33) {
+            let slot = rng.byte();
+            ops.push(Op::Task(rng.task_op(slot)));
+        }
+    }
+    ops
 }
 
 /// xorshift64: small, seeded, good enough to pick test cases.
@@ -737,6 +766,11 @@ fn routed_key(raw: &str) -> Option<(String, Key)> {
     let bar = units.iter().position(|&u| u == u16::from(b'|'))?;
     let sid = String::from_utf16(&units[..bar]).ok()?;
     let rest = &units[bar + 1..];
+    // A list's result is marked for filtering: `|f` (SPEC section 10), `|t` (section 15).
+    let rest = match rest.first() {
+        Some(&u) if u == u16::from(b'f') || u == u16::from(b't') => &rest[1..],
+        _ => rest,
+    };
     let (kind, value) = (rest.get(..2)?, &rest[2..]);
     if kind == [u16::from(b'n'), u16::from(b':')] {
         Some((sid, Key::Int(String::from_utf16(value).ok()?)))
@@ -896,6 +930,8 @@ struct Model {
     /// The proxy sent the backend `notifications/initialized` since it last started: a
     /// modern request goes straight through.
     ready: bool,
+    /// Who owns which task, as the model sees it (SPEC section 15).
+    tasks: tasks::Tasks,
 }
 
 impl Model {
@@ -908,6 +944,8 @@ impl Model {
             max_inflight: MAX_INFLIGHT,
             // The model's backend exits end every session (keep-sessions has its scenarios).
             on_backend_exit: switchboard_core::config::OnBackendExit::CloseSessions,
+            // Small, so that an owner's oldest task is forgotten (SPEC section 15).
+            max_tasks_per_owner: tasks::MAX_TASKS,
             // A hang-up ends the request's wait (resumption has its scenarios).
             resume_window: None,
             // Every event is built (and checked to be JSON by the driver) on every step.
@@ -938,13 +976,20 @@ impl Model {
             modern: BTreeMap::new(),
             listens: BTreeMap::new(),
             ready: false,
+            tasks: tasks::Tasks::default(),
         };
         let mut transcript = Vec::with_capacity(ops.len());
         let mut labels = Vec::with_capacity(ops.len());
         for op in ops {
+            model.tasks.placed.clear();
+            model.tasks.lines.clear();
             let label = model.step(op);
             let mut records = std::mem::take(&mut model.step_records);
             records.extend(model.driver.take_records());
+            // SPEC section 15: no caller learned a task it does not own; an ended
+            // session's tasks are forgotten.
+            model.tasks.check_step(&records);
+            model.tasks.sweep(&model.live);
             model.check_streams(op);
             transcript.push(format!("{op:?} => {records:?}"));
             labels.push(label);
@@ -1020,9 +1065,14 @@ impl Model {
                 .chain(self.listens.values().map(|l| &l.principal))
                 .collect::<BTreeSet<_>>()
                 .len(),
-            tasks: sizes.tasks,
+            tasks: self.tasks.sizes(),
         };
         assert_eq!(sizes, expected, "the hub's tables after {op:?}");
+        assert!(
+            sizes.tasks.0 <= sizes.tasks.1 * tasks::MAX_TASKS,
+            "more tasks than their owners may hold: {:?}",
+            sizes.tasks
+        );
         let mcp_sessions = self.live.values().filter(|s| s.mcp().is_some()).count();
         assert!(
             sizes.idle_timers <= mcp_sessions,
@@ -1265,6 +1315,8 @@ impl Model {
             }
         }
         flush(&mut broadcast, &mut out.actions);
+        (self.tasks.placed).extend(out.placed.iter().map(|p| (p.sid, p.message.clone())));
+        self.tasks.lines.extend(out.lines.iter().cloned());
         out
     }
 
@@ -1364,6 +1416,13 @@ impl Model {
         answered
     }
 
+    /// A stream opened for `sid` in `role`: the model holds it, and knows whose it is.
+    fn add_stream(&mut self, stream: StreamId, sid: SessionId, role: Role) {
+        let owner = self.stream_owner(stream, sid, &role);
+        self.tasks.stream(stream, owner);
+        self.streams.insert(stream, (sid, role));
+    }
+
     /// A stream ended: the model forgets it.
     fn end_stream(&mut self, stream: StreamId) {
         assert!(
@@ -1422,6 +1481,9 @@ impl Model {
                     json_string(URIS[usize::from(*uri) % URIS.len()])
                 );
                 self.post(*slot, false, body.as_bytes())
+            }
+            Op::Backend(BackendMsg::Raw(text)) => {
+                self.backend(&BackendMsg::Raw(tasks::harmless(text)))
             }
             Op::Backend(msg) => self.backend(msg),
             Op::BackendExit => self.backend_exit(),
@@ -1486,6 +1548,7 @@ impl Model {
             Op::ModernHangUp { pick } => self.modern_hang_up(*pick),
             Op::Listen { principal, id } => self.listen(*principal, id),
             Op::ListenClose { pick } => self.listen_close(*pick),
+            Op::Task(op) => self.task(op),
         }
     }
 
@@ -1778,6 +1841,7 @@ impl Model {
         }
         self.backend_up = false;
         self.ready = false;
+        self.tasks.clear();
         self.live.clear();
         self.subs.clear();
         self.init_askers.clear();
@@ -1821,7 +1885,7 @@ impl Model {
                     kind: Kind::Legacy { stream },
                 },
             );
-            self.streams.insert(stream, (sid, Role::Legacy));
+            self.add_stream(stream, sid, Role::Legacy);
         }
         let (actions, _) = self.actions(false);
         let room = before + self.listens.len() < MAX_SESSIONS;
@@ -1908,8 +1972,13 @@ impl Model {
             },
             ..Admitted::new(endpoint, principal, "")
         };
-        self.driver
-            .send(admitted.into_request(Payload::Bytes(body.to_vec()), || entropy))
+        let request = self
+            .driver
+            .send(admitted.into_request(Payload::Bytes(body.to_vec()), || entropy));
+        if let Some(sid) = session {
+            self.tasks.sender(request, tasks::Owner::Session(sid));
+        }
+        request
     }
 
     /// Who posts to the slot's session, and whether the hub must refuse with 404: the
@@ -2199,8 +2268,7 @@ impl Model {
             },
         );
         if let Some(stream) = stream {
-            self.streams
-                .insert(stream, (sid, Role::Request(key.clone())));
+            self.add_stream(stream, sid, Role::Request(key.clone()));
         }
         let mut out = self.collect(true);
         let answered = self.settle(&mut out);
@@ -2279,7 +2347,7 @@ impl Model {
             .expect("checked");
         let old = m.get.replace(stream);
         m.last_active = now;
-        self.streams.insert(stream, (sid, Role::Get));
+        self.add_stream(stream, sid, Role::Get);
         let mut out = self.collect(false);
         if let Some(old) = old {
             self.expect_end(&mut out, old, "a new GET replaces it");
@@ -2566,6 +2634,9 @@ impl Model {
                 "{what} {} reached the backend without the sender's sid",
                 value.get()
             );
+            if what == "id" && method == "tasks/list" {
+                self.tasks.lists.push((*sid, value.get().to_owned()));
+            }
             self.minted.push((*sid, value.get().to_owned()));
         }
     }
@@ -2592,7 +2663,10 @@ impl Model {
                 error,
                 escaped,
             } => {
-                let picked = if usize::from(*pick) % 2 == 1 && !self.init_ids.is_empty() {
+                let scripted = self.tasks.scripted.take();
+                let picked = if let Some((key, id, _)) = &scripted {
+                    Some((Some(*key), id.clone()))
+                } else if usize::from(*pick) % 2 == 1 && !self.init_ids.is_empty() {
                     // The proxy's own initialize id: whoever waits for the handshake (mostly
                     // the newest, so that Streamable sessions open: until then they are 404).
                     let (ids, at) = (&self.init_ids, usize::from(*pick / 2));
@@ -2624,10 +2698,10 @@ impl Model {
                         }
                     }
                 }
-                let member = if *error {
-                    r#""error":{"code":-1,"message":"no"}"#
-                } else {
-                    r#""result":{"content":[]}"#
+                let member = match scripted {
+                    Some((_, _, member)) => member,
+                    None if *error => r#""error":{"code":-1,"message":"no"}"#.to_owned(),
+                    None => r#""result":{"content":[]}"#.to_owned(),
                 };
                 (
                     format!(r#"{{"jsonrpc":"2.0","id":{id},{member}}}"#),
@@ -2750,11 +2824,13 @@ impl Model {
             .filter_map(|raw| serde_json::from_str(raw).ok())
             .collect();
         let live: BTreeSet<SessionId> = self.live.keys().copied().collect();
+        let tasks = self.tasks.of_sessions(now);
         let world = World {
             live: &live,
             subs: &self.subs,
             init_askers: &self.init_askers,
             init_ids: &init_ids,
+            tasks: &tasks,
         };
         let delivered = check_backend_actions(&world, line.as_bytes(), &out.actions);
         assert!(
@@ -2872,7 +2948,7 @@ impl Model {
                 }
             }
             Id::NegZero => "-0".into(),
-            Id::Str(s) => json_string(s),
+            Id::Str(s) => json_string(&tasks::harmless(s)),
             Id::Spoof { slot, n, string } => {
                 let sid = self.target(*slot);
                 let kind = if *string { 's' } else { 'n' };
@@ -2887,7 +2963,7 @@ impl Model {
 
     fn render_body(&mut self, body: &ClientBody) -> Vec<u8> {
         let (id, method, uri, request_id, progress) = match body {
-            ClientBody::Raw(text) => return text.clone().into_bytes(),
+            ClientBody::Raw(text) => return tasks::harmless(text).into_bytes(),
             ClientBody::Request {
                 id,
                 method,
@@ -2912,7 +2988,7 @@ impl Model {
             Method::Initialized => "notifications/initialized",
             Method::Progress => "notifications/progress",
             Method::RootsListChanged => "notifications/roots/list_changed",
-            Method::Custom(name) => name.as_str(),
+            Method::Custom(name) => &tasks::harmless(name),
         };
         let mut params = Vec::new();
         if let Some(uri) = uri {

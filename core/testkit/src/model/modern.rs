@@ -58,7 +58,7 @@ pub(super) struct Listening {
 }
 
 /// The `_meta` every modern request must carry.
-fn meta(extra: &str) -> String {
+pub(super) fn meta(extra: &str) -> String {
     format!(
         r#""_meta":{{"io.modelcontextprotocol/protocolVersion":"{MODERN}","io.modelcontextprotocol/clientCapabilities":{{}}{extra}}}"#
     )
@@ -73,6 +73,7 @@ impl Model {
         body: &[u8],
     ) -> (RequestId, SessionId) {
         let entropy = self.next_entropy();
+        let principal_name = principal.as_str().to_owned();
         let mut fields = vec![("mcp-method".to_owned(), method.to_owned())];
         fields.extend(name.map(|n| ("mcp-name".to_owned(), n.to_owned())));
         let admitted = Admitted {
@@ -88,6 +89,8 @@ impl Model {
         };
         let request =
             (self.driver).send(admitted.into_request(Payload::Bytes(body.to_vec()), || entropy));
+        let caller = super::tasks::Owner::Principal(principal_name);
+        self.tasks.sender(request, caller);
         (request, SessionId::mint(None, entropy))
     }
 
@@ -117,15 +120,35 @@ impl Model {
             r#"{{"jsonrpc":"2.0","id":{raw_id},"method":"tools/call","params":{{"name":"slow",{}}}}}"#,
             meta(&extra)
         );
+        self.modern_request(
+            principal,
+            (raw_id, token_raw),
+            accept,
+            ("tools/call", Some("slow")),
+            body,
+            None,
+        )
+        .0
+    }
+
+    /// Sends modern request `body` (its raw id and token as given) as `principal`, and
+    /// checks it as [`Model::modern`] says: `refused` is the status the proxy must answer
+    /// it with itself (SPEC section 15: 400 for a task not the caller's), unless past
+    /// `--max-inflight` (429). Returns the label and the body of a refusal.
+    pub(super) fn modern_request(
+        &mut self,
+        principal: Principal,
+        (raw_id, token_raw): (String, Option<String>),
+        accept: Accept,
+        (method, name): (&str, Option<&str>),
+        body: String,
+        refused: Option<u16>,
+    ) -> (String, Option<Vec<u8>>) {
         let held = (self.modern.values())
             .filter(|p| p.principal == principal)
             .count();
-        let (request, key) = self.modern_send(
-            principal.clone(),
-            accept,
-            ("tools/call", Some("slow")),
-            body.as_bytes(),
-        );
+        let (request, key) =
+            self.modern_send(principal.clone(), accept, (method, name), body.as_bytes());
         let answer = self.driver.answer(request).cloned();
         let status = match &answer {
             Some(Answer::Response(r)) => Some(r.status),
@@ -137,17 +160,29 @@ impl Model {
             });
         if let Some(status) = status {
             let out = self.collect(true);
+            let counted = (out.actions.iter()).all(|a| matches!(a, Action::Drop { .. }));
             assert!(
-                out.actions.is_empty() && out.placed.is_empty() && out.ends.is_empty(),
+                (out.actions.is_empty() || refused.is_some() && counted)
+                    && out.placed.is_empty()
+                    && out.ends.is_empty(),
                 "a refused modern request changed something: {out:?}"
             );
+            let busy = held >= MAX_INFLIGHT;
             assert!(
-                !valid || (status == 429 && held >= MAX_INFLIGHT),
+                !valid || (status == 429 && busy) || (!busy && Some(status) == refused),
                 "a valid modern request got {status} with {held} in flight"
             );
-            return format!("modern:{status}");
+            let body = match answer {
+                Some(Answer::Response(r)) => Some(r.body.to_vec()),
+                _ => None,
+            };
+            return (format!("modern:{status}"), body);
         }
         assert!(valid, "a modern request with id {raw_id} was accepted");
+        assert!(
+            refused.is_none(),
+            "a modern {method} the proxy answers was accepted"
+        );
         assert!(held < MAX_INFLIGHT, "past --max-inflight, accepted");
         let key_id = key_of(&raw_id).expect("valid");
         let token = token_raw.as_deref().and_then(key_of);
@@ -174,7 +209,7 @@ impl Model {
             },
         );
         if let Some(stream) = stream {
-            self.streams.insert(stream, (key, Role::Modern));
+            self.add_stream(stream, key, Role::Modern);
         }
         let mut out = self.collect(true);
         let answered = self.settle(&mut out);
@@ -187,10 +222,8 @@ impl Model {
             !String::from_utf8_lossy(line).contains("io.modelcontextprotocol/"),
             "a reserved _meta key reached the backend"
         );
-        format!(
-            "modern:{}",
-            if stream.is_some() { "stream" } else { "json" }
-        )
+        let form = if stream.is_some() { "stream" } else { "json" };
+        (format!("modern:{form}"), None)
     }
 
     /// The client of a modern request hangs up (its stream, or its wait for JSON): the
@@ -268,8 +301,7 @@ impl Model {
                 lists: BTreeSet::new(),
             },
         );
-        self.streams
-            .insert(stream, (SessionId::mint(None, [0; 16]), Role::Listen));
+        self.add_stream(stream, SessionId::mint(None, [0; 16]), Role::Listen);
         let mut out = self.collect(false);
         let answered = self.settle(&mut out);
         assert!(answered.is_empty() && out.ends.is_empty(), "{out:?}");
@@ -454,7 +486,16 @@ impl Model {
                 }
                 ":modern-progress"
             }
-            _ => "",
+            // Dropped (a JSON answer has no stream), yet progress for the request: its
+            // clock restarts all the same (SPEC section 7, Waiting).
+            Some((sid, None)) => {
+                let now = self.driver.elapsed();
+                if let Some(p) = self.modern.get_mut(&sid) {
+                    p.deadline = now + REQUEST_TIMEOUT;
+                }
+                ""
+            }
+            None => "",
         }
     }
 }
