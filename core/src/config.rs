@@ -385,6 +385,16 @@ pub struct Config {
     #[cfg_attr(feature = "cli", arg(long, value_enum, default_value_t = Modern::On))]
     pub modern: Modern,
 
+    /// Keep the backend's tools/list, prompts/list and resources/list results (by cursor)
+    /// and answer every caller from them until the backend says the list changed (on), or
+    /// forward every list request (off). Only kinds the backend declared listChanged for.
+    #[cfg_attr(feature = "cli", arg(long, value_enum, default_value_t = Modern::On))]
+    pub list_cache: Modern,
+
+    /// Bytes of list results the list cache keeps (the least recently used go first).
+    #[cfg_attr(feature = "cli", arg(long, default_value = "8MiB", value_parser = parse_size, value_name = "SIZE"))]
+    pub list_cache_bytes: usize,
+
     /// How long a request waits for a restarting backend before 503.
     #[cfg_attr(feature = "cli", arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION"))]
     pub restart_wait: Duration,
@@ -593,8 +603,9 @@ impl Config {
     }
 
     fn validate_sizes(&self) -> Result<(), ConfigError> {
-        let sizes: [(&'static str, usize); 6] = [
+        let sizes: [(&'static str, usize); 7] = [
             ("--resume-buffer", self.resume_buffer),
+            ("--list-cache-bytes", self.list_cache_bytes),
             ("--restart-buffer", self.restart_buffer),
             ("--audit-buffer", self.audit_buffer),
             ("--max-body", self.max_body),
@@ -776,6 +787,7 @@ impl Config {
             max_tasks_per_owner: self.max_tasks_per_owner,
             pass_methods: self.pass_methods.iter().cloned().collect(),
             tool_view: None,
+            list_cache: (self.list_cache == Modern::On).then_some(self.list_cache_bytes),
             modern: self.modern,
             endpoint_prefix: format!("{base}{}", self.base_path()),
             instance: self.instance(),

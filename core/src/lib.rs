@@ -85,6 +85,7 @@ pub mod hub; // the owner loop as a state machine
 mod jwt; // JWT verification
 mod limits; // rate limits' token buckets
 mod lines; // newline framing of the backend's stdout
+mod lists; // lists read once: the backend's list results kept for every caller (SPEC 16)
 mod load; // flags and files read and checked whole, at start and on reload
 mod message; // one-pass admission of a JSON-RPC object
 mod methods; // the methods MCP defines for a client (SPEC 15)

@@ -602,6 +602,24 @@ fn render_durations(out: &mut Text, d: &Durations) {
     }
 }
 
+/// `switchboard_list_cache_total{method,outcome}` (SPEC section 16): list requests answered
+/// from the cache, fetched for it, or joined to a fetch already out.
+pub(crate) fn render_list_cache(out: &mut String, counts: &crate::lists::Counts) {
+    let name = "switchboard_list_cache_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} List requests answered from the list cache (hit), fetched for it (miss) or joined to a fetch already out (shared).\n# TYPE {name} counter"
+    );
+    for (method, counts) in counts {
+        for (outcome, n) in ["hit", "miss", "shared"].iter().zip(counts) {
+            let _ = writeln!(
+                out,
+                r#"{name}{{method="{method}",outcome="{outcome}"}} {n}"#
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

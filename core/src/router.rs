@@ -36,6 +36,8 @@ enum ProxyRequest {
     Subscribe,
     Unsubscribe,
     Initialize,
+    /// A list fetched for the list cache (SPEC section 16).
+    List,
 }
 
 /// The proxy's own answers to an admitted message.
@@ -62,8 +64,13 @@ pub(crate) enum Forward {
     Line(Vec<u8>),
     /// The proxy answers at once with this response (a cached `initialize`, an error).
     Answer(Vec<u8>),
-    /// An `initialize` that waits for the backend's handshake in flight.
+    /// An `initialize` that waits for the backend's handshake in flight, or a list that
+    /// waits for the fetch of it already out.
     Waiting,
+    /// A list answered from the list cache: its answer, as the backend's would be routed.
+    Cached(Box<Routed>),
+    /// A list the proxy fetches for the cache, under its own id (a line of the proxy's).
+    Fetch(Vec<u8>),
     /// A handshake notification: accepted and not forwarded.
     Absorbed,
 }
@@ -129,6 +136,9 @@ pub(crate) enum Routed {
     Subscribed { subscribe: u64, accepted: bool },
     /// The answer to one of the proxy's unsubscribes: nothing to do.
     Consumed,
+    /// The answer to a list the proxy fetched: one answer for each caller that waited
+    /// for it, as the backend's would be routed.
+    Listed { answers: Vec<Routed> },
     /// Nowhere: counted and logged.
     Dropped {
         reason: DropReason,
@@ -208,6 +218,8 @@ enum Init {
 #[derive(Debug)]
 pub(crate) struct Router {
     init: Init,
+    /// The backend's list results, read once for every caller.
+    pub(crate) lists: crate::lists::Lists,
     /// The protocol version the cached handshake negotiated (a label).
     negotiated: Option<&'static str>,
     next_proxy_request: u64,
@@ -219,6 +231,7 @@ impl Router {
     pub(crate) fn new() -> Self {
         Router {
             init: Init::Idle,
+            lists: crate::lists::Lists::default(),
             negotiated: None,
             next_proxy_request: 1,
             proxy_requests: BTreeMap::new(),
@@ -229,6 +242,7 @@ impl Router {
     /// unless sessions are `kept` (then the next process is initialized as this one was).
     pub(crate) fn backend_exited(&mut self, kept: bool) {
         self.proxy_requests.clear();
+        self.lists.clear(true);
         self.init = match std::mem::replace(&mut self.init, Init::Idle) {
             Init::Ready { result, params }
             | Init::Restore { result, params }
@@ -347,22 +361,64 @@ impl Router {
             // The proxy alone completes the backend's one handshake: a client's
             // `initialized`, or an `initialize` sent without an id, goes no further.
             (Kind::Notification, "notifications/initialized" | "initialize") => Forward::Absorbed,
-            _ => {
-                // SPEC 6.2: every id, progress token and cancelled request id a client
-                // sends carries its own sid.
-                let mut edits = Edits::default();
-                if let Some(id) = &msg.id {
-                    let routed = Patch::Routed(sid, id.raw(&msg.text), mark);
-                    edits.push(id.span.clone(), routed);
-                }
-                edits.route(sid, msg, msg.token.as_ref());
-                edits.route(sid, msg, msg.cancels.as_ref());
-                for (span, bytes) in more {
-                    edits.push(span.clone(), Patch::Text(bytes));
-                }
-                Forward::Line(splice(&msg.text, edits, true))
+            (Kind::Request, _) if crate::lists::is_list(&msg.method) => self
+                .list(sid, msg, mark)
+                .unwrap_or_else(|| self.routed(sid, msg, mark, more)),
+            _ => self.routed(sid, msg, mark, more),
+        }
+    }
+
+    /// A list request through the list cache: `None` when the cache does not serve it.
+    fn list(&mut self, sid: SessionId, msg: &Checked, mark: Mark) -> Option<Forward> {
+        let raw_id = msg.raw_id().to_owned();
+        let waiter = crate::lists::Waiter {
+            session: sid,
+            raw_id: raw_id.clone(),
+            mark,
+        };
+        let next = self.next_proxy_request;
+        match self.lists.ask(msg, waiter, || next) {
+            crate::lists::Listed::Pass => None,
+            crate::lists::Listed::Shared => Some(Forward::Waiting),
+            crate::lists::Listed::Hit(result) => {
+                let answer = listed(sid, &raw_id, ("result", &result), (mark, false));
+                Some(Forward::Cached(Box::new(answer)))
+            }
+            crate::lists::Listed::Miss { fetch, key } => {
+                let n = self.next_proxy_id(ProxyRequest::List);
+                debug_assert_eq!(n, fetch, "the fetch is numbered as the router numbers it");
+                let params = key.1.map(|c| format!(r#","params":{{"cursor":{c}}}"#));
+                let line = format!(
+                    "{{\"jsonrpc\":\"2.0\",\"id\":\"{PROXY_ID_PREFIX}list:{n}\",\"method\":\"{}\"{}}}\n",
+                    key.0,
+                    params.unwrap_or_default()
+                );
+                Some(Forward::Fetch(line.into_bytes()))
             }
         }
+    }
+
+    /// `msg` of `sid` as a backend line: ids routed, `more` edits made.
+    fn routed(
+        &mut self,
+        sid: SessionId,
+        msg: &Checked,
+        mark: Mark,
+        more: &[(Range<usize>, Vec<u8>)],
+    ) -> Forward {
+        // SPEC 6.2: every id, progress token and cancelled request id a client sends
+        // carries its own sid.
+        let mut edits = Edits::default();
+        if let Some(id) = &msg.id {
+            let routed = Patch::Routed(sid, id.raw(&msg.text), mark);
+            edits.push(id.span.clone(), routed);
+        }
+        edits.route(sid, msg, msg.token.as_ref());
+        edits.route(sid, msg, msg.cancels.as_ref());
+        for (span, bytes) in more {
+            edits.push(span.clone(), Patch::Text(bytes));
+        }
+        Forward::Line(splice(&msg.text, edits, true))
     }
 
     fn client_initialize(&mut self, sid: SessionId, msg: &Checked) -> Forward {
@@ -435,7 +491,13 @@ impl Router {
         };
         match msg.kind {
             Kind::Response => self.backend_response(&msg),
-            Kind::Notification => backend_notification(&msg),
+            Kind::Notification => {
+                let routed = backend_notification(&msg);
+                if let Routed::ListChanged { method, .. } = &routed {
+                    self.lists.changed(method);
+                }
+                routed
+            }
             Kind::Request => backend_request(&msg),
         }
     }
@@ -486,6 +548,25 @@ impl Router {
             },
             // The answer to an unsubscribe after the last subscriber left.
             ProxyRequest::Unsubscribe => Routed::Consumed,
+            ProxyRequest::List => {
+                let (member, value) = match (msg.result, msg.error) {
+                    (Some(result), _) => ("result", result),
+                    (None, Some(error)) => ("error", error),
+                    (None, None) => return dropped(DropReason::Malformed, None),
+                };
+                let waiters = (self.lists).fetched(n, msg.result.map(RawValue::get));
+                let answers = (waiters.into_iter())
+                    .map(|w| {
+                        listed(
+                            w.session,
+                            &w.raw_id,
+                            (member, value.get()),
+                            (w.mark, member == "error"),
+                        )
+                    })
+                    .collect();
+                Routed::Listed { answers }
+            }
         }
     }
 
@@ -528,6 +609,7 @@ impl Router {
         let ready = member == "result";
         if ready {
             self.negotiated = protocol_version(value).map(|v| crate::metrics::version_label(&v));
+            self.lists.declared_by(value.get());
             self.init = Init::Ready {
                 result: value.to_owned(),
                 params,
@@ -557,6 +639,8 @@ impl Router {
                 initialized: None,
             };
         }
+        self.lists
+            .declared_by(msg.result.expect("checked above").get());
         self.init = Init::Ready {
             result: msg.result.expect("checked above").to_owned(),
             params,
@@ -602,9 +686,27 @@ fn parse_own_id(own: &str) -> Option<(ProxyRequest, u64)> {
         "unsubscribe" => ProxyRequest::Unsubscribe,
         "subscribe" => ProxyRequest::Subscribe,
         "initialize" => ProxyRequest::Initialize,
+        "list" => ProxyRequest::List,
         _ => return None,
     };
     Some((kind, n))
+}
+
+/// A list's answer for one caller, as a backend answer routed back to it would be.
+fn listed(
+    sid: SessionId,
+    raw_id: &str,
+    (member, value): (&str, &str),
+    (mark, failed): (Mark, bool),
+) -> Routed {
+    Routed::Response {
+        session: sid,
+        message: response_line(raw_id, member, value),
+        id: RESPONSE_ID_AT..RESPONSE_ID_AT + raw_id.len(),
+        mark,
+        failed,
+        task: None,
+    }
 }
 
 fn dropped(reason: DropReason, method: Option<&str>) -> Routed {

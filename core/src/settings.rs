@@ -114,6 +114,8 @@ pub struct Settings {
     pub max_inflight: usize,
     /// Tasks one owner may hold (SPEC section 15).
     pub max_tasks_per_owner: usize,
+    /// The list cache's byte budget (`--list-cache-bytes`); `None`: `--list-cache off`.
+    pub list_cache: Option<usize>,
     /// The tools an operator shows (`--tools`, `--tools-override`; SPEC section 16).
     pub tool_view: Option<std::sync::Arc<crate::tools::ToolView>>,
     /// Methods MCP does not define that are forwarded all the same (`--pass-method`).
@@ -251,6 +253,7 @@ impl Default for Settings {
             max_tasks_per_owner: 1000,
             pass_methods: std::collections::BTreeSet::new(),
             tool_view: None,
+            list_cache: Some(8 << 20),
             modern: Modern::On,
             endpoint_prefix: String::new(),
             instance: None,

@@ -77,6 +77,8 @@ impl Hub {
                 accepted,
             } => super::listen::subscribed(self, now, subscribe, accepted),
             Routed::Consumed => {}
+            // A list fetched for the cache: each caller that waited, as if answered alone.
+            Routed::Listed { answers } => answers.into_iter().for_each(|a| self.dispatch(now, a)),
             Routed::Dropped { reason, method } => self.drop_message(reason, method.as_deref()),
         }
     }

@@ -92,7 +92,9 @@ impl Inspect<'_> {
             backend_restarts: self.hub.backend.restarts(),
             instance: self.hub.settings.instance,
         };
-        metrics::render(&self.hub.metrics, gauges)
+        let mut text = metrics::render(&self.hub.metrics, gauges);
+        metrics::render_list_cache(&mut text, &self.hub.router.lists.counts);
+        text
     }
 
     /// Client requests written to the backend and not yet ended: the backend window's

@@ -132,6 +132,8 @@ impl Hub {
             outputs: VecDeque::new(),
             next_id: 1,
         };
+        let list_cache = hub.settings.list_cache;
+        (hub.router.lists).configure(list_cache.is_some(), list_cache.unwrap_or_default());
         let backend = BackendId(hub.mint());
         hub.backend.spawn(backend, &mut hub.outputs);
         hub.keys.start_due(now, &mut hub.next_id, &mut hub.outputs);

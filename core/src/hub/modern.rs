@@ -314,6 +314,8 @@ fn forward(
             let id = at..at + outbound.raw_id().len();
             deliver(hub, now, key, answer, Routed::Response(id));
         }
+        Forward::Cached(answer) => hub.dispatch(now, *answer),
+        Forward::Fetch(line) => hub.queue_line(now, line, LineFrom::Proxy),
         Forward::Waiting | Forward::Absorbed => {}
     }
 }

@@ -459,6 +459,8 @@ impl Hub {
                         }
                         (answer, outcome)
                     }
+                    Forward::Cached(answer) => return self.dispatch(now, *answer),
+                    Forward::Fetch(line) => return self.queue_line(now, line, LineFrom::Proxy),
                     Forward::Waiting | Forward::Absorbed => return,
                 }
             }

@@ -28,7 +28,10 @@ impl Hub {
         self.backend.reconfigure(&self.settings);
         self.tasks.set_max(self.settings.max_tasks_per_owner);
         // Another set of shown tools: every client lists them again (SPEC section 16).
+        let list_cache = self.settings.list_cache;
+        (self.router.lists).configure(list_cache.is_some(), list_cache.unwrap_or_default());
         if old.tool_view != self.settings.tool_view {
+            self.router.lists.clear(false);
             let changed = "notifications/tools/list_changed";
             let message = format!(r#"{{"jsonrpc":"2.0","method":"{changed}"}}"#);
             self.list_changed(now, changed, message.as_bytes());

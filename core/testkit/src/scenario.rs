@@ -750,6 +750,12 @@ fn apply_setting(settings: &mut Settings, flag: &str, value: &str) -> Option<()>
         "max-inflight" => settings.max_inflight = value.parse().ok()?,
         "max-tasks-per-owner" => settings.max_tasks_per_owner = value.parse().ok()?,
         "pass-method" => drop(settings.pass_methods.insert(value.to_owned())),
+        "list-cache" => match value {
+            "off" => settings.list_cache = None,
+            "on" => settings.list_cache = Some(8 << 20),
+            _ => return None,
+        },
+        "list-cache-bytes" => settings.list_cache = Some(size(value).ok()?),
         // SPEC 16: `with tools NAME` (repeatable) and `with tools-override {JSON}`; the
         // view is built again from both each time.
         "tools" | "tools-override" => {

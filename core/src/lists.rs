@@ -1,0 +1,275 @@
+//! Lists read once (SPEC section 16): the backend sees one client, so its `tools/list`,
+//! `prompts/list`, `resources/list` and `resources/templates/list` results are the same
+//! for every caller until it says otherwise (`list_changed`). The router keeps the raw
+//! results, by method and cursor, for the kinds the backend declared `listChanged`;
+//! every caller's copy is still filtered and renamed for it on the way out, as a
+//! backend answer is. A miss is fetched under the proxy's own id, shared by concurrent
+//! callers; one caller's cancel or hang-up ends only its own wait.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use crate::message::{self, Checked, Kind};
+use crate::routed_id::{Mark, SessionId};
+
+/// What a cached list is keyed by: its method and the cursor it was asked with (raw
+/// JSON text; `None`: the first page).
+pub(crate) type Key = (&'static str, Option<String>);
+
+/// A caller waiting for a fetched list: its routing key, its id as it wrote it, and what
+/// its answer needs on the way out.
+#[derive(Debug, Clone)]
+pub(crate) struct Waiter {
+    pub(crate) session: SessionId,
+    pub(crate) raw_id: String,
+    pub(crate) mark: Mark,
+}
+
+/// One fetch at the backend, under the proxy's id.
+#[derive(Debug)]
+struct Fetch {
+    key: Key,
+    waiters: Vec<Waiter>,
+    /// A `list_changed` came while it was out: its answer is given, not kept.
+    stale: bool,
+}
+
+/// What a list request becomes.
+#[derive(Debug)]
+pub(crate) enum Listed {
+    /// Not cached (the cache is off, the kind is not declared `listChanged`, or the request
+    /// carries params the cache does not key by): forwarded as any request.
+    Pass,
+    /// Answered from the cache: the raw result.
+    Hit(Arc<str>),
+    /// A fetch for it is out: it waits with the others.
+    Shared,
+    /// Fetched now: the proxy's request for it, under the number `fetch`.
+    Miss { fetch: u64, key: Key },
+}
+
+/// Counters for `/metrics`: by method, hits, misses, shared.
+pub(crate) type Counts = BTreeMap<&'static str, [u64; 3]>;
+
+/// The list cache.
+#[derive(Debug, Default)]
+pub(crate) struct Lists {
+    /// `--list-cache on` and its byte budget.
+    on: bool,
+    budget: usize,
+    /// Which kinds the backend declared `listChanged` for (tools, prompts, resources).
+    declared: [bool; 3],
+    entries: BTreeMap<Key, Arc<str>>,
+    /// Least recently used first.
+    order: VecDeque<Key>,
+    bytes: usize,
+    fetches: BTreeMap<u64, Fetch>,
+    /// The fetch each key waits for.
+    pending: BTreeMap<Key, u64>,
+    pub(crate) counts: Counts,
+}
+
+/// The cached methods, and the kind (`declared`'s index) each belongs to.
+const METHODS: [(&str, usize); 4] = [
+    ("tools/list", 0),
+    ("prompts/list", 1),
+    ("resources/list", 2),
+    ("resources/templates/list", 2),
+];
+
+/// Whether `method` is one the list cache may serve.
+pub(crate) fn is_list(method: &str) -> bool {
+    METHODS.iter().any(|(m, _)| *m == method)
+}
+
+impl Lists {
+    /// `--list-cache` and `--list-cache-bytes` (at start and on reload; a cache turned
+    /// off is emptied).
+    pub(crate) fn configure(&mut self, on: bool, budget: usize) {
+        (self.on, self.budget) = (on, budget);
+        if !on {
+            self.entries.clear();
+            self.order.clear();
+            self.bytes = 0;
+        }
+    }
+
+    /// The backend's `initialize` result: which kinds it declared `listChanged` for.
+    pub(crate) fn declared_by(&mut self, result: &str) {
+        let capability = |kind: &str| -> Option<bool> {
+            let (_, caps) = message::members(result)?
+                .into_iter()
+                .find(|(k, _)| k == "capabilities")?;
+            let (_, of) = message::members(caps)?
+                .into_iter()
+                .find(|(k, _)| k == kind)?;
+            let (_, flag) = message::members(of)?
+                .into_iter()
+                .find(|(k, _)| k == "listChanged")?;
+            Some(flag == "true")
+        };
+        self.declared = ["tools", "prompts", "resources"].map(|k| capability(k).unwrap_or(false));
+    }
+
+    /// What list request `msg` (to be answered to `waiter`) becomes.
+    pub(crate) fn ask(
+        &mut self,
+        msg: &Checked,
+        waiter: Waiter,
+        next: impl FnOnce() -> u64,
+    ) -> Listed {
+        let Some(key) = self.key_of(msg) else {
+            return Listed::Pass;
+        };
+        let count = self.counts.entry(key.0).or_default();
+        if let Some(result) = self.entries.get(&key).cloned() {
+            count[0] += 1;
+            self.touch(&key);
+            return Listed::Hit(result);
+        }
+        if let Some(fetch) = self.pending.get(&key).and_then(|n| self.fetches.get_mut(n)) {
+            count[2] += 1;
+            fetch.waiters.push(waiter);
+            return Listed::Shared;
+        }
+        count[1] += 1;
+        let fetch = next();
+        self.pending.insert(key.clone(), fetch);
+        let waiters = vec![waiter];
+        self.fetches.insert(
+            fetch,
+            Fetch {
+                key: key.clone(),
+                waiters,
+                stale: false,
+            },
+        );
+        Listed::Miss { fetch, key }
+    }
+
+    /// The key of a list request the cache serves: a cached kind the backend declared,
+    /// no params but a cursor (and `_meta`).
+    fn key_of(&self, msg: &Checked) -> Option<Key> {
+        if !self.on || msg.kind != Kind::Request {
+            return None;
+        }
+        let (method, kind) = METHODS.into_iter().find(|(m, _)| *m == msg.method)?;
+        if !self.declared[kind] {
+            return None;
+        }
+        let members = message::members(&msg.text)?;
+        let cursor = match members.iter().find(|(k, _)| k == "params") {
+            None => None,
+            Some((_, params)) => {
+                let params = message::members(params)?;
+                if params.iter().any(|(k, _)| k != "cursor" && k != "_meta") {
+                    return None;
+                }
+                let cursor = params.iter().find(|(k, _)| k == "cursor");
+                cursor.map(|(_, c)| (*c).to_owned()).filter(|c| c != "null")
+            }
+        };
+        Some((method, cursor))
+    }
+
+    fn touch(&mut self, key: &Key) {
+        if let Some(at) = self.order.iter().position(|k| k == key) {
+            let key = self.order.remove(at).expect("found");
+            self.order.push_back(key);
+        }
+    }
+
+    /// The backend answered fetch `fetch` with `result` (`None`: an error, never kept):
+    /// who waited for it. A result is kept unless a `list_changed` came meanwhile, or it
+    /// alone is over the budget; the least recently used go first past it.
+    pub(crate) fn fetched(&mut self, fetch: u64, result: Option<&str>) -> Vec<Waiter> {
+        let Some(fetch) = self.fetches.remove(&fetch) else {
+            return Vec::new();
+        };
+        if self.pending.get(&fetch.key).is_some_and(|_| !fetch.stale) {
+            self.pending.remove(&fetch.key);
+        }
+        if let (Some(result), false) = (result, fetch.stale) {
+            self.keep(fetch.key, result);
+        }
+        fetch.waiters
+    }
+
+    fn keep(&mut self, key: Key, result: &str) {
+        if !self.on || result.len() > self.budget {
+            return;
+        }
+        while self.bytes + result.len() > self.budget {
+            let Some(old) = self.order.pop_front() else {
+                break;
+            };
+            if let Some(gone) = self.entries.remove(&old) {
+                self.bytes -= gone.len();
+            }
+        }
+        self.bytes += result.len();
+        self.order.push_back(key.clone());
+        self.entries.insert(key, Arc::from(result));
+    }
+
+    /// The backend's `notifications/<kind>/list_changed`: that kind's lists go; a fetch of
+    /// it still out is answered to its waiters but not kept, and nobody joins it.
+    pub(crate) fn changed(&mut self, notification: &str) {
+        let kind = match notification {
+            "notifications/tools/list_changed" => 0,
+            "notifications/prompts/list_changed" => 1,
+            "notifications/resources/list_changed" => 2,
+            _ => return,
+        };
+        let of_kind = |key: &Key| METHODS.iter().any(|(m, k)| *m == key.0 && *k == kind);
+        let gone: Vec<Key> = self
+            .entries
+            .keys()
+            .filter(|k| of_kind(k))
+            .cloned()
+            .collect();
+        for key in gone {
+            self.forget(&key);
+        }
+        let stale: Vec<Key> = self
+            .pending
+            .keys()
+            .filter(|k| of_kind(k))
+            .cloned()
+            .collect();
+        for key in stale {
+            if let Some(fetch) = self
+                .pending
+                .remove(&key)
+                .and_then(|n| self.fetches.get_mut(&n))
+            {
+                fetch.stale = true;
+            }
+        }
+    }
+
+    fn forget(&mut self, key: &Key) {
+        if let Some(gone) = self.entries.remove(key) {
+            self.bytes -= gone.len();
+        }
+        self.order.retain(|k| k != key);
+    }
+
+    /// Everything goes: the backend exited (its fetches with it), or the shown tools
+    /// changed.
+    pub(crate) fn clear(&mut self, exited: bool) {
+        self.entries.clear();
+        self.order.clear();
+        self.bytes = 0;
+        if exited {
+            self.fetches.clear();
+            self.pending.clear();
+            self.declared = [false; 3];
+        } else {
+            for fetch in self.fetches.values_mut() {
+                fetch.stale = true;
+            }
+            self.pending.clear();
+        }
+    }
+}
