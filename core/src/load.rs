@@ -91,6 +91,20 @@ impl Config {
 }
 
 impl Loaded {
+    /// What is worth a warning at start: the flags' ([`Config::start_warnings`]), and each
+    /// backend tool a renamed one shadows (SPEC section 16: it is hidden).
+    pub fn start_warnings(&self) -> Vec<String> {
+        let mut warnings = self.config.start_warnings();
+        if let Some(view) = &self.settings.tool_view {
+            for (renamed, shown) in view.shadowed() {
+                warnings.push(format!(
+                    "--tools-override shows tool {renamed:?} as {shown:?}: the backend's own {shown:?} is hidden (rename it too to keep it)"
+                ));
+            }
+        }
+        warnings
+    }
+
     /// What the hub is told when this (loaded by
     /// [`CommandLine::reload`](crate::CommandLine::reload)) replaces the running
     /// configuration.

@@ -116,7 +116,7 @@ fn run(
     let listener = bind(loaded.config.listen_addr())?;
     let local = listener.local_addr()?;
     info!("{}", loaded.config.listening_line(local, &command));
-    for warning in loaded.config.start_warnings() {
+    for warning in loaded.start_warnings() {
         warn!("{warning}");
     }
     let key_store = loaded.front.gate.key_store();

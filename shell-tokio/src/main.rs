@@ -101,7 +101,7 @@ fn run(config: Config, line: CommandLine) -> Result<i32, Box<dyn std::error::Err
         let listener = bind(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
         let local = listener.local_addr()?;
         info!("{}", loaded.config.listening_line(local, &command));
-        for warning in loaded.config.start_warnings() {
+        for warning in loaded.start_warnings() {
             warn!("{warning}");
         }
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
