@@ -556,10 +556,9 @@ fn own_answer(
     if let Some((answer, outcome)) = subscription((sessions, listeners), number, msg) {
         return Own::Answer(answer, outcome, Count::Nothing);
     }
-    if crate::tools::shows_list(settings, msg) {
-        return Own::Forward(rewritten, Mark::Filtered);
-    }
-    if super::authz::filters(settings, msg) {
+    // A list filtered for its caller (the policy, scopes or the operator's tools): the
+    // session keeps the grant its result is filtered by.
+    if super::authz::filters(settings, msg) || crate::tools::shows_list(settings, msg) {
         if let Some(session) = sessions.get_mut(number) {
             session.grant = grant.clone();
         }
