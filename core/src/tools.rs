@@ -186,9 +186,9 @@ pub(crate) fn unknown_tool(msg: &Checked) -> Vec<u8> {
     msg.error(-32602, &format!("Unknown tool: {name}"))
 }
 
-/// Whether `msg` is a `tools/list` whose result the operator's tool view changes.
-pub(crate) fn shows_list(settings: &crate::settings::Settings, msg: &Checked) -> bool {
-    settings.tool_view.is_some() && msg.kind == Kind::Request && msg.method == "tools/list"
+/// Whether `msg` is a `tools/list` whose result the operator's tool view (if any) changes.
+pub(crate) fn shows_list(view: Option<&ToolView>, msg: &Checked) -> bool {
+    view.is_some() && msg.kind == Kind::Request && msg.method == "tools/list"
 }
 
 /// ToolHive's `--tools-override` JSON: `{"toolsOverride": {"<backend name>": {"name":

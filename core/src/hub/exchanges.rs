@@ -68,6 +68,9 @@ pub(crate) enum Answer {
     Refused(Rejection, Response),
     /// The head of a stream that carries the rest.
     Stream(StreamId, Response),
+    /// The proxy's own JSON-RPC error for a request it will not forward (SPEC sections 15
+    /// and 16): observed as a denial, as a 2025 session's is, not judged by its status.
+    Denied(Response),
 }
 
 /// The exchanges not answered yet, by id.

@@ -86,6 +86,22 @@ use crate::output::{BackendId, Event, Output, RequestId, StreamEnd, StreamId};
 use crate::router::Router;
 use crate::supervise::Health;
 
+/// A message dropped (or answered by the proxy) for `reason`: counted, and logged at the
+/// level the metrics decide (the first of each reason and method at WARN).
+fn dropped(
+    (metrics, outputs): (&mut Metrics, &mut VecDeque<Output>),
+    reason: DropReason,
+    method: Option<&str>,
+) {
+    let level = metrics.dropped(reason, method);
+    let method = method.map(str::to_owned);
+    outputs.push_back(Output::Log(Event::Dropped {
+        reason,
+        method,
+        level,
+    }));
+}
+
 /// The owner loop's state; see the [module docs](self) for the loop contract.
 #[derive(Debug)]
 pub struct Hub {
@@ -427,9 +443,19 @@ impl Hub {
     fn respond(&mut self, now: Instant, request: RequestId, answer: Answer) {
         let exchange = self.exchanges.close(request);
         debug_assert!(exchange.is_some(), "{request:?} answered twice");
-        let exchange = exchange.unwrap_or_default();
+        let mut exchange = exchange.unwrap_or_default();
         let (mut response, stream) = match answer {
             Answer::Served(response) => (response, None),
+            Answer::Denied(response) => {
+                if let Some(started) = exchange.started.take() {
+                    let denied = Some(crate::audit::Outcome::Denied);
+                    self.observe(
+                        now,
+                        Happened::answered(None, started, &response.body, denied),
+                    );
+                }
+                (response, None)
+            }
             Answer::Refused(rejection, response) => {
                 self.metrics.rejected(&rejection);
                 (response, None)
@@ -458,12 +484,7 @@ impl Hub {
 
     /// Counts and logs a message that went nowhere, at the level the counters decide.
     fn drop_message(&mut self, reason: DropReason, method: Option<&str>) {
-        let level = self.metrics.dropped(reason, method);
-        self.outputs.push_back(Output::Log(Event::Dropped {
-            reason,
-            method: method.map(str::to_owned),
-            level,
-        }));
+        dropped((&mut self.metrics, &mut self.outputs), reason, method);
     }
 
     fn mint(&mut self) -> u64 {

@@ -3,7 +3,7 @@
 //! is routed under a key minted for it alone, so its answer, and its cancellation when its
 //! client hangs up, belong to its POST.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::ops::Range;
 use std::time::Instant;
 
@@ -12,18 +12,19 @@ use super::backend::LineFrom;
 use super::exchanges::{Answer, Sender};
 use super::in_flight::{Caller, Entry};
 use super::sessions::SessionNumber;
-use super::tasks::{Asked, Owner};
+use super::tasks::{Asked, Owner, Tasks};
 use super::{Body, Hub, Request};
 use crate::admission::Refused;
 use crate::audit::Outcome;
 use crate::auth::Principal;
 use crate::http::{Grant, Rejection, Response};
 use crate::message::{self, Checked, IdKey};
-use crate::metrics::DropReason;
+use crate::metrics::{DropReason, Metrics};
 use crate::modern::{self, ToolHeaders};
+use crate::output::Output;
 use crate::output::{Frame, RequestId, StreamId};
 use crate::routed_id::{Instance, Mark, SessionId};
-use crate::router::Forward;
+use crate::router::{Forward, Router};
 use crate::settings::{Modern, Settings};
 use crate::streamable::{self, Accepts};
 
@@ -218,38 +219,11 @@ pub(super) fn post(
     if msg.method == "subscriptions/listen" {
         return super::listen::open(hub, now, request, principal, sender.grant, msg);
     }
-    if sender.forbidden {
-        hub.metrics.policy_denied += 1;
-    }
-    if msg.unknown_tool {
-        // SPEC 16: no shown tool of that name; answered before any admission.
-        *hub.metrics.rejections.entry("unknown_tool").or_default() += 1;
-        return denied(hub, now, request, crate::tools::unknown_tool(&msg), 400);
-    }
-    if let Some(refused) = refused(hub, &principal, sender.forbidden) {
-        let refusal = refused.modern_refusal(Some(msg.raw_id()));
-        return hub.respond(now, request, refusal.into());
-    }
-    // `server/discover` from the cached handshake (else it is the proxy's own, below).
-    let cached = hub.router.initialize_result();
-    if let Some(result) = cached.filter(|_| msg.method == "server/discover") {
-        let answer = streamable::json_answer(msg.result(&modern::discover(result)));
-        return hub.respond(now, request, Answer::Served(answer));
-    }
-    // SPEC section 15: tasks are the principal's; unknown methods answered here.
-    let owner = Owner::Principal(principal.clone());
-    let msg = match (hub.tasks).ask(now, &owner, &msg, &hub.settings.pass_methods) {
-        Asked::Forward(_) | Asked::Dropped => msg,
-        Asked::Rewritten(checked) => *checked,
-        Asked::Answer(answer, reason) => {
-            hub.drop_message(reason, Some(&msg.method));
-            let status = if reason == DropReason::UnknownMethod {
-                404
-            } else {
-                400
-            };
-            return denied(hub, now, request, answer, status);
-        }
+    let parts = (&hub.settings, &hub.router, &mut hub.tasks, &hub.modern);
+    let counters = (&mut hub.metrics, &mut hub.outputs);
+    let msg = match answered_here(parts, counters, now, (&principal, sender.forbidden), msg) {
+        Ok(msg) => msg,
+        Err(answer) => return hub.respond(now, request, answer),
     };
     let waiting = Waiting {
         method: msg.method.clone(),
@@ -274,7 +248,7 @@ fn forward(
     waiting: Waiting,
 ) {
     let request = waiting.exchange;
-    let shown = crate::tools::shows_list(&hub.settings, &msg);
+    let shown = crate::tools::shows_list(hub.settings.tool_view.as_deref(), &msg);
     let mark = match (waiting.filtered || shown, msg.method.as_str()) {
         (true, _) => Mark::Filtered,
         (false, "tasks/list") => Mark::Tasks,
@@ -320,25 +294,57 @@ fn forward(
     }
 }
 
-/// The proxy's own error `answer` to modern request `request`, with `status`: observed as
-/// its denial, as a 2025 session's is (not judged by its status).
-fn denied(hub: &mut Hub, now: Instant, request: RequestId, answer: Vec<u8>, status: u16) {
-    if let Some(started) = hub.exchanges.take_started(request) {
-        let outcome = Some(Outcome::Denied);
-        hub.observe(now, Happened::answered(None, started, &answer, outcome));
-    }
-    let response = Response::json(status, answer);
-    hub.respond(now, request, Answer::Served(response));
-}
-
-/// The proxy's refusal of a modern request, if it owes one (SPEC section 13): -32003 for
-/// what the policy denied, 429 past `--max-inflight` of its principal.
-fn refused(hub: &Hub, principal: &Principal, forbidden: bool) -> Option<Refused> {
+/// What the proxy answers a modern request itself, in SPEC's order: a tool not shown
+/// (section 16, before any admission), the policy's -32003 and 429 past `--max-inflight` of
+/// its principal (section 13), `server/discover` from the cached handshake, a task the
+/// principal does not own and a method MCP does not define (section 15). `Err` of its
+/// answer, else the message to forward (a task list's cursor mapped back).
+fn answered_here(
+    (settings, router, tasks, modern): (&Settings, &Router, &mut Tasks, &ModernRequests),
+    (metrics, outputs): (&mut Metrics, &mut VecDeque<Output>),
+    now: Instant,
+    (principal, forbidden): (&Principal, bool),
+    msg: Checked,
+) -> Result<Checked, Answer> {
     if forbidden {
-        return Some(Refused::Forbidden);
+        metrics.policy_denied += 1;
     }
-    let held = hub.modern.per_principal.get(principal).copied();
-    (held.unwrap_or_default() >= hub.settings.max_inflight).then_some(Refused::PrincipalInFlight)
+    if msg.unknown_tool {
+        *metrics.rejections.entry("unknown_tool").or_default() += 1;
+        let answer = Response::json(400, crate::tools::unknown_tool(&msg));
+        return Err(Answer::Denied(answer));
+    }
+    let held = modern
+        .per_principal
+        .get(principal)
+        .copied()
+        .unwrap_or_default();
+    let refused = match forbidden {
+        true => Some(Refused::Forbidden),
+        false => (held >= settings.max_inflight).then_some(Refused::PrincipalInFlight),
+    };
+    if let Some(refused) = refused {
+        return Err(refused.modern_refusal(Some(msg.raw_id())).into());
+    }
+    // `server/discover` from the cached handshake (else it is the proxy's own, forwarded).
+    if let Some(result) = (router.initialize_result()).filter(|_| msg.method == "server/discover") {
+        let answer = streamable::json_answer(msg.result(&modern::discover(result)));
+        return Err(Answer::Served(answer));
+    }
+    let owner = Owner::Principal(principal.clone());
+    match tasks.ask(now, &owner, &msg, &settings.pass_methods) {
+        Asked::Forward(_) | Asked::Dropped => Ok(msg),
+        Asked::Rewritten(checked) => Ok(*checked),
+        Asked::Answer(answer, reason) => {
+            super::dropped((metrics, outputs), reason, Some(&msg.method));
+            let status = if reason == DropReason::UnknownMethod {
+                404
+            } else {
+                400
+            };
+            Err(Answer::Denied(Response::json(status, answer)))
+        }
+    }
 }
 
 /// What a backend message routed under a modern request's key is.

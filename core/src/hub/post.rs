@@ -23,7 +23,7 @@ use crate::audit::Outcome;
 use crate::http::{self, Endpoint, Rejection};
 use crate::message;
 use crate::message::Checked;
-use crate::metrics::DropReason;
+use crate::metrics::{DropReason, Metrics};
 use crate::modern::ToolHeaders;
 use crate::output::{Event, Frame, Output, RequestId, StreamId};
 use crate::routed_id::{Mark, SessionId};
@@ -434,12 +434,7 @@ impl Hub {
             (sender.forbidden, &sender.grant),
         ) {
             Own::Answer(answer, outcome, counted) => {
-                match counted {
-                    Count::Drop(reason) => self.drop_message(reason, Some(&msg.method)),
-                    Count::Policy => self.metrics.policy_denied += 1,
-                    Count::Rejected(why) => *self.metrics.rejections.entry(why).or_default() += 1,
-                    Count::Nothing => {}
-                }
+                counted.record((&mut self.metrics, &mut self.outputs), &msg.method);
                 (answer, outcome)
             }
             Own::Dropped => {
@@ -516,6 +511,18 @@ enum Count {
     Nothing,
 }
 
+impl Count {
+    /// Counts the proxy's answer to a request of `method`.
+    fn record(self, (metrics, outputs): (&mut Metrics, &mut VecDeque<Output>), method: &str) {
+        match self {
+            Count::Drop(reason) => super::dropped((metrics, outputs), reason, Some(method)),
+            Count::Policy => metrics.policy_denied += 1,
+            Count::Rejected(why) => *metrics.rejections.entry(why).or_default() += 1,
+            Count::Nothing => {}
+        }
+    }
+}
+
 /// The proxy's own answer to `msg` of session `number`, in SPEC's order: a tool not shown
 /// (section 16, before every admission), the policy's
 /// -32003, then what the tasks and unknown methods rules answer (section 15), then a
@@ -558,7 +565,9 @@ fn own_answer(
     }
     // A list filtered for its caller (the policy, scopes or the operator's tools): the
     // session keeps the grant its result is filtered by.
-    if super::authz::filters(settings, msg) || crate::tools::shows_list(settings, msg) {
+    if super::authz::filters(settings, msg)
+        || crate::tools::shows_list(settings.tool_view.as_deref(), msg)
+    {
         if let Some(session) = sessions.get_mut(number) {
             session.grant = grant.clone();
         }
