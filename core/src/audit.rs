@@ -278,6 +278,9 @@ pub struct AuditRecord {
     pub client: Option<Arc<ClientInfo>>,
     /// The tool or prompt name, or the resource uri.
     pub target_name: Option<String>,
+    /// The backend's name of a tool called by another, shown, name (SPEC section 16):
+    /// `metadata.extra.backend_tool`.
+    pub backend_tool: Option<String>,
     /// The JSON-RPC method.
     pub method: Option<String>,
     /// `--base-path`, prefixed to the transport's path.
@@ -327,6 +330,10 @@ impl AuditRecord {
         if let Some(version) = self.protocol_version {
             out.push_str(r#","protocol_version":"#);
             json_str(out, Some(version));
+        }
+        if let Some(tool) = &self.backend_tool {
+            out.push_str(r#","backend_tool":"#);
+            json_str(out, Some(tool));
         }
         out.push_str(r#","response_size_bytes":"#);
         match self.response_size {
@@ -643,6 +650,7 @@ mod tests {
                 version: None,
             })),
             target_name: Some("tool".into()),
+            backend_tool: Some("backend \"tool\"".into()),
             method: Some("tools/call".into()),
             base_path: Arc::from("/p"),
             data: Some(("{\"a\":1}".into(), "x".into(), true)),
@@ -658,6 +666,7 @@ mod tests {
         assert_eq!(v["subjects"]["client_name"], "é\n");
         assert_eq!(v["target"]["endpoint"], "/p/sse");
         assert_eq!(v["metadata"]["extra"]["response_size_bytes"], 99);
+        assert_eq!(v["metadata"]["extra"]["backend_tool"], "backend \"tool\"");
         assert_eq!(v["data"]["truncated"], true);
         let mut plain = record.clone();
         plain.request_id = Some("7".into());

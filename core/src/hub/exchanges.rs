@@ -23,6 +23,8 @@ pub(crate) struct Started {
     pub(super) kind: AuditType,
     pub(super) method: Option<String>,
     pub(super) name: Option<String>,
+    /// The backend's name of the tool it called by a shown name (SPEC section 16).
+    pub(super) backend_tool: Option<String>,
     pub(super) request_id: Option<String>,
     pub(super) request: Option<(String, bool)>,
     pub(super) source: Arc<Source>,
@@ -95,6 +97,14 @@ impl Exchanges {
     }
 
     /// `request` is accepted: its observation context goes with it.
+    /// `request` called the backend's tool `name` by another, shown, name.
+    pub(crate) fn called_as(&mut self, request: RequestId, name: String) {
+        let started = self.open.get_mut(&request).and_then(|e| e.started.as_mut());
+        if let Some(started) = started {
+            started.backend_tool = Some(name);
+        }
+    }
+
     pub(crate) fn take_started(&mut self, request: RequestId) -> Option<Box<Started>> {
         self.open.get_mut(&request)?.started.take()
     }

@@ -99,19 +99,24 @@ impl Prepared {
     /// Its `tools/call` through the operator's tool view (SPEC section 16): a shown name
     /// rewritten to the backend's, before admission judges it by that name; any other
     /// name marked to be answered "Unknown tool" by the proxy.
-    fn show_tools(&mut self, settings: &Settings) {
-        let Some(view) = &settings.tool_view else {
-            return;
-        };
+    /// The backend's name, when it differs from the one called.
+    fn show_tools(&mut self, settings: &Settings) -> Option<String> {
+        let view = settings.tool_view.as_ref()?;
         let msg = match self {
             Prepared::Legacy { msg, .. } => msg,
             Prepared::Mcp(post) => post.message_mut(),
             Prepared::Modern(post) => post.message_mut(),
         };
         match msg.shown_call(view) {
-            Ok(None) => {}
-            Ok(Some(edited)) => *msg = edited,
-            Err(()) => msg.unknown_tool = true,
+            Ok(None) => None,
+            Ok(Some(edited)) => {
+                *msg = edited;
+                msg.tool.clone()
+            }
+            Err(()) => {
+                msg.unknown_tool = true;
+                None
+            }
         }
     }
 
@@ -300,7 +305,9 @@ impl Hub {
             }
         };
         self.observe(now, Happened::Described(request, prepared.message()));
-        prepared.show_tools(&self.settings);
+        if let Some(backend_tool) = prepared.show_tools(&self.settings) {
+            self.exchanges.called_as(request, backend_tool);
+        }
         let arrival = Arrival {
             principal: &principal,
             grant: &grant,

@@ -1473,6 +1473,7 @@ fn render_audit(r: &switchboard_core::AuditRecord) -> String {
     let fields = [
         ("method", r.method.clone()),
         ("name", r.target_name.clone()),
+        ("backend_tool", r.backend_tool.clone()),
         ("id", r.request_id.clone()),
         ("session", r.session.map(|s| s.as_str().to_owned())),
         ("user", r.user.as_ref().map(|u| u.to_string())),
