@@ -368,6 +368,12 @@ pub enum Event {
         /// Which file and what is wrong with it.
         why: String,
     },
+    /// Names in `--tools` or `--tools-override` that match no tool of the backend's own
+    /// list (SPEC section 16), once per configuration and list read.
+    ToolsUnmatched {
+        /// The names.
+        names: Vec<String>,
+    },
 }
 
 /// Log levels the hub asks for.
@@ -403,6 +409,7 @@ impl Event {
             | Event::Unresponsive { .. }
             | Event::KeysFailed { .. }
             | Event::ReloadFailed { .. }
+            | Event::ToolsUnmatched { .. }
             | Event::AuditDropped => Level::Warn,
             Event::Reloaded { ignored } if !ignored.is_empty() => Level::Warn,
             Event::Dropped {
@@ -489,6 +496,17 @@ impl fmt::Display for Event {
                 write!(f, "the metadata at {metadata} names the key set {jwks}")
             }
             Event::KeysFailed { url, why } => write!(f, "cannot use {url}: {why}"),
+            Event::Reloaded { .. } | Event::ReloadFailed { .. } | Event::ToolsUnmatched { .. } => {
+                self.fmt_configuration(f)
+            }
+        }
+    }
+}
+
+impl Event {
+    /// What the log says of the configuration (a reload, the tools it names).
+    fn fmt_configuration(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Event::Reloaded { ignored } if ignored.is_empty() => {
                 write!(f, "configuration reloaded")
             }
@@ -500,6 +518,12 @@ impl fmt::Display for Event {
             Event::ReloadFailed { why } => {
                 write!(f, "reload refused, the running configuration stays: {why}")
             }
+            Event::ToolsUnmatched { names } => write!(
+                f,
+                "--tools / --tools-override name tools the backend does not list: {}",
+                names.join(", ")
+            ),
+            _ => Ok(()),
         }
     }
 }

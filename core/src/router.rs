@@ -38,6 +38,8 @@ enum ProxyRequest {
     Initialize,
     /// A list fetched for the list cache (SPEC section 16).
     List,
+    /// A page of the backend's tool list, read for the operator's tool view.
+    Tools,
 }
 
 /// The proxy's own answers to an admitted message.
@@ -136,6 +138,8 @@ pub(crate) enum Routed {
     Subscribed { subscribe: u64, accepted: bool },
     /// The answer to one of the proxy's unsubscribes: nothing to do.
     Consumed,
+    /// A page of the backend's tool list the proxy read (its result; `None`: an error).
+    ToolsRead { result: Option<String> },
     /// The answer to a list the proxy fetched: one answer for each caller that waited
     /// for it, as the backend's would be routed.
     Listed { answers: Vec<Routed> },
@@ -458,6 +462,19 @@ impl Router {
         }
     }
 
+    /// The proxy's own `tools/list` (a page of it, after `cursor`), read for the operator's
+    /// tool view (SPEC section 16).
+    pub(crate) fn read_tools(&mut self, cursor: Option<&str>) -> Vec<u8> {
+        let n = self.next_proxy_id(ProxyRequest::Tools);
+        let params =
+            cursor.map(|c| format!(r#","params":{{"cursor":{}}}"#, serde_json::Value::from(c)));
+        format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":\"{PROXY_ID_PREFIX}tools:{n}\",\"method\":\"tools/list\"{}}}\n",
+            params.unwrap_or_default()
+        )
+        .into_bytes()
+    }
+
     /// The proxy's health ping: its number and the line.
     pub(crate) fn health_ping(&mut self) -> (u64, Vec<u8>) {
         let n = self.next_proxy_id(ProxyRequest::Ping);
@@ -548,6 +565,9 @@ impl Router {
             },
             // The answer to an unsubscribe after the last subscriber left.
             ProxyRequest::Unsubscribe => Routed::Consumed,
+            ProxyRequest::Tools => Routed::ToolsRead {
+                result: msg.result.map(|r| r.get().to_owned()),
+            },
             ProxyRequest::List => {
                 let (member, value) = match (msg.result, msg.error) {
                     (Some(result), _) => ("result", result),
@@ -687,6 +707,7 @@ fn parse_own_id(own: &str) -> Option<(ProxyRequest, u64)> {
         "subscribe" => ProxyRequest::Subscribe,
         "initialize" => ProxyRequest::Initialize,
         "list" => ProxyRequest::List,
+        "tools" => ProxyRequest::Tools,
         _ => return None,
     };
     Some((kind, n))

@@ -81,6 +81,27 @@ impl ToolView {
         allowed.then_some(shown)
     }
 
+    /// The names in `--tools` and the override file that match no tool of `backend`'s list.
+    pub(crate) fn unmatched(&self, backend: &BTreeSet<String>) -> Vec<String> {
+        let shown: BTreeSet<&str> = backend.iter().filter_map(|b| self.shown(b)).collect();
+        let keys = (self.overrides.keys()).filter(|k| !backend.contains(*k));
+        let allowed = (self.allowed.iter().flatten()).filter(|a| !shown.contains(a.as_str()));
+        keys.chain(allowed).cloned().collect()
+    }
+
+    /// What a call of `name` reaches: the backend tool shown under exactly that name, one
+    /// of `backend`'s tools when the backend's own list has been read.
+    pub(crate) fn call_of<'a>(
+        &'a self,
+        name: &'a str,
+        backend: Option<&BTreeSet<String>>,
+    ) -> Call<'a> {
+        match self.call(name) {
+            Call::Shown(tool) if backend.is_some_and(|b| !b.contains(tool)) => Call::Unknown,
+            call => call,
+        }
+    }
+
     /// What a call of `name` reaches: the backend tool shown under exactly that name.
     pub(crate) fn call<'a>(&'a self, name: &'a str) -> Call<'a> {
         let backend = match self.renamed_to.get(name) {
@@ -218,18 +239,72 @@ fn parse_overrides(text: &str) -> Result<BTreeMap<String, Override>, String> {
     Ok(overrides)
 }
 
+/// The backend's own tool names, read by the proxy for the view (SPEC section 16): after
+/// each handshake, each `tools/list_changed` of the backend and each new view, page by page.
+#[derive(Debug, Default)]
+pub(crate) struct BackendTools {
+    known: Option<BTreeSet<String>>,
+    reading: Option<BTreeSet<String>>,
+}
+
+impl BackendTools {
+    /// The backend's tools, once a whole list was read (since the last change).
+    pub(crate) fn known(&self) -> Option<&BTreeSet<String>> {
+        self.known.as_ref()
+    }
+
+    /// The backend's list may have changed: read it again (true: start reading now).
+    pub(crate) fn changed(&mut self) -> bool {
+        self.known = None;
+        self.reading.replace(BTreeSet::new()).is_none()
+    }
+
+    /// The backend exited: nothing is known, nothing is being read.
+    pub(crate) fn forget(&mut self) {
+        (self.known, self.reading) = (None, None);
+    }
+
+    /// A page of the list, its result's JSON text (`None`: an error, the read stops):
+    /// `Ok(Some(cursor))` to read on, `Ok(None)` when the list is whole.
+    pub(crate) fn page(&mut self, result: Option<&str>) -> Result<Option<String>, ()> {
+        let value: Option<Value> = result.and_then(|r| serde_json::from_str(r).ok());
+        let (Some(value), Some(reading)) = (value, self.reading.as_mut()) else {
+            self.reading = None;
+            return Err(());
+        };
+        let tools = value.get("tools").and_then(Value::as_array);
+        let names = tools
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t.get("name")?.as_str());
+        reading.extend(names.map(str::to_owned));
+        match value.get("nextCursor").and_then(Value::as_str) {
+            Some(cursor) => Ok(Some(cursor.to_owned())),
+            None => {
+                self.known = self.reading.take();
+                Ok(None)
+            }
+        }
+    }
+}
+
 impl Checked {
-    /// A `tools/call` through `view` (SPEC section 16): `Ok(None)` when it is no call or
-    /// names its backend tool already; `Ok(Some(edited))` with `params.name` rewritten to
-    /// the backend's name; `Err(())` for a name that is not exactly a shown name.
-    pub(crate) fn shown_call(&self, view: &ToolView) -> Result<Option<Checked>, ()> {
+    /// A `tools/call` through `view` (SPEC section 16), `backend` the backend's own tools
+    /// when read: `Ok(None)` when it is no call or names its backend tool already;
+    /// `Ok(Some(edited))` with `params.name` rewritten to the backend's name; `Err(())` for
+    /// a name that is not exactly a shown name.
+    pub(crate) fn shown_call(
+        &self,
+        view: &ToolView,
+        backend: Option<&BTreeSet<String>>,
+    ) -> Result<Option<Checked>, ()> {
         if self.method != "tools/call" || self.kind == Kind::Response {
             return Ok(None);
         }
         let Some(name) = self.tool.as_deref() else {
             return Err(());
         };
-        let Call::Shown(backend) = view.call(name) else {
+        let Call::Shown(backend) = view.call_of(name, backend) else {
             return Err(());
         };
         if backend == name {
@@ -328,10 +403,28 @@ mod tests {
             );
             Checked::admit(body.into_bytes()).unwrap()
         };
-        let edited = call("sleep").shown_call(&v).unwrap().unwrap();
+        let edited = call("sleep").shown_call(&v, None).unwrap().unwrap();
         assert_eq!(edited.tool.as_deref(), Some("echo"));
         assert!(edited.text.contains(r#""arguments":{"name":"keep"}"#));
-        assert!(call("other").shown_call(&v).unwrap().is_none());
-        assert!(call("echo").shown_call(&v).is_err());
+        assert!(call("other").shown_call(&v, None).unwrap().is_none());
+        assert!(call("echo").shown_call(&v, None).is_err());
+        // Once the backend's own list is read, a name it lacks is no shown name.
+        let backend: BTreeSet<String> = ["echo", "sleep"].map(String::from).into();
+        assert!(call("other").shown_call(&v, Some(&backend)).is_err());
+        assert!(call("nap")
+            .shown_call(&v, Some(&backend))
+            .unwrap()
+            .is_some());
+        assert_eq!(v.unmatched(&backend), Vec::<String>::new());
+        let lonely: BTreeSet<String> = ["sleep"].map(String::from).into();
+        assert_eq!(v.unmatched(&lonely), ["echo"]);
+        let mut tools = BackendTools::default();
+        assert!(tools.changed());
+        assert_eq!(
+            tools.page(Some(r#"{"tools":[{"name":"a"}],"nextCursor":"c"}"#)),
+            Ok(Some("c".into()))
+        );
+        assert_eq!(tools.page(Some(r#"{"tools":[{"name":"b"}]}"#)), Ok(None));
+        assert_eq!(tools.known(), Some(&["a", "b"].map(String::from).into()));
     }
 }

@@ -17,21 +17,14 @@ use crate::message::IdKey;
 use crate::metrics::DropReason;
 use crate::output::{Frame, StreamId};
 use crate::routed_id::{Mark, SessionId};
-use crate::router::{self, Answer, CreatedTask, Routed};
+use crate::router::{self, Answer, Routed};
 use crate::sse;
 
 impl Hub {
     /// Carries out the router's decision on one backend line.
     pub(super) fn dispatch(&mut self, now: Instant, routed: Routed) {
         match routed {
-            Routed::Response {
-                session,
-                message,
-                id,
-                mark,
-                failed,
-                task,
-            } => self.backend_answered(now, session, (message, id), (mark, failed, task)),
+            answer @ Routed::Response { .. } => self.backend_answered(now, answer),
             Routed::TaskStatus { task, message } => {
                 let owner = task.and_then(|task| self.tasks.owner_of(now, &task).cloned());
                 let delivered = match owner {
@@ -53,7 +46,13 @@ impl Hub {
                 }
             }
             Routed::Updated { uri, message } => self.updated(now, uri.as_deref(), message),
-            Routed::ListChanged { method, message } => self.list_changed(now, &method, &message),
+            Routed::ListChanged { method, message } => {
+                if method == "notifications/tools/list_changed" {
+                    read_backend_tools(reader!(self), now);
+                }
+                self.list_changed(now, &method, &message)
+            }
+            Routed::ToolsRead { result } => tools_page(reader!(self), now, result.as_deref()),
             Routed::Answer {
                 line,
                 reason,
@@ -87,13 +86,18 @@ impl Hub {
     /// a list result is shown only what its caller may see (SPEC sections 10 and 15), a task
     /// it created becomes its creator's, and it is delivered with its outcome (an error or
     /// a success, for the audit log).
-    fn backend_answered(
-        &mut self,
-        now: Instant,
-        session: SessionId,
-        (mut message, mut id): (Vec<u8>, Range<usize>),
-        (mark, failed, task): (Mark, bool, Option<CreatedTask>),
-    ) {
+    fn backend_answered(&mut self, now: Instant, answer: Routed) {
+        let Routed::Response {
+            session,
+            mut message,
+            mut id,
+            mark,
+            failed,
+            task,
+        } = answer
+        else {
+            return;
+        };
         // Answered: its place in the backend window is free.
         let key = std::str::from_utf8(&message[id.clone()])
             .ok()
@@ -144,6 +148,16 @@ impl Hub {
         }
         if let Some(line) = initialized {
             self.queue_line(now, line, LineFrom::Proxy);
+            read_backend_tools(
+                (
+                    &self.settings,
+                    &mut self.router,
+                    &mut self.backend,
+                    &mut self.backend_tools,
+                    &mut self.outputs,
+                ),
+                now,
+            );
             // 2026-07-28 requests held for the proxy's own handshake go ahead.
             self.release_waiting(now);
         }
@@ -300,4 +314,68 @@ fn tools_shown(
     let raw_id = String::from_utf8_lossy(&message[id]).into_owned();
     let at = router::RESPONSE_ID_AT..router::RESPONSE_ID_AT + raw_id.len();
     (router::response_line(&raw_id, "result", &result), at)
+}
+
+/// The parts that read the backend's tool list for the operator's view, borrowed from the
+/// hub.
+macro_rules! reader {
+    ($hub:expr) => {
+        (
+            &$hub.settings,
+            &mut $hub.router,
+            &mut $hub.backend,
+            &mut $hub.backend_tools,
+            &mut $hub.outputs,
+        )
+    };
+}
+pub(super) use reader;
+
+/// What reads the backend's tool list for the operator's view: the parts it takes.
+pub(super) type Reader<'a> = (
+    &'a crate::settings::Settings,
+    &'a mut crate::router::Router,
+    &'a mut super::backend::BackendProcess,
+    &'a mut crate::tools::BackendTools,
+    &'a mut std::collections::VecDeque<crate::output::Output>,
+);
+
+/// The backend's tool list may have changed: with a tool view configured, the proxy reads
+/// it again, under its own id, page by page (SPEC section 16).
+pub(super) fn read_backend_tools(
+    (settings, router, backend, tools, outputs): Reader<'_>,
+    now: Instant,
+) {
+    if settings.tool_view.is_some() && tools.changed() {
+        let line = router.read_tools(None);
+        if backend.queue(LineFrom::Proxy, line) {
+            backend.release(now, outputs, false);
+        }
+    }
+}
+
+/// A page of the backend's tool list the proxy read: the next one is read, or the list is
+/// whole (its names the view did not find logged once).
+fn tools_page(
+    (settings, router, backend, tools, outputs): Reader<'_>,
+    now: Instant,
+    result: Option<&str>,
+) {
+    match tools.page(result) {
+        Ok(Some(cursor)) => {
+            let line = router.read_tools(Some(&cursor));
+            if backend.queue(LineFrom::Proxy, line) {
+                backend.release(now, outputs, false);
+            }
+        }
+        Ok(None) => {
+            let view = settings.tool_view.as_deref();
+            let names = (view.zip(tools.known())).map(|(v, known)| v.unmatched(known));
+            if let Some(names) = names.filter(|n| !n.is_empty()) {
+                let event = crate::output::Event::ToolsUnmatched { names };
+                outputs.push_back(crate::output::Output::Log(event));
+            }
+        }
+        Err(()) => {}
+    }
 }

@@ -67,8 +67,9 @@ impl Hub {
         };
         self.outputs
             .push_back(Output::Log(Event::BackendExited { pid, exit }));
-        // Its tasks went with it (SPEC section 15).
+        // Its tasks went with it (SPEC section 15), and its tool list.
         self.tasks.clear();
+        self.backend_tools.forget();
         if let Phase::Stopping { status, .. } = self.backend.phase() {
             self.router.backend_exited(false);
             return self.backend.exit(status, &mut self.outputs);
@@ -147,6 +148,16 @@ impl Hub {
         if let Some(line) = initialized {
             self.queue_line(now, line, LineFrom::Proxy);
         }
+        super::dispatch::read_backend_tools(
+            (
+                &self.settings,
+                &mut self.router,
+                &mut self.backend,
+                &mut self.backend_tools,
+                &mut self.outputs,
+            ),
+            now,
+        );
         let mut watched: std::collections::BTreeSet<String> =
             self.sessions.watched().into_iter().collect();
         watched.extend(self.listeners.accepted().cloned());

@@ -122,6 +122,8 @@ pub struct Hub {
     decisions: authz::Decisions,
     /// The backend's tasks and who owns each (SPEC section 15).
     tasks: tasks::Tasks,
+    /// The backend's own tool names, read for the operator's tool view (SPEC section 16).
+    backend_tools: crate::tools::BackendTools,
     outputs: VecDeque<Output>,
     next_id: u64,
 }
@@ -144,6 +146,7 @@ impl Hub {
             exchanges: Exchanges::default(),
             decisions: authz::Decisions::default(),
             tasks: tasks::Tasks::new(settings.max_tasks_per_owner),
+            backend_tools: crate::tools::BackendTools::default(),
             settings,
             outputs: VecDeque::new(),
             next_id: 1,

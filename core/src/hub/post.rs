@@ -100,14 +100,18 @@ impl Prepared {
     /// rewritten to the backend's, before admission judges it by that name; any other
     /// name marked to be answered "Unknown tool" by the proxy.
     /// The backend's name, when it differs from the one called.
-    fn show_tools(&mut self, settings: &Settings) -> Option<String> {
+    fn show_tools(
+        &mut self,
+        settings: &Settings,
+        backend: Option<&std::collections::BTreeSet<String>>,
+    ) -> Option<String> {
         let view = settings.tool_view.as_ref()?;
         let msg = match self {
             Prepared::Legacy { msg, .. } => msg,
             Prepared::Mcp(post) => post.message_mut(),
             Prepared::Modern(post) => post.message_mut(),
         };
-        match msg.shown_call(view) {
+        match msg.shown_call(view, backend) {
             Ok(None) => None,
             Ok(Some(edited)) => {
                 *msg = edited;
@@ -305,8 +309,8 @@ impl Hub {
             }
         };
         self.observe(now, Happened::Described(request, prepared.message()));
-        if let Some(backend_tool) = prepared.show_tools(&self.settings) {
-            self.exchanges.called_as(request, backend_tool);
+        if let Some(tool) = prepared.show_tools(&self.settings, self.backend_tools.known()) {
+            self.exchanges.called_as(request, tool);
         }
         let arrival = Arrival {
             principal: &principal,

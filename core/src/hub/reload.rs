@@ -32,6 +32,19 @@ impl Hub {
         (self.router.lists).configure(list_cache.is_some(), list_cache.unwrap_or_default());
         if old.tool_view != self.settings.tool_view {
             self.router.lists.clear(false);
+            // The new view names the backend's tools: they are read again for it.
+            if self.router.handshake_result().is_some() {
+                super::dispatch::read_backend_tools(
+                    (
+                        &self.settings,
+                        &mut self.router,
+                        &mut self.backend,
+                        &mut self.backend_tools,
+                        &mut self.outputs,
+                    ),
+                    now,
+                );
+            }
             let changed = "notifications/tools/list_changed";
             let message = format!(r#"{{"jsonrpc":"2.0","method":"{changed}"}}"#);
             self.list_changed(now, changed, message.as_bytes());
