@@ -833,10 +833,59 @@ fn bad_override_files_stop_the_proxy(target: Target) {
     assert!(stderr.contains("one-name.json"), "{stderr}");
 }
 
+/// With only an override file (no `--tools`), the shown set is the backend's own tools
+/// renamed (SPEC 16): a name the backend does not list, or a case variant of a shown name
+/// that is not renamed, is no shown name either, so it is the proxy's `Unknown tool` and
+/// never reaches the backend; the unrenamed tools stay callable.
+fn without_tools_only_the_backends_tools_are_callable(target: Target) {
+    let Some(node) = everything_node("SPEC 16 without --tools") else {
+        return;
+    };
+    let _turn = one_at_a_time();
+    let e = Everything::start(
+        target,
+        &node,
+        &[],
+        &[("override.json", OVERRIDE)],
+        &["--tools-override", "{dir}/override.json"],
+    );
+    let mut callers = Caller::all(&e.proxy, None);
+    let mut wrong = Vec::new();
+    for c in &mut callers {
+        let names = c.names();
+        assert!(
+            names.contains(&"get-env".to_owned()),
+            "{}: {names:?}",
+            c.name
+        );
+        assert!(!names.iter().any(|n| n == "echo" || n == "get-sum"));
+        let (status, m) = c.call("get-tiny-image", json!({}));
+        assert_eq!(status, c.ok_status(), "{}: {m}", c.name);
+        assert!(m["result"].is_object(), "{}: {m}", c.name);
+        for tool in ["echo", "Say", "no-such-tool", "Get-Env"] {
+            let (status, m) = c.call(tool, json!({ "message": MARK }));
+            let want = json!({"code": -32602, "message": format!("Unknown tool: {tool}")});
+            if m["error"] != want {
+                wrong.push(format!("{}: {tool:?} answered {status} {m}", c.name));
+            }
+        }
+    }
+    let forwarded: Vec<String> = (e.recorded_calls().iter())
+        .filter(|m| m.to_string().contains(MARK))
+        .map(|m| tool_of(m).to_owned())
+        .collect();
+    assert!(
+        wrong.is_empty() && forwarded.is_empty(),
+        "not the proxy's Unknown tool:\n{}\nforwarded to the backend: {forwarded:?}",
+        wrong.join("\n")
+    );
+}
+
 suite!(
     sdk_clients_see_and_call_the_shown_names,
     hidden_names_never_reach_the_backend,
     a_policy_on_backend_names_still_decides,
     a_reload_changes_the_view_and_tells_every_session,
     bad_override_files_stop_the_proxy,
+    without_tools_only_the_backends_tools_are_callable,
 );
