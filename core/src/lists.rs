@@ -48,6 +48,11 @@ pub(crate) enum Listed {
     Miss { fetch: u64, key: Key },
 }
 
+/// Fetches out at once, at most (each keyed by a cursor a client chose): past it a list
+/// request goes to the backend as any request does, so a silent backend cannot make the
+/// proxy hold waiters without bound (the router remembers 256 requests of each purpose).
+const MAX_FETCHES: usize = 128;
+
 /// Counters for `/metrics`: by method, hits, misses, shared.
 pub(crate) type Counts = BTreeMap<&'static str, [u64; 3]>;
 
@@ -131,6 +136,9 @@ impl Lists {
             count[2] += 1;
             fetch.waiters.push(waiter);
             return Listed::Shared;
+        }
+        if self.fetches.len() >= MAX_FETCHES {
+            return Listed::Pass;
         }
         count[1] += 1;
         let fetch = next();
@@ -271,5 +279,56 @@ impl Lists {
             }
             self.pending.clear();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(cursor: usize) -> Checked {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{"cursor":"c{cursor}"}}}}"#
+        );
+        Checked::admit(body.into_bytes()).expect("a list request")
+    }
+
+    fn waiter() -> Waiter {
+        Waiter {
+            session: SessionId::from_random([1; 16]),
+            raw_id: "1".into(),
+            mark: Mark::Plain,
+        }
+    }
+
+    #[test]
+    fn a_silent_backend_holds_a_bounded_number_of_fetches() {
+        let mut lists = Lists::default();
+        lists.configure(true, 1 << 20);
+        lists.declared_by(r#"{"capabilities":{"tools":{"listChanged":true}}}"#);
+        let mut n = 0;
+        let mut outcomes = Vec::new();
+        for cursor in 0..200 {
+            let asked = lists.ask(&list(cursor), waiter(), || {
+                n += 1;
+                n
+            });
+            outcomes.push(matches!(asked, Listed::Miss { .. }));
+        }
+        assert_eq!(outcomes.iter().filter(|m| **m).count(), MAX_FETCHES);
+        assert!(matches!(
+            lists.ask(&list(0), waiter(), || 0),
+            Listed::Shared
+        ));
+        // An answer frees its place.
+        assert_eq!(lists.fetched(1, Some(r#"{"tools":[]}"#)).len(), 2);
+        assert!(matches!(
+            lists.ask(&list(500), waiter(), || 999),
+            Listed::Miss { .. }
+        ));
+        assert!(matches!(
+            lists.ask(&list(0), waiter(), || 0),
+            Listed::Hit(_)
+        ));
     }
 }
