@@ -285,19 +285,29 @@ fn tasks_listed(
     let Some(result) = crate::message::parse_backend_result(&message) else {
         return (message, id, 0);
     };
-    let raw_id = String::from_utf8_lossy(&message[id]).into_owned();
-    let at = router::RESPONSE_ID_AT..router::RESPONSE_ID_AT + raw_id.len();
-    match tasks.list_for(now, owner, result) {
+    let (line, hidden) = match tasks.list_for(now, owner, result) {
         Some(listed) => (
-            router::response_line(&raw_id, "result", &listed.result),
-            at,
+            answered_as(&message, id, ("result", &listed.result)),
             listed.hidden,
         ),
         None => {
             let error = r#"{"code":-32603,"message":"task list could not be filtered"}"#;
-            (router::response_line(&raw_id, "error", error), at, 0)
+            (answered_as(&message, id, ("error", error)), 0)
         }
-    }
+    };
+    (line.0, line.1, hidden)
+}
+
+/// The answer at `message` (its id at `id`) rebuilt with `member` as its result or error:
+/// the line and where its id now is.
+fn answered_as(
+    message: &[u8],
+    id: Range<usize>,
+    (member, value): (&str, &str),
+) -> (Vec<u8>, Range<usize>) {
+    let raw_id = String::from_utf8_lossy(&message[id]);
+    let at = router::RESPONSE_ID_AT..router::RESPONSE_ID_AT + raw_id.len();
+    (router::response_line(&raw_id, member, value), at)
 }
 
 /// A `tools/list` answer as the operator shows it (SPEC section 16): renamed and filtered by
@@ -308,12 +318,10 @@ fn tools_shown(
     id: Range<usize>,
 ) -> (Vec<u8>, Range<usize>) {
     let shown = crate::message::parse_backend_result(&message).and_then(|r| view.list(r));
-    let Some(result) = shown else {
-        return (message, id);
-    };
-    let raw_id = String::from_utf8_lossy(&message[id]).into_owned();
-    let at = router::RESPONSE_ID_AT..router::RESPONSE_ID_AT + raw_id.len();
-    (router::response_line(&raw_id, "result", &result), at)
+    match shown {
+        Some(result) => answered_as(&message, id, ("result", &result)),
+        None => (message, id),
+    }
 }
 
 /// The parts that read the backend's tool list for the operator's view, borrowed from the
@@ -347,10 +355,23 @@ pub(super) fn read_backend_tools(
     now: Instant,
 ) {
     if settings.tool_view.is_some() && tools.changed() {
-        let line = router.read_tools(None);
-        if backend.queue(LineFrom::Proxy, line) {
-            backend.release(now, outputs, false);
-        }
+        read_page((router, backend, outputs), now, None);
+    }
+}
+
+/// The proxy's request for a page of the backend's tool list (after `cursor`), queued.
+fn read_page(
+    (router, backend, outputs): (
+        &mut crate::router::Router,
+        &mut super::backend::BackendProcess,
+        &mut std::collections::VecDeque<crate::output::Output>,
+    ),
+    now: Instant,
+    cursor: Option<&str>,
+) {
+    let line = router.read_tools(cursor);
+    if backend.queue(LineFrom::Proxy, line) {
+        backend.release(now, outputs, false);
     }
 }
 
@@ -362,12 +383,7 @@ fn tools_page(
     result: Option<&str>,
 ) {
     match tools.page(result) {
-        Ok(Some(cursor)) => {
-            let line = router.read_tools(Some(&cursor));
-            if backend.queue(LineFrom::Proxy, line) {
-                backend.release(now, outputs, false);
-            }
-        }
+        Ok(Some(cursor)) => read_page((router, backend, outputs), now, Some(&cursor)),
         Ok(None) => {
             let view = settings.tool_view.as_deref();
             let names = (view.zip(tools.known())).map(|(v, known)| v.unmatched(known));
