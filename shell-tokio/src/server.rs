@@ -191,8 +191,24 @@ impl Server {
                 debug!(%peer, reason = refused.rejection.as_str(), "refused");
                 // Counted and audited like any request: a refused client waits for room
                 // on the loop's queue as every other does.
-                let (response, turned_away) = TurnedAway::by_gate(*refused);
+                let (mut response, turned_away) = TurnedAway::by_gate(*refused);
                 let _ = self.inputs.send(Input::Refused(turned_away)).await;
+                // The body is read and dropped, as the blocking shell does: hyper closes a
+                // connection whose body was left unread without saying so, and a client
+                // reusing it (to retry with a token) would meet a closed socket. One the
+                // client waits to send (100-continue) is not asked for.
+                let expects_continue = (req.headers.get(header::EXPECT))
+                    .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+                let drained = !expects_continue
+                    && matches!(
+                        read_limited(body, front.max_body).await,
+                        Ok(Payload::Bytes(_))
+                    );
+                if !drained {
+                    response
+                        .headers
+                        .push(("connection", Cow::Borrowed("close")));
+                }
                 return full(response);
             }
         };

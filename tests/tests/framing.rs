@@ -415,6 +415,56 @@ fn legitimate_trailers_are_consumed(target: Target) {
     assert!(p.recorded().iter().any(|l| l.contains("TRAILED")));
 }
 
+/// A request the gate refuses (no token: 401) whose body arrives after its head: the
+/// answer waits for the body, and the connection then serves the client's retry, or says
+/// `connection: close`. A server that answers first and closes silently leaves a client
+/// that reuses the connection (the Python SDK retrying with its token) a dead socket.
+fn a_refused_request_leaves_its_connection_usable(target: Target) {
+    let dir = switchboard_tests::TempDir::new("framing-refused");
+    let tokens = dir.file("tokens.txt");
+    std::fs::write(&tokens, "alice alice-token-0123456789abcdef\n").expect("tokens");
+    let p = Proxy::builder(target)
+        .backend([BACKEND])
+        .args(["--auth-tokens".to_owned(), tokens.display().to_string()])
+        .start();
+    let host = p.addr.to_string();
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let mut socket = TcpStream::connect(p.addr).expect("connect");
+    socket.set_read_timeout(Some(WAIT)).expect("timeout");
+    socket.write_all(head.as_bytes()).expect("send the head");
+    std::thread::sleep(Duration::from_millis(200));
+    socket.write_all(body.as_bytes()).expect("send the body");
+    let mut received = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !(received.windows(4).any(|w| w == b"\r\n\r\n") && received.ends_with(b"}")) {
+        let n = socket.read(&mut buf).expect("the 401");
+        assert!(n > 0, "closed before an answer");
+        received.extend_from_slice(&buf[..n]);
+    }
+    let answer = String::from_utf8_lossy(&received).to_ascii_lowercase();
+    assert_eq!(statuses(&received), [401], "{answer}");
+    if answer.contains("connection: close") {
+        return;
+    }
+    // Kept alive: a second request on the same connection gets its own answer.
+    socket.write_all(head.as_bytes()).expect("send again");
+    socket.write_all(body.as_bytes()).expect("send again");
+    let mut again = Vec::new();
+    while statuses(&again).is_empty() {
+        let n = socket.read(&mut buf).expect("a second answer");
+        assert!(
+            n > 0,
+            "{target:?}: kept alive after {answer:?}, then closed without answering"
+        );
+        again.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(statuses(&again), [401]);
+}
+
 fn a_half_sent_head_is_cut_after_the_header_timeout(target: Target) {
     let p = Proxy::builder(target)
         .backend([BACKEND])
@@ -605,6 +655,7 @@ fn bench_500_half_sent_heads(target: Target) {
 suite!(
     ambiguous_requests_are_refused_and_closed,
     legitimate_trailers_are_consumed,
+    a_refused_request_leaves_its_connection_usable,
     a_half_sent_head_is_cut_after_the_header_timeout,
     pipelined_requests_are_answered_in_order_or_refused,
 );
