@@ -114,6 +114,15 @@ pub(crate) fn deleted() -> Response {
     }
 }
 
+/// An answer of session `sid`, naming it.
+pub(crate) fn with_session(mut response: Response, sid: crate::routed_id::SessionId) -> Response {
+    response.headers.push((
+        "mcp-session-id",
+        std::borrow::Cow::Owned(sid.as_str().to_owned()),
+    ));
+    response
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

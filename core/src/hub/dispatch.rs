@@ -5,12 +5,13 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::auditing::Happened;
 use super::backend::LineFrom;
 use super::delivery::Delivery;
-use super::modern::ModernRequests;
+use super::in_flight::Caller;
+use super::modern::{self, ModernRequests};
 use super::resume::StreamKey;
 use super::sessions::{Kind, SessionNumber, Sessions};
+use super::settle::Settlement;
 use super::tasks::{Owner, Tasks};
 use super::Hub;
 use crate::message::IdKey;
@@ -218,7 +219,8 @@ impl Hub {
     }
 
     /// Delivers `message` to live session `sid`: a legacy session's stream, or where SPEC
-    /// section 7 says for a Streamable one. False if the session ended (nothing is sent).
+    /// section 7 says for a Streamable one; else to the 2026-07-28 request routed under
+    /// `sid`. False if nobody waits under it (nothing is sent).
     pub(super) fn deliver(
         &mut self,
         now: Instant,
@@ -227,12 +229,7 @@ impl Hub {
         what: Delivery,
     ) -> bool {
         let Some(number) = self.sessions.find(&sid) else {
-            let routed = match what {
-                Delivery::Response { id, .. } => super::modern::Routed::Response(id),
-                Delivery::Progress { token } => super::modern::Routed::Progress(token),
-                Delivery::Update => super::modern::Routed::Other,
-            };
-            return super::modern::deliver(self, now, sid, message, routed);
+            return self.deliver_modern(now, sid, message, what);
         };
         self.metrics.delivered += 1;
         let stream = match self.sessions.get(number).map(|s| &s.kind) {
@@ -242,22 +239,60 @@ impl Hub {
                 return true;
             }
         };
-        let mut answered = None;
         if let Delivery::Response { id, outcome } = &what {
             let key = std::str::from_utf8(&message[id.clone()])
                 .ok()
                 .and_then(IdKey::of);
-            let tracked = key.and_then(|key| self.in_flight.take(number, &key));
-            answered = tracked.and_then(|t| t.audit).map(|a| (a, *outcome));
+            if let Some(entry) = key.and_then(|key| self.in_flight.take(number, &key)) {
+                let answered = Settlement::answered(message, *outcome);
+                self.settle(now, (Some(number.into()), entry), answered);
+                return true;
+            }
         }
+        // Routed by its id, it needs no record to reach its stream.
         self.streams.send(
             now,
             (stream, Frame::Owned(sse::message_event(&message))),
             &mut self.outputs,
         );
-        if let Some((started, outcome)) = answered {
-            self.observe(now, Happened::answered(number, started, &message, outcome));
-        }
+        true
+    }
+
+    /// Delivers `message` to the 2026-07-28 request routed under `key`: its answer (as
+    /// section 13 completes it) or its progress. False if none waits under it.
+    fn deliver_modern(
+        &mut self,
+        now: Instant,
+        key: SessionId,
+        message: Vec<u8>,
+        what: Delivery,
+    ) -> bool {
+        let caller = Caller::Modern(key);
+        let id = match what {
+            Delivery::Response { id, .. } => id,
+            Delivery::Progress { token } => {
+                let parts = (&self.modern, &mut self.in_flight, &mut self.streams);
+                let counters = (&mut self.metrics, &mut self.outputs);
+                let clock = (now, self.settings.request_timeout);
+                return modern::progress(parts, counters, clock, key, (&message, token));
+            }
+            Delivery::Update => return false,
+        };
+        let id = std::str::from_utf8(&message[id]).ok().and_then(IdKey::of);
+        let Some(entry) = id.and_then(|id| self.in_flight.take(caller, &id)) else {
+            return false;
+        };
+        let init = self.router.initialize_result();
+        let Some((message, status)) = self.modern.completed(&key, &entry.raw_id, &message, init)
+        else {
+            return false;
+        };
+        let answered = Settlement::Answered {
+            message,
+            outcome: None,
+            status,
+        };
+        self.settle(now, (Some(caller), entry), answered);
         true
     }
 }

@@ -11,8 +11,10 @@ use super::exchanges::Started;
 use super::resume::StreamKey;
 use super::sessions::SessionNumber;
 use crate::admission;
+use crate::auth::Principal;
+use crate::http::Grant;
 use crate::message::{Checked, IdKey};
-use crate::output::RequestId;
+use crate::output::{RequestId, StreamId};
 use crate::routed_id::SessionId;
 
 /// Who a request in flight belongs to. A request without a session (answered on its own
@@ -30,8 +32,8 @@ impl From<SessionNumber> for Caller {
     }
 }
 
-/// Observation contexts of legacy requests awaited no longer, each with when it expired.
-pub(crate) type Expired = Vec<(Instant, Box<Started>)>;
+/// Legacy requests awaited no longer, each with when it expired.
+pub(crate) type Expired = Vec<(Instant, Entry)>;
 
 /// A request awaiting its answer.
 #[derive(Debug)]
@@ -68,6 +70,12 @@ impl Entry {
         }
     }
 
+    /// A request never forwarded (it waited for the backend, or its answer is the proxy's
+    /// stream): only its observation context, to settle.
+    pub(crate) fn unforwarded(audit: Box<Started>, at: Instant) -> Self {
+        Entry::legacy(String::new(), at, Some(audit))
+    }
+
     /// A Streamable request `msg`, awaited on its own exchange `request` since `at`, with
     /// its stream (if its answer is one), its audit context and, for the `initialize` that
     /// opens its session, how that is answered.
@@ -93,6 +101,20 @@ impl Entry {
         self.exchange
             .expect("a request answered on its own exchange")
     }
+}
+
+/// A modern request awaiting its answer: what its answer needs that the in-flight entry
+/// does not hold.
+#[derive(Debug)]
+pub(crate) struct Waiting {
+    pub(crate) method: String,
+    /// Its list result is filtered for its caller: always `private`.
+    pub(crate) filtered: bool,
+    pub(crate) principal: Principal,
+    pub(crate) grant: Grant,
+    pub(crate) exchange: RequestId,
+    /// Its answer stream (progress, then the answer), when the answer is not a JSON body.
+    pub(crate) stream: Option<StreamId>,
 }
 
 /// How the `initialize` that opens a session is answered once its answer is known: only a
@@ -193,20 +215,18 @@ impl InFlight {
                 .collect();
             for key in expired {
                 let entry = self.take(number, &key).expect("listed above");
-                unawaited.push((entry.at + timeout, entry.audit));
+                unawaited.push((entry.at + timeout, entry));
             }
         }
         if let Some(earlier) = self.take(number, &key) {
-            unawaited.push((now, earlier.audit));
+            unawaited.push((now, earlier));
         }
         if self.count(number) < max {
             self.insert(number, key, entry, None);
         } else {
-            unawaited.push((now, entry.audit));
+            unawaited.push((now, entry));
         }
-        (unawaited.into_iter())
-            .filter_map(|(at, audit)| Some((at, audit?)))
-            .collect()
+        unawaited
     }
 
     /// Removes request `key` of session `number`, its timeout and its claim on its
@@ -233,19 +253,19 @@ impl InFlight {
     }
 
     /// Request `key` of session `number`, answered on `stream`, is awaited no longer and
-    /// will get no answer through the proxy (that stream is gone for good): its audit
-    /// context, for its `error` event. A later request that reuses the id (the first was
-    /// answered) is not touched.
+    /// will get no answer through the proxy (that stream is gone for good): its record,
+    /// to settle. A later request that reuses the id (the first was answered) is not
+    /// touched.
     pub(crate) fn abandon(
         &mut self,
         (number, stream): (SessionNumber, StreamKey),
         key: &IdKey,
-    ) -> Option<Box<Started>> {
+    ) -> Option<Entry> {
         let entry = self.get(number, key)?;
         if entry.stream != Some(stream) {
             return None;
         }
-        self.take(number, key)?.audit
+        self.take(number, key)
     }
 
     /// Removes every request of session `number`, in id order.
@@ -256,6 +276,16 @@ impl InFlight {
             .map(|r| r.keys().cloned().collect())
             .unwrap_or_default();
         let take = |key: IdKey| Some((key.clone(), self.take(number, &key)?));
+        keys.into_iter().filter_map(take).collect()
+    }
+
+    /// Removes every 2026-07-28 request, in key order.
+    pub(crate) fn take_modern(&mut self) -> Vec<(Caller, Entry)> {
+        let keys: Vec<(Caller, IdKey)> = (self.requests.iter())
+            .filter(|(caller, _)| matches!(caller, Caller::Modern(_)))
+            .flat_map(|(caller, r)| r.keys().map(|key| (*caller, key.clone())))
+            .collect();
+        let take = |(caller, key): (Caller, IdKey)| Some((caller, self.take(caller, &key)?));
         keys.into_iter().filter_map(take).collect()
     }
 

@@ -7,14 +7,13 @@ use super::auditing::Happened;
 use super::backend::{LineFrom, Phase};
 use super::mcp::Ending;
 use super::sessions::{Kind, SessionNumber};
+use super::settle::Settlement;
 use super::Hub;
 use crate::http::Rejection;
 use crate::metrics::DropReason;
-use crate::output::Frame;
 use crate::output::{BackendId, CloseReason, Event, Output};
 use crate::settings::OnBackendExit;
 use crate::supervise::{AfterExit, Exit};
-use crate::{sse, streamable};
 
 impl Hub {
     /// The process of [`Output::SpawnBackend`] runs as `pid`.
@@ -104,34 +103,20 @@ impl Hub {
     /// Every request the exited backend was asked and had not answered gets -32603
     /// `backend restarted`, under its own id, in session creation order.
     fn fail_in_flight(&mut self, now: Instant) {
-        super::modern::end_all(self, now, "backend restarted");
+        for (caller, entry) in self.in_flight.take_modern() {
+            let failed = Settlement::error(&entry.raw_id, -32603, "backend restarted");
+            self.settle(now, (Some(caller), entry), failed);
+        }
         let numbers: Vec<SessionNumber> = self.sessions.iter().map(|(n, _)| n).collect();
         for number in numbers {
             self.end_mcp(now, number, Ending::Restarted);
-            let Some(Kind::Legacy { stream }) = self.sessions.get(number).map(|s| &s.kind) else {
+            let Some(Kind::Legacy { .. }) = self.sessions.get(number).map(|s| &s.kind) else {
                 continue;
             };
-            let stream = *stream;
             for (_, tracked) in self.in_flight.take_all(number) {
-                let message =
-                    streamable::error_message(&tracked.raw_id, -32603, "backend restarted");
                 self.metrics.delivered += 1;
-                self.streams.send(
-                    now,
-                    (stream, Frame::Owned(sse::message_event(&message))),
-                    &mut self.outputs,
-                );
-                if let Some(started) = tracked.audit {
-                    self.observe(
-                        now,
-                        Happened::answered(
-                            number,
-                            started,
-                            &message,
-                            Some(crate::audit::Outcome::Error),
-                        ),
-                    );
-                }
+                let failed = Settlement::error(&tracked.raw_id, -32603, "backend restarted");
+                self.settle(now, (Some(number.into()), tracked), failed);
             }
         }
     }
@@ -206,7 +191,10 @@ impl Hub {
             CloseReason::Shutdown => "proxy shutting down",
             _ => "backend restarted",
         };
-        super::modern::end_all(self, now, text);
+        for (caller, entry) in self.in_flight.take_modern() {
+            let failed = Settlement::error(&entry.raw_id, -32603, text);
+            self.settle(now, (Some(caller), entry), failed);
+        }
         let live: Vec<SessionNumber> = self.sessions.iter().map(|(n, _)| n).collect();
         for number in live {
             self.end_session(now, number, reason);
@@ -247,8 +235,8 @@ impl Hub {
             // Its initialize was answered with an error just now: it never opened.
             return;
         }
-        for started in unanswered.into_iter().filter_map(|(_, entry)| entry.audit) {
-            self.observe(now, Happened::Unanswered(Some(number), started));
+        for (_, entry) in unanswered {
+            self.settle(now, (Some(number.into()), entry), Settlement::Gone);
         }
         let fault = match reason {
             CloseReason::SlowConsumer => Some("slow_consumer"),

@@ -9,11 +9,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::auditing::Happened;
 use super::backend::LineFrom;
 use super::deadlines::Deadlines;
 use super::exchanges::Answer;
+use super::in_flight::Entry;
 use super::sessions::MAX_SUBSCRIPTIONS_PER_SESSION;
+use super::settle::Settlement;
 use super::Hub;
 use crate::admission::{self, Capacity};
 use crate::audit::Outcome;
@@ -437,8 +438,8 @@ pub(super) fn open(
     hub.respond(now, request, Answer::Stream(stream, http::sse_head()));
     if let Some(started) = started {
         let opened = format!(r#"{{"jsonrpc":"2.0","id":{},"result":{{}}}}"#, msg.raw_id());
-        let happened = Happened::answered(None, started, opened.as_bytes(), Some(Outcome::Success));
-        hub.observe(now, happened);
+        let answered = Settlement::answered(opened.into_bytes(), Some(Outcome::Success));
+        hub.settle(now, (None, Entry::unforwarded(started, now)), answered);
     }
     hub.sessions.listen_opened(&principal);
     let listeners = &mut hub.listeners;

@@ -4,18 +4,18 @@
 
 use std::time::Instant;
 
-use super::auditing::Happened;
 use super::backend::BackendProcess;
 use super::delivery::Delivery;
 use super::exchanges::{Answer, Sender};
-use super::in_flight::{Entry, Opens};
+use super::in_flight::{Caller, Entry, Opens};
 use super::resume::Carries;
 use super::sessions::{Gone, Kind, McpSession, SessionNumber, Sessions};
+use super::settle::Settlement;
 use super::{Body, Hub, Request};
 use crate::admission::{self, Arrival, Capacity, Opening};
 use crate::audit::Outcome;
 use crate::auth::Principal;
-use crate::http::{Endpoint, Rejection, Response};
+use crate::http::{Endpoint, Rejection};
 use crate::message;
 use crate::message::Checked;
 use crate::message::IdKey;
@@ -155,7 +155,7 @@ impl Hub {
         self.touch(number, now);
         // Accepted: a notification produces no event.
         let _ = self.exchanges.take_started(request);
-        let response = with_session(streamable::notification_accepted(), sid);
+        let response = streamable::with_session(streamable::notification_accepted(), sid);
         self.respond(now, request, Answer::Served(response));
         self.client_message(now, (number, sid), msg, sender);
         if let Some(cancels) = &msg.cancels {
@@ -212,52 +212,42 @@ impl Hub {
         Ok(())
     }
 
-    /// The answer to the `initialize` that opens session `number`. A result opens it (and
-    /// its answer carries `Mcp-Session-Id`); anything else (the backend's error, a timeout,
-    /// a restart) leaves no session: it is removed uncounted, and the client gets the
-    /// error without a session id.
-    fn answer_opening(
+    /// The `initialize` that opens session `number` was answered (`succeeded` says how).
+    /// A result opens it (its answer carries `Mcp-Session-Id`, on a stream when asked for);
+    /// anything else (the backend's error, a timeout, a restart) leaves no session: it is
+    /// removed uncounted, and its answer (`Some(as a stream)`) goes without a session id.
+    pub(super) fn opening(
         &mut self,
         now: Instant,
         number: SessionNumber,
-        (mut entry, opens): (Entry, Opens),
-        (message, outcome): (Vec<u8>, Option<Outcome>),
-    ) {
-        if outcome.unwrap_or_else(|| Outcome::of_answer(&message)) == Outcome::Success {
-            // The session is open.
-            if let Some(session) = self.sessions.get(number) {
-                let (sid, principal) = (session.id, session.principal.clone());
-                if let Some(m) = self.sessions.mcp_mut(number) {
-                    m.opening = false;
-                }
-                self.metrics.sessions_opened += 1;
-                self.observe(now, Happened::Opened(number));
-                self.outputs.push_back(Output::Log(Event::SessionOpened {
-                    session: sid,
-                    principal,
-                }));
-                if let Some(priming) = opens.stream {
-                    let raw_id = entry.raw_id.clone();
-                    let key = IdKey::of(&raw_id).expect("an admitted id");
-                    let carries = Carries::Request(key, raw_id);
-                    let request = entry.exchange();
-                    let stream =
-                        self.open_mcp_stream(now, request, (number, sid), carries, priming);
-                    entry.stream = Some(stream);
-                }
-            }
-            return self.answer(now, number, entry, (message, outcome));
+        entry: &mut Entry,
+        opens: Opens,
+        succeeded: Outcome,
+    ) -> Option<bool> {
+        if succeeded != Outcome::Success {
+            self.backend.forget(number);
+            self.sessions.close(number);
+            return Some(opens.stream.is_some());
         }
-        self.backend.forget(number);
-        self.sessions.close(number);
-        if let Some(started) = entry.audit.take() {
-            self.observe(now, Happened::answered(number, started, &message, outcome));
+        let session = self.sessions.get(number)?;
+        let (sid, principal) = (session.id, session.principal.clone());
+        if let Some(m) = self.sessions.mcp_mut(number) {
+            m.opening = false;
         }
-        let response = match opens.stream {
-            Some(_) => streamable::sse_answer(&message),
-            None => streamable::json_answer(message),
-        };
-        self.respond(now, entry.exchange(), Answer::Served(response));
+        self.session_opened(now, number);
+        self.outputs.push_back(Output::Log(Event::SessionOpened {
+            session: sid,
+            principal,
+        }));
+        if let Some(priming) = opens.stream {
+            let raw_id = entry.raw_id.clone();
+            let key = IdKey::of(&raw_id).expect("an admitted id");
+            let carries = Carries::Request(key, raw_id);
+            let request = entry.exchange();
+            let stream = self.open_mcp_stream(now, request, (number, sid), carries, priming);
+            entry.stream = Some(stream);
+        }
+        None
     }
 
     /// `GET /mcp` and `DELETE /mcp`, on the session they name after the same checks. GET
@@ -288,7 +278,7 @@ impl Hub {
             // Its event is the session's own `session_close`: the 204 is no refusal.
             let _ = self.exchanges.take_started(request);
             self.end_session(now, number, CloseReason::Deleted);
-            let response = with_session(streamable::deleted(), sid);
+            let response = streamable::with_session(streamable::deleted(), sid);
             self.respond(now, request, Answer::Served(response));
             return Ok(());
         }
@@ -324,24 +314,10 @@ impl Hub {
             self.backend.cancelled(&(sid, key.clone()));
             self.backend.release(now, &mut self.outputs, false);
         }
-        let Some(mut entry) = self.in_flight.take(number, key) else {
+        let Some(entry) = self.in_flight.take(number, key) else {
             return;
         };
-        if let Some(started) = entry.audit.take() {
-            self.observe(now, Happened::Unanswered(Some(number), started));
-        }
-        let Some(request) = entry.exchange else {
-            return;
-        };
-        match entry.stream {
-            Some(key) => self.stream_gone(now, number, key, Gone::Dropped),
-            None => {
-                let sid = self.sessions.get(number).expect("in flight").id;
-                let message = streamable::error_message(&entry.raw_id, -32800, "Request cancelled");
-                let response = with_session(streamable::json_answer(message), sid);
-                self.respond(now, request, Answer::Served(response));
-            }
-        }
+        self.settle(now, (Some(number.into()), entry), Settlement::Cancelled);
         self.touch(number, now);
     }
 
@@ -359,7 +335,11 @@ impl Hub {
                 let Some(entry) = key.and_then(|key| self.in_flight.take(number, &key)) else {
                     return self.drop_message(DropReason::NotInFlight, None);
                 };
-                self.answer(now, number, entry, (message, outcome));
+                self.settle(
+                    now,
+                    (Some(number.into()), entry),
+                    Settlement::answered(message, outcome),
+                );
                 self.touch(number, now);
             }
             Delivery::Progress { token } => {
@@ -390,51 +370,53 @@ impl Hub {
         }
     }
 
-    /// Gives `entry` its answer: the JSON body, or the last event of its stream; its audit
-    /// event with `outcome` (the proxy's verdict; `None` for the backend's answer).
-    fn answer(
-        &mut self,
-        now: Instant,
-        number: SessionNumber,
-        mut entry: Entry,
-        (message, outcome): (Vec<u8>, Option<Outcome>),
-    ) {
-        if let Some(opens) = entry.opens.take() {
-            return self.answer_opening(now, number, (entry, opens), (message, outcome));
-        }
-        if let Some(started) = entry.audit.take() {
-            self.observe(now, Happened::answered(number, started, &message, outcome));
-        }
-        match entry.stream {
-            Some(key) => {
-                self.send_event(now, number, key, &message);
-                self.finish_stream(now, number, key);
-            }
-            None => {
-                let sid = self.sessions.get(number).expect("answered while live").id;
-                let response = with_session(streamable::json_answer(message), sid);
-                self.respond(now, entry.exchange(), Answer::Served(response));
-            }
-        }
-    }
-
-    /// `--request-timeout` passed for request `key` (progress moves the timer): the client
-    /// gets -32001 under its own id and the backend a cancellation.
-    pub(super) fn request_timed_out(&mut self, now: Instant, number: SessionNumber, key: &IdKey) {
-        let Some(entry) = self.in_flight.take(number, key) else {
+    /// `--request-timeout` passed for request `key` of `caller` (progress moves the timer):
+    /// the client gets -32001 under its own id and the backend a cancellation.
+    pub(super) fn request_timed_out(&mut self, now: Instant, caller: Caller, key: &IdKey) {
+        let Some(entry) = self.in_flight.take(caller, key) else {
             return;
         };
-        let sid = self.sessions.get(number).expect("in flight").id;
+        let (route, number) = match caller {
+            Caller::Session(number) => (
+                self.sessions.get(number).expect("in flight").id,
+                Some(number),
+            ),
+            Caller::Modern(key) => (key, None),
+        };
         // An initialize is never cancelled (MCP forbids it; it went under the proxy's id).
         if entry.opens.is_none() {
-            let cancel = (&sid, entry.raw_id.as_str(), "request timed out");
+            let cancel = (&route, entry.raw_id.as_str(), "request timed out");
             if !self.backend.cancel(now, cancel, &mut self.outputs) {
                 self.drop_message(DropReason::BackendQueueFull, None);
             }
         }
-        let message = streamable::error_message(&entry.raw_id, -32001, "request timed out");
-        self.answer(now, number, entry, (message, Some(Outcome::Error)));
-        self.touch(number, now);
+        let timed_out = Settlement::error(&entry.raw_id, -32001, "request timed out");
+        self.settle(now, (Some(caller), entry), timed_out);
+        if let Some(number) = number {
+            self.touch(number, now);
+        }
+    }
+
+    /// The client of the 2026-07-28 request under `key` hung up (its stream, or the
+    /// connection its JSON answer was due on): it is cancelled at the backend and its late
+    /// answer dropped (SPEC section 13).
+    pub(super) fn modern_client_left(&mut self, now: Instant, key: SessionId) {
+        let caller = Caller::Modern(key);
+        let ids = self.in_flight.keys(caller);
+        for id in &ids {
+            let Some(entry) = self.in_flight.take(caller, id) else {
+                continue;
+            };
+            let raw_id = entry.raw_id.clone();
+            self.settle(now, (Some(caller), entry), Settlement::Gone);
+            let cancel = (&key, raw_id.as_str(), "client disconnected");
+            if !self.backend.cancel(now, cancel, &mut self.outputs) {
+                self.drop_message(DropReason::BackendQueueFull, None);
+            }
+        }
+        if !ids.is_empty() {
+            self.drop_message(DropReason::ClientLeft, None);
+        }
     }
 
     /// Answers every request of a Streamable session still in flight with -32603 (on its
@@ -460,8 +442,8 @@ impl Hub {
                     self.drop_message(DropReason::BackendQueueFull, None);
                 }
             }
-            let message = streamable::error_message(&entry.raw_id, -32603, text);
-            self.answer(now, number, entry, (message, Some(Outcome::Error)));
+            let failed = Settlement::error(&entry.raw_id, -32603, text);
+            self.settle(now, (Some(number.into()), entry), failed);
         }
         if let Ending::Restarted = ending {
             return self.touch(number, now);
@@ -475,15 +457,6 @@ impl Hub {
             self.stream_gone(now, number, key, Gone::Dropped);
         }
     }
-}
-
-/// An answer of session `sid`, naming it.
-pub(super) fn with_session(mut response: Response, sid: SessionId) -> Response {
-    response.headers.push((
-        "mcp-session-id",
-        std::borrow::Cow::Owned(sid.as_str().to_owned()),
-    ));
-    response
 }
 
 /// GET's and DELETE's checks after their own: the version (400), the session header

@@ -56,6 +56,7 @@ mod reload;
 mod resume;
 mod resumption;
 mod sessions;
+mod settle;
 mod spans;
 mod streams;
 mod tasks;
@@ -199,13 +200,7 @@ impl Hub {
             self.outputs.push_back(Output::Log(event));
         }
         while let Some((caller, key)) = self.in_flight.take_due(now) {
-            match caller {
-                in_flight::Caller::Session(number) => self.request_timed_out(now, number, &key),
-                in_flight::Caller::Modern(route) => {
-                    let timed_out = (-32001, "request timed out");
-                    modern::unanswered(self, now, (route, &key), timed_out, true);
-                }
-            }
+            self.request_timed_out(now, caller, &key);
         }
         while let Some(timer) = self.sessions.take_due(now) {
             match timer {
@@ -337,7 +332,7 @@ impl Hub {
             StreamEnd::Full => crate::output::CloseReason::SlowConsumer,
         };
         match (state.role, state.session) {
-            (Role::Modern(key), _) => modern::stream_closed(self, now, key),
+            (Role::Modern(key), _) => self.modern_client_left(now, key),
             (Role::Legacy, Some(number)) => self.end_session(now, number, reason),
             (Role::Mcp(key), Some(number)) => self.stream_gone(now, number, key, Gone::ClientLeft),
             (_, None) => unreachable!("a session's stream names its session"),

@@ -5,17 +5,17 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Range;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use super::auditing::Happened;
 use super::backend::LineFrom;
+use super::delivery::Delivery;
 use super::exchanges::{Answer, Sender};
-use super::in_flight::{Caller, Entry};
+use super::in_flight::{Caller, Entry, InFlight, Waiting};
 use super::sessions::SessionNumber;
+use super::streams::Streams;
 use super::tasks::{Asked, Owner, Tasks};
 use super::{Body, Hub, Request};
 use crate::admission::Refused;
-use crate::audit::Outcome;
 use crate::auth::Principal;
 use crate::http::{Grant, Rejection, Response};
 use crate::message::{self, Checked, IdKey};
@@ -93,20 +93,6 @@ impl ModernPost {
     }
 }
 
-/// A modern request awaiting its answer: what its answer needs that the in-flight entry
-/// does not hold.
-#[derive(Debug)]
-struct Waiting {
-    method: String,
-    /// Its list result is filtered for its caller: always `private`.
-    filtered: bool,
-    principal: Principal,
-    grant: Grant,
-    exchange: RequestId,
-    /// Its answer stream (progress, then the answer), when the answer is not a JSON body.
-    stream: Option<StreamId>,
-}
-
 /// The modern requests in flight, by routing key, and what the backend's last
 /// `tools/list` said about headers.
 #[derive(Debug, Default)]
@@ -143,7 +129,7 @@ impl ModernRequests {
         self.waiting.insert(key, waiting);
     }
 
-    fn remove(&mut self, key: &SessionId) -> Option<Waiting> {
+    pub(super) fn remove(&mut self, key: &SessionId) -> Option<Waiting> {
         let waiting = self.waiting.remove(key)?;
         self.by_exchange.remove(&waiting.exchange);
         if let Some(count) = self.per_principal.get_mut(&waiting.principal) {
@@ -183,11 +169,6 @@ impl ModernRequests {
     /// The routing key of the modern request `exchange` waits for.
     pub(crate) fn of_exchange(&self, exchange: RequestId) -> Option<SessionId> {
         self.by_exchange.get(&exchange).copied()
-    }
-
-    /// Every modern request in flight.
-    fn keys(&self) -> Vec<SessionId> {
-        self.waiting.keys().copied().collect()
     }
 }
 
@@ -286,7 +267,7 @@ fn forward(
         Forward::Answer(answer) => {
             let at = crate::router::RESPONSE_ID_AT;
             let id = at..at + outbound.raw_id().len();
-            deliver(hub, now, key, answer, Routed::Response(id));
+            hub.deliver(now, key, answer, Delivery::Response { id, outcome: None });
         }
         Forward::Cached(answer) => hub.dispatch(now, *answer),
         Forward::Fetch(line) => hub.queue_line(now, line, LineFrom::Proxy),
@@ -347,170 +328,62 @@ fn answered_here(
     }
 }
 
-/// What a backend message routed under a modern request's key is.
-pub(super) enum Routed {
-    /// Its answer, the restored id at this span.
-    Response(Range<usize>),
-    /// Its progress, the restored token at this span.
-    Progress(Range<usize>),
-    /// Anything else (never for a request that has no session).
-    Other,
-}
-
-/// Delivers a backend message routed under `key` to its modern request; false when no
-/// modern request waits under it.
-pub(super) fn deliver(
-    hub: &mut Hub,
-    now: Instant,
-    key: SessionId,
-    message: Vec<u8>,
-    routed: Routed,
-) -> bool {
-    let span = match routed {
-        Routed::Response(span) => span,
-        Routed::Progress(token) => return progress(hub, now, key, &message, token),
-        Routed::Other => return false,
-    };
-    let id = std::str::from_utf8(&message[span]).ok().and_then(IdKey::of);
-    let Some(entry) = id.and_then(|id| hub.in_flight.take(Caller::Modern(key), &id)) else {
-        return false;
-    };
-    let Some(waiting) = hub.modern.remove(&key) else {
-        return false;
-    };
-    let mut entry = entry;
-    let answer = match waiting.method.as_str() {
-        "server/discover" => discovered(&entry.raw_id, &message),
-        method => {
-            if method == "tools/list" {
-                let result = crate::message::parse_backend_result(&message);
-                hub.modern.tools = ToolHeaders::learn(result.unwrap_or_default());
+impl ModernRequests {
+    /// The answer to the modern request under `key` from the backend's `message` (its id
+    /// the client's, `raw_id`), as section 13 completes it, and its HTTP status; `None`
+    /// when no modern request waits under `key`. A `tools/list` result teaches the
+    /// headers, the `initialize` result `init` the server's info.
+    pub(super) fn completed(
+        &mut self,
+        key: &SessionId,
+        raw_id: &str,
+        message: &[u8],
+        init: Option<&str>,
+    ) -> Option<(Vec<u8>, u16)> {
+        let waiting = self.waiting.get(key)?;
+        let (method, filtered) = (waiting.method.clone(), waiting.filtered);
+        Some(match method.as_str() {
+            "server/discover" => discovered(raw_id, message),
+            method => {
+                if method == "tools/list" {
+                    let result = crate::message::parse_backend_result(message);
+                    self.tools = ToolHeaders::learn(result.unwrap_or_default());
+                }
+                let info = self.server_info(init);
+                modern::complete(method, message, filtered, info)
             }
-            let info = hub.modern.server_info(hub.router.initialize_result());
-            modern::complete(method, &message, waiting.filtered, info)
-        }
-    };
-    if let Some(started) = entry.audit.take() {
-        hub.observe(now, Happened::answered(None, started, &answer.0, None));
+        })
     }
-    answer_with(hub, now, &waiting, answer);
-    true
 }
 
-/// Progress for the modern request under `key`: to its stream (its timeout restarts),
-/// else dropped.
-fn progress(
-    hub: &mut Hub,
-    now: Instant,
+/// Progress for the modern request under `key` (its token at `token` in `message`): to its
+/// stream, whose request's timeout restarts, else dropped. False when no modern request
+/// waits under `key`.
+pub(super) fn progress(
+    (modern, in_flight, streams): (&ModernRequests, &mut InFlight, &mut Streams),
+    (metrics, outputs): (&mut Metrics, &mut VecDeque<Output>),
+    (now, timeout): (Instant, Option<Duration>),
     key: SessionId,
-    message: &[u8],
-    token: Range<usize>,
+    (message, token): (&[u8], Range<usize>),
 ) -> bool {
-    let Some(stream) = hub.modern.waiting.get(&key).map(|w| w.stream) else {
+    let Some(stream) = modern.waiting.get(&key).map(|w| w.stream) else {
         return false;
     };
     let token = std::str::from_utf8(&message[token])
         .ok()
         .and_then(IdKey::of);
-    let timeout = hub.settings.request_timeout;
-    let carried = token.and_then(|t| {
-        hub.in_flight
-            .progress(now, Caller::Modern(key), &t, timeout)
-    });
+    let carried = token.and_then(|t| in_flight.progress(now, Caller::Modern(key), &t, timeout));
     match stream.filter(|_| carried.is_some()) {
         Some(stream) => {
             let frame = Frame::Owned(crate::sse::message_event(message));
-            hub.streams.send(now, (stream, frame), &mut hub.outputs);
+            streams.send(now, (stream, frame), outputs);
         }
-        None => hub.drop_message(DropReason::NoStream, Some("notifications/progress")),
+        None => {
+            let method = Some("notifications/progress");
+            super::dropped((metrics, outputs), DropReason::NoStream, method);
+        }
     }
     true
-}
-
-/// Gives a modern request its answer: the last event of its stream, which ends, or a JSON
-/// body with `status`.
-fn answer_with(hub: &mut Hub, now: Instant, waiting: &Waiting, (body, status): (Vec<u8>, u16)) {
-    match waiting.stream {
-        Some(stream) => {
-            let frame = Frame::Owned(crate::sse::message_event(&body));
-            hub.streams.send(now, (stream, frame), &mut hub.outputs);
-            hub.streams.end(stream, &mut hub.outputs);
-        }
-        None => hub.respond(
-            now,
-            waiting.exchange,
-            Answer::Served(Response::json(status, body)),
-        ),
-    }
-}
-
-/// Ends modern request `key` without the backend's answer: `code` under its id (0: its
-/// client left, nothing is owed), and the backend told to cancel when `cancel` says why.
-pub(super) fn unanswered(
-    hub: &mut Hub,
-    now: Instant,
-    (key, id): (SessionId, &IdKey),
-    (code, text): (i32, &str),
-    cancel: bool,
-) {
-    let Some(mut entry) = hub.in_flight.take(Caller::Modern(key), id) else {
-        return;
-    };
-    let Some(waiting) = hub.modern.remove(&key) else {
-        return;
-    };
-    // Answered with an error (a restart, shutdown) as a 2025 request is recorded; a client
-    // that left is owed nothing: unanswered.
-    let message = (code != 0).then(|| streamable::error_message(&entry.raw_id, code, text));
-    if let Some(started) = entry.audit.take() {
-        let happened = match &message {
-            Some(message) => Happened::answered(None, started, message, Some(Outcome::Error)),
-            None => Happened::Unanswered(None, started),
-        };
-        hub.observe(now, happened);
-    }
-    if cancel {
-        let cancel = (&key, entry.raw_id.as_str(), text);
-        if !hub.backend.cancel(now, cancel, &mut hub.outputs) {
-            hub.drop_message(DropReason::BackendQueueFull, None);
-        }
-    }
-    match (message, waiting.stream) {
-        (None, Some(stream)) => hub.streams.end(stream, &mut hub.outputs),
-        (None, None) => {
-            let _ = hub.exchanges.close(waiting.exchange);
-        }
-        (Some(message), _) => answer_with(hub, now, &waiting, (message, 200)),
-    }
-}
-
-/// The client of modern request `request` hung up on its JSON answer: the cancel (SPEC
-/// section 13).
-pub(super) fn client_left(hub: &mut Hub, now: Instant, request: RequestId) {
-    if let Some(key) = hub.modern.of_exchange(request) {
-        stream_closed(hub, now, key);
-    }
-}
-
-/// The client of the modern request under `key` closed its answer stream (or its
-/// connection): the request is cancelled at the backend, its late answer dropped.
-pub(super) fn stream_closed(hub: &mut Hub, now: Instant, key: SessionId) {
-    let ids = hub.in_flight.keys(Caller::Modern(key));
-    for id in &ids {
-        unanswered(hub, now, (key, id), (0, "client disconnected"), true);
-    }
-    if !ids.is_empty() {
-        hub.drop_message(DropReason::ClientLeft, None);
-    }
-}
-
-/// Every modern request in flight gets -32603 (the backend restarted, the proxy stops).
-pub(super) fn end_all(hub: &mut Hub, now: Instant, text: &str) {
-    for key in hub.modern.keys() {
-        for id in hub.in_flight.keys(Caller::Modern(key)) {
-            unanswered(hub, now, (key, &id), (-32603, text), false);
-        }
-    }
 }
 
 /// Whether SPEC section 13 serves this `POST /mcp` (the era was read where the body was

@@ -14,6 +14,7 @@ use super::in_flight::{Entry, Expired, InFlight};
 use super::mcp::{self, McpPost};
 use super::modern::ModernPost;
 use super::sessions::{Kind, SessionNumber, Sessions};
+use super::settle::Settlement;
 use super::spans;
 use super::streams::Role;
 use super::tasks::{Asked, Owner, Tasks};
@@ -233,10 +234,9 @@ impl Hub {
         let kind = Kind::Legacy { stream };
         let source = req.source.clone();
         let number = (self.sessions).open(sid, req.principal.clone(), kind, source)?;
-        self.metrics.sessions_opened += 1;
         // The stream is its answer: no refusal event is due.
         let _ = self.exchanges.take_started(request);
-        self.observe(now, Happened::Opened(number));
+        self.session_opened(now, number);
         let head = http::sse_head();
         self.start_stream(now, request, (stream, head), number, Role::Legacy);
         let url = format!(
@@ -253,6 +253,12 @@ impl Hub {
             principal: req.principal,
         }));
         Ok(())
+    }
+
+    /// A session of either transport opened: counted and observed.
+    pub(super) fn session_opened(&mut self, now: Instant, number: SessionNumber) {
+        self.metrics.sessions_opened += 1;
+        self.observe(now, Happened::Opened(number));
     }
 
     /// Admission on arrival (SPEC sections 9 and 10): `Some(denied)` for a request that
@@ -370,11 +376,15 @@ impl Hub {
     /// (`client_left`; audited as an `error`). Any other request goes on as usual.
     pub fn handle_client_left(&mut self, now: Instant, request: RequestId) {
         let Some(post) = self.posts.remove(request) else {
-            return super::modern::client_left(self, now, request);
+            if let Some(key) = self.modern.of_exchange(request) {
+                self.modern_client_left(now, key);
+            }
+            return;
         };
         let exchange = self.exchanges.close(request);
         if let Some(started) = exchange.and_then(|e| e.started) {
-            self.observe(now, Happened::Unanswered(None, started));
+            let entry = Entry::unforwarded(started, now);
+            self.settle(now, (None, entry), Settlement::Gone);
         }
         let method = post.prepared.message().method.clone();
         self.drop_message(DropReason::ClientLeft, Some(&method));
@@ -432,8 +442,8 @@ impl Hub {
         self.metrics.client_messages += 1;
         self.observe(now, Happened::Introduced(number, msg));
         let parts = (&self.sessions, &mut self.in_flight, &self.settings);
-        for (at, started) in track_legacy(parts, now, number, msg, &mut sender.started) {
-            self.observe(at, Happened::Unanswered(Some(number), started));
+        for (at, entry) in track_legacy(parts, now, number, msg, &mut sender.started) {
+            self.settle(at, (Some(number.into()), entry), Settlement::Gone);
         }
         let parts = (&mut self.tasks, &mut self.sessions, &self.listeners);
         let (answer, outcome) = match own_answer(

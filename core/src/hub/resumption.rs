@@ -7,9 +7,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::auditing::Happened;
 use super::resume::{event_id, parse_event_id, Budget, Carries, StreamKey, Unreplayable};
 use super::sessions::{Gone, SessionNumber};
+use super::settle::Settlement;
 use super::streams::Role;
 use super::Hub;
 use crate::http::{self, Rejection};
@@ -30,7 +30,7 @@ impl Hub {
         priming: bool,
     ) -> StreamKey {
         let stream = StreamId(self.mint());
-        let head = super::mcp::with_session(http::sse_head(), sid);
+        let head = streamable::with_session(http::sse_head(), sid);
         let m = self.sessions.mcp_mut(number).expect("a live session");
         let key = m.log.open(carries, stream);
         self.start_stream(now, request, (stream, head), number, Role::Mcp(key));
@@ -96,8 +96,8 @@ impl Hub {
             return;
         };
         if let Some(id) = unattended.abandoned {
-            if let Some(started) = self.in_flight.abandon((number, key), &id) {
-                self.observe(now, Happened::Unanswered(Some(number), started));
+            if let Some(entry) = self.in_flight.abandon((number, key), &id) {
+                self.settle(now, (Some(number.into()), entry), Settlement::Gone);
             }
         }
         if let Some(stream) = unattended.attached {
@@ -133,7 +133,7 @@ impl Hub {
             Ok(events) => Ok(events),
         };
         let stream = StreamId(self.mint());
-        let head = super::mcp::with_session(http::sse_head(), sid);
+        let head = streamable::with_session(http::sse_head(), sid);
         match replayed {
             Ok(events) => {
                 self.start_stream(now, request, (stream, head), number, Role::Mcp(key));
