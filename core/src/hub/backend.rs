@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use super::deadlines::Deadlines;
 use super::sessions::SessionNumber;
 use crate::message::IdKey;
+use crate::metrics::{DropReason, Metrics};
 use crate::output::{BackendId, Event, Output, RequestId};
 use crate::routed_id::SessionId;
 use crate::settings::Restart;
@@ -52,6 +53,26 @@ pub(crate) enum LineFrom {
     /// The cancellation of a request the backend was given: always (each is owed for a
     /// request in flight, so there are never more than requests in flight).
     Cancellation,
+}
+
+/// `line` from `from` queued for stdin, as the hub queues every line: counted (a client's
+/// as a rewrite, the proxy's as a reply), handed on if the window lets it, or dropped and
+/// counted when it does not fit.
+pub(super) fn queued(
+    (metrics, backend, outputs): (&mut Metrics, &mut BackendProcess, &mut VecDeque<Output>),
+    now: Instant,
+    line: Vec<u8>,
+    from: LineFrom,
+) {
+    match from {
+        LineFrom::Client(_) | LineFrom::Request(..) => metrics.rewrites += 1,
+        LineFrom::Proxy => metrics.replies += 1,
+        LineFrom::Cancellation => {}
+    }
+    match backend.queue(from, line) {
+        true => backend.release(now, outputs, false),
+        false => super::dropped((metrics, outputs), DropReason::BackendQueueFull, None),
+    }
 }
 
 #[derive(Debug)]

@@ -75,7 +75,7 @@ impl Hub {
             Routed::Subscribed {
                 subscribe,
                 accepted,
-            } => super::listen::subscribed(self, now, subscribe, accepted),
+            } => (self.listeners).subscribed(now, subscribe, accepted, &mut self.outputs),
             Routed::Consumed => {}
             // A list fetched for the cache: each caller that waited, as if answered alone.
             Routed::Listed { answers } => answers.into_iter().for_each(|a| self.dispatch(now, a)),

@@ -150,7 +150,7 @@ impl Hub {
             let (_, line) = self.router.subscribe(&uri);
             self.queue_line(now, line, LineFrom::Proxy);
         }
-        super::listen::renew_awaited(self, now);
+        (self.listeners).renew_awaited(now, super::listen::upstream!(self));
         for what in ["tools", "resources", "prompts"] {
             let method = format!("notifications/{what}/list_changed");
             let message = format!(r#"{{"jsonrpc":"2.0","method":"{method}"}}"#);
@@ -199,7 +199,7 @@ impl Hub {
         for number in live {
             self.end_session(now, number, reason);
         }
-        super::listen::end_all(self, now);
+        (self.listeners).end_all(now, &mut self.sessions, &mut self.outputs);
         self.sessions.close_all();
         self.in_flight.clear();
         self.streams.clear();

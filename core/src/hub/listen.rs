@@ -4,16 +4,16 @@
 //! a session's room under `--max-sessions`, and its resource subscriptions are shared with
 //! the sessions': the backend is unsubscribed only when the last holder of a uri leaves.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::backend::LineFrom;
+use super::backend::{queued, BackendProcess, LineFrom};
 use super::deadlines::Deadlines;
 use super::exchanges::Answer;
 use super::in_flight::Entry;
-use super::sessions::MAX_SUBSCRIPTIONS_PER_SESSION;
+use super::sessions::{Sessions, MAX_SUBSCRIPTIONS_PER_SESSION};
 use super::settle::Settlement;
 use super::Hub;
 use crate::admission::{self, Capacity};
@@ -21,7 +21,9 @@ use crate::audit::Outcome;
 use crate::auth::Principal;
 use crate::http::{self, Grant};
 use crate::message::Checked;
+use crate::metrics::Metrics;
 use crate::output::{Frame, Output, RequestId, StreamId};
+use crate::router::Router;
 use crate::sse;
 
 /// The `_meta` key that names the listen every frame of its stream belongs to.
@@ -69,7 +71,8 @@ struct Listen {
 }
 
 /// The listen streams part: the streams, who holds each uri, the subscribes awaited, the
-/// keep-alives and the acknowledgements' deadlines. It writes its streams' frames itself.
+/// keep-alives and the acknowledgements' deadlines. It writes its streams' frames itself;
+/// it reaches the backend through the parts the hub lends it ([`Upstream`]).
 #[derive(Debug)]
 pub(crate) struct Listeners {
     open: BTreeMap<StreamId, Listen>,
@@ -82,6 +85,29 @@ pub(crate) struct Listeners {
     ack_timers: Deadlines<StreamId>,
     keepalive: Duration,
 }
+
+/// The parts the listens reach the backend through, borrowed from the hub: the router
+/// numbers the proxy's subscribes, the backend queues them (counted as the proxy's lines),
+/// the outputs carry them with the streams' frames.
+pub(super) type Upstream<'a> = (
+    &'a mut Router,
+    &'a mut BackendProcess,
+    &'a mut Metrics,
+    &'a mut VecDeque<Output>,
+);
+
+/// The hub's [`Upstream`] parts.
+macro_rules! upstream {
+    ($hub:expr) => {
+        (
+            &mut $hub.router,
+            &mut $hub.backend,
+            &mut $hub.metrics,
+            &mut $hub.outputs,
+        )
+    };
+}
+pub(super) use upstream;
 
 impl Listeners {
     pub(crate) fn new(keepalive: Duration) -> Self {
@@ -128,12 +154,22 @@ impl Listeners {
         }
     }
 
-    /// The backend answered subscribe `n`: an accepted uri is the listen's, a refused one
-    /// is let go (the backend holds nothing for it). The listen to acknowledge, once it
-    /// waits for nothing more.
-    fn subscribed(&mut self, n: u64, accepted: bool) -> Option<StreamId> {
-        let (stream, uri) = self.subscribing.remove(&n)?;
-        let listen = self.open.get_mut(&stream)?;
+    /// The backend answered the proxy's subscribe `n`: an accepted uri is the listen's, a
+    /// refused one is let go (the backend holds nothing for it). A listen that waits for
+    /// nothing more is acknowledged.
+    pub(super) fn subscribed(
+        &mut self,
+        now: Instant,
+        n: u64,
+        accepted: bool,
+        out: &mut impl Extend<Output>,
+    ) {
+        let Some((stream, uri)) = self.subscribing.remove(&n) else {
+            return;
+        };
+        let Some(listen) = self.open.get_mut(&stream) else {
+            return;
+        };
         listen.awaiting -= 1;
         if accepted {
             listen.uris.insert(uri);
@@ -141,7 +177,9 @@ impl Listeners {
             self.release(stream, &uri);
         }
         let listen = &self.open[&stream];
-        (listen.awaiting == 0 && !listen.acknowledged).then_some(stream)
+        if listen.awaiting == 0 && !listen.acknowledged {
+            self.acknowledge(now, stream, out);
+        }
     }
 
     /// `stream` holds `uri` no longer; true if no listen does.
@@ -259,11 +297,16 @@ impl Listeners {
         Some((listen.principal, released))
     }
 
-    /// Ends every stream at the proxy's end: a last result under each listen's id, then
-    /// the end (SPEC section 13). The principals whose listens ended.
-    fn end_all(&mut self, now: Instant, out: &mut impl Extend<Output>) -> Vec<Principal> {
+    /// Ends every stream at the proxy's end (shutdown, or the backend gone with its
+    /// sessions): a last result under each listen's id, then the end (SPEC section 13);
+    /// each gives its session's room back.
+    pub(super) fn end_all(
+        &mut self,
+        now: Instant,
+        sessions: &mut Sessions,
+        out: &mut impl Extend<Output>,
+    ) {
         let streams: Vec<StreamId> = self.open.keys().copied().collect();
-        let mut principals = Vec::new();
         for stream in streams {
             let raw_id = &self.open[&stream].raw_id;
             let last = format!(
@@ -271,9 +314,41 @@ impl Listeners {
             );
             self.send(now, stream, last.as_bytes(), out);
             out.extend([Output::EndStream { stream }]);
-            principals.extend(self.close(stream).map(|(principal, _)| principal));
+            if let Some((principal, _)) = self.close(stream) {
+                sessions.listen_ended(&principal);
+            }
         }
-        principals
+    }
+
+    /// The client closed listen `stream` (or its queue overflowed): its session's room is
+    /// given back, and the uris nobody else holds are unsubscribed.
+    pub(super) fn closed(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        sessions: &mut Sessions,
+        upstream: Upstream<'_>,
+    ) {
+        let Some((principal, released)) = self.close(stream) else {
+            return;
+        };
+        sessions.listen_ended(&principal);
+        unsubscribe_unwatched(sessions, upstream, now, released);
+    }
+
+    /// A restarted backend holds no subscription: the subscribes still awaited are asked
+    /// again (the uris the listens hold are renewed with the sessions').
+    pub(super) fn renew_awaited(
+        &mut self,
+        now: Instant,
+        (router, backend, metrics, outputs): Upstream<'_>,
+    ) {
+        for (stream, uri) in self.take_awaited() {
+            let (n, line) = router.subscribe(&uri);
+            self.subscribing.insert(n, (stream, uri));
+            let parts = (&mut *metrics, &mut *backend, &mut *outputs);
+            queued(parts, now, line, LineFrom::Proxy);
+        }
     }
 
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
@@ -283,8 +358,14 @@ impl Listeners {
             .min()
     }
 
-    /// Keep-alives due at `now`; the listens whose acknowledgement waited long enough.
-    fn handle_timeout(&mut self, now: Instant, out: &mut impl Extend<Output>) -> Vec<StreamId> {
+    /// Keep-alives, and acknowledgements that waited `--request-timeout` for the backend:
+    /// what it has not answered is left out (and unsubscribed, should it come late).
+    pub(super) fn handle_timeout(
+        &mut self,
+        now: Instant,
+        sessions: &Sessions,
+        (router, backend, metrics, out): Upstream<'_>,
+    ) {
         while let Some((_, stream)) = self.keepalives.pop_due(now) {
             let Some(listen) = self.open.get_mut(&stream) else {
                 continue;
@@ -303,7 +384,12 @@ impl Listeners {
         while let Some((_, stream)) = self.ack_timers.pop_due(now) {
             due.push(stream);
         }
-        due
+        for stream in due {
+            let released = self.give_up(stream);
+            self.acknowledge(now, stream, out);
+            let upstream = (&mut *router, &mut *backend, &mut *metrics, &mut *out);
+            unsubscribe_unwatched(sessions, upstream, now, released);
+        }
     }
 
     /// Subscribes `stream` still awaits: they are given up (left out of its
@@ -460,59 +546,20 @@ pub(super) fn open(
     }
 }
 
-/// The backend answered the proxy's subscribe `n`: a listen waiting for it may now be
-/// acknowledged.
-pub(super) fn subscribed(hub: &mut Hub, now: Instant, n: u64, accepted: bool) {
-    if let Some(stream) = hub.listeners.subscribed(n, accepted) {
-        hub.listeners.acknowledge(now, stream, &mut hub.outputs);
-    }
-}
-
-/// The client closed listen `stream` (or its queue overflowed): the uris nobody else holds
-/// are unsubscribed.
-pub(super) fn closed(hub: &mut Hub, now: Instant, stream: StreamId) {
-    let Some((principal, released)) = hub.listeners.close(stream) else {
-        return;
-    };
-    hub.sessions.listen_ended(&principal);
-    unsubscribe_unwatched(hub, now, released);
-}
-
-/// Unsubscribes each of `uris` that no session watches either.
-fn unsubscribe_unwatched(hub: &mut Hub, now: Instant, uris: Vec<String>) {
+/// Unsubscribes each of `uris` (no listen holds them any more) that no session watches
+/// either.
+fn unsubscribe_unwatched(
+    sessions: &Sessions,
+    (router, backend, metrics, outputs): Upstream<'_>,
+    now: Instant,
+    uris: Vec<String>,
+) {
     for uri in uris {
-        if hub.sessions.watchers(&uri).is_empty() {
-            let line = hub.router.unsubscribe(&uri);
-            hub.queue_line(now, line, LineFrom::Proxy);
+        if sessions.watchers(&uri).is_empty() {
+            let line = router.unsubscribe(&uri);
+            let parts = (&mut *metrics, &mut *backend, &mut *outputs);
+            queued(parts, now, line, LineFrom::Proxy);
         }
-    }
-}
-
-/// Keep-alives, and acknowledgements that waited `--request-timeout` for the backend: what
-/// it has not answered is left out (and unsubscribed, should it come late).
-pub(super) fn handle_timeout(hub: &mut Hub, now: Instant) {
-    for stream in hub.listeners.handle_timeout(now, &mut hub.outputs) {
-        let released = hub.listeners.give_up(stream);
-        hub.listeners.acknowledge(now, stream, &mut hub.outputs);
-        unsubscribe_unwatched(hub, now, released);
-    }
-}
-
-/// Every listen stream ends with the proxy's last result (shutdown, or the backend gone
-/// with its sessions).
-pub(super) fn end_all(hub: &mut Hub, now: Instant) {
-    for principal in hub.listeners.end_all(now, &mut hub.outputs) {
-        hub.sessions.listen_ended(&principal);
-    }
-}
-
-/// A restarted backend holds no subscription: the subscribes still awaited are asked again
-/// (the uris the listens hold are renewed with the sessions').
-pub(super) fn renew_awaited(hub: &mut Hub, now: Instant) {
-    for (stream, uri) in hub.listeners.take_awaited() {
-        let (n, line) = hub.router.subscribe(&uri);
-        hub.listeners.subscribing.insert(n, (stream, uri));
-        hub.queue_line(now, line, LineFrom::Proxy);
     }
 }
 

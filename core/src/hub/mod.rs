@@ -223,7 +223,7 @@ impl Hub {
             self.respond_health(now, request, false);
         }
         self.streams.handle_timeout(now, &mut self.outputs);
-        listen::handle_timeout(self, now);
+        (self.listeners).handle_timeout(now, &self.sessions, listen::upstream!(self));
         self.keys
             .start_due(now, &mut self.next_id, &mut self.outputs);
     }
@@ -325,7 +325,8 @@ impl Hub {
     /// stream ends.
     pub fn handle_stream_closed(&mut self, now: Instant, stream: StreamId, end: StreamEnd) {
         let Some(state) = self.streams.remove(stream) else {
-            return listen::closed(self, now, stream);
+            let upstream = listen::upstream!(self);
+            return (self.listeners).closed(now, stream, &mut self.sessions, upstream);
         };
         let reason = match end {
             StreamEnd::ClientGone => crate::output::CloseReason::ClientGone,
@@ -411,15 +412,8 @@ impl Hub {
     /// Queues a line for the backend's stdin within its part of the budget; a proxy line
     /// that does not fit is dropped and counted.
     fn queue_line(&mut self, now: Instant, line: Vec<u8>, from: LineFrom) {
-        match from {
-            LineFrom::Client(_) | LineFrom::Request(..) => self.metrics.rewrites += 1,
-            LineFrom::Proxy => self.metrics.replies += 1,
-            LineFrom::Cancellation => {}
-        }
-        match self.backend.queue(from, line) {
-            true => self.backend.release(now, &mut self.outputs, false),
-            false => self.drop_message(DropReason::BackendQueueFull, None),
-        }
+        let parts = (&mut self.metrics, &mut self.backend, &mut self.outputs);
+        backend::queued(parts, now, line, from);
     }
 
     /// Refuses `request` with the answer `rejection` calls for (a 503 for want of a
