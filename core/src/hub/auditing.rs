@@ -29,8 +29,6 @@ use crate::trace::{Ending, ServerSpan};
 pub(super) enum Happened<'a> {
     /// The shell refused a request before the hub saw it.
     TurnedAway(Refusal, Asked),
-    /// The message of a request whose exchange is open was read.
-    Described(RequestId, &'a Checked),
     /// A request was refused with `response` (its exchange's answer).
     Refused(Box<Started>, &'a Response),
     /// A request's JSON-RPC answer `message` went out; `outcome` is the proxy's own
@@ -46,14 +44,10 @@ pub(super) enum Happened<'a> {
     /// stream gone for good, not kept, timed out, its client gone before it was forwarded,
     /// its session ended.
     Unanswered(Option<SessionNumber>, Box<Started>),
-    /// An `initialize` of session `number` (its client's name and version).
-    Introduced(SessionNumber, &'a Checked),
     /// A session opened.
     Opened(SessionNumber),
     /// A session closed; the fault it was ended for, if the proxy ended it for one.
     Closed(SessionNumber, Option<&'static str>),
-    /// The backend exited and is restarted.
-    Restarted,
 }
 
 impl<'a> Happened<'a> {
@@ -73,12 +67,10 @@ impl<'a> Happened<'a> {
     }
 }
 
-/// The audit log's reader of what happened, over the parts it reads (and writes: a
-/// request's context in its exchange, a session's client).
+/// The audit log's reader of what happened, over the parts it reads.
 struct Auditor<'a> {
     audit: &'a Audit,
     sessions: &'a mut Sessions,
-    exchanges: &'a mut Exchanges,
     outputs: &'a mut VecDeque<Output>,
 }
 
@@ -154,11 +146,7 @@ impl Hub {
             outputs: &mut self.outputs,
             exported: self.settings.tracing.is_some(),
         };
-        measured(
-            (measuring, &mut self.exchanges, &self.sessions),
-            now,
-            &happened,
-        );
+        measured((measuring, &self.sessions), now, &happened);
         if self.settings.tracing.is_some() {
             let parts = (&self.sessions, &mut self.outputs);
             traced(parts, now, &mut happened);
@@ -169,12 +157,10 @@ impl Hub {
         let mut auditor = Auditor {
             audit,
             sessions: &mut self.sessions,
-            exchanges: &mut self.exchanges,
             outputs: &mut self.outputs,
         };
         match happened {
             Happened::TurnedAway(why, asked) => auditor.turned_away(why, asked),
-            Happened::Described(request, msg) => auditor.describe(request, msg),
             Happened::Refused(started, response) => auditor.refused(now, *started, response),
             Happened::Answered {
                 session,
@@ -192,30 +178,20 @@ impl Hub {
                 let record = auditor.record(now, *started, Outcome::Error, None, None);
                 auditor.emit_in(session, record);
             }
-            Happened::Introduced(number, msg) => auditor.introduced(number, msg),
             Happened::Opened(number) => auditor.session(number, AuditType::SessionOpen),
             Happened::Closed(number, _) => auditor.session(number, AuditType::SessionClose),
-            Happened::Restarted => {
-                let record = auditor.plain(AuditType::BackendRestart, Outcome::Error);
-                auditor.emit(record);
-            }
         }
     }
 }
 
 /// What happened, as the histograms read it.
 fn measured(
-    (mut measuring, exchanges, sessions): (Measuring<'_>, &mut Exchanges, &Sessions),
+    (mut measuring, sessions): (Measuring<'_>, &Sessions),
     now: Instant,
     happened: &Happened<'_>,
 ) {
     let id = |number: SessionNumber| sessions.get(number).map(|s| s.id);
     match happened {
-        Happened::Described(request, msg) => {
-            if let Some(started) = exchanges.started_mut(*request) {
-                measuring::described(started, msg);
-            }
-        }
         Happened::Refused(started, response) => {
             let ending = Ending::Refused(response.status, &response.body);
             measuring.operation(now, started, ending);
@@ -244,7 +220,7 @@ fn measured(
                 measuring.closed(now, id, *fault);
             }
         }
-        Happened::TurnedAway(..) | Happened::Introduced(..) | Happened::Restarted => {}
+        Happened::TurnedAway(..) => {}
     }
 }
 
@@ -360,24 +336,6 @@ fn session_named(req: &Request) -> Option<crate::routed_id::SessionId> {
 }
 
 impl Auditor<'_> {
-    /// The request's message was read: its type, method, target and id. A notification
-    /// keeps its context too: accepted, it produces no event (its accept path drops the
-    /// context); refused, its refusal does.
-    fn describe(&mut self, request: RequestId, msg: &Checked) {
-        let audit = self.audit;
-        let Some(started) = self.exchanges.started_mut(request) else {
-            return;
-        };
-        started.kind = AuditType::of_method(&msg.method);
-        started.method = Some(field(&msg.method));
-        started.name = msg.name.as_deref().or(msg.uri.as_deref()).map(field);
-        started.request_id = msg.id.is_some().then(|| msg.raw_id().to_owned());
-        started.request = (audit.include_data).then(|| {
-            let (text, truncated) = cut(msg.text(), audit.max_data);
-            (text.to_owned(), truncated)
-        });
-    }
-
     /// A refusal's event: the JSON-RPC message its response carries, if any, is the
     /// response as sent.
     fn refused(&mut self, now: Instant, started: Started, response: &Response) {
@@ -398,38 +356,12 @@ impl Auditor<'_> {
         self.emit(record);
     }
 
-    /// Remembers `clientInfo` of an `initialize` for the session's events.
-    fn introduced(&mut self, number: SessionNumber, msg: &Checked) {
-        if !msg.is_request("initialize") {
-            return;
-        }
-        #[derive(serde::Deserialize)]
-        struct Params {
-            params: Option<Init>,
-        }
-        #[derive(serde::Deserialize)]
-        struct Init {
-            #[serde(rename = "clientInfo")]
-            client_info: Option<ClientInfo>,
-        }
-        let info = serde_json::from_str::<Params>(msg.text()).ok();
-        let info = info
-            .and_then(|p| p.params?.client_info)
-            .map(|info| ClientInfo {
-                name: info.name.as_deref().map(field),
-                version: info.version.as_deref().map(field),
-            });
-        if let Some(session) = self.sessions.get_mut(number) {
-            session.client = info.map(Arc::new);
-        }
-    }
-
     /// A session opened or closed (`success`).
     fn session(&mut self, number: SessionNumber, kind: AuditType) {
         let Some(session) = self.sessions.get(number) else {
             return;
         };
-        let mut record = self.plain(kind, Outcome::Success);
+        let mut record = plain(self.audit, kind, Outcome::Success);
         record.source = session.source.clone();
         record.transport = Some(match session.kind {
             Kind::Legacy { .. } => Transport::Sse,
@@ -451,35 +383,11 @@ impl Auditor<'_> {
             Refusal::Gate(rejection) => (asked.kind, rejection.status()),
             Refusal::Framing(error) => (asked.kind, error.status()),
         };
-        let mut record = self.plain(kind, Outcome::of_refusal(status));
+        let mut record = plain(self.audit, kind, Outcome::of_refusal(status));
         record.source = asked.source;
         record.transport = asked.transport;
         record.path = asked.path;
         self.emit(record);
-    }
-
-    /// An event with no request behind it.
-    fn plain(&self, kind: AuditType, outcome: Outcome) -> AuditRecord {
-        AuditRecord {
-            kind,
-            outcome,
-            transport: None,
-            protocol_version: None,
-            path: None,
-            duration_ms: 0,
-            response_size: None,
-            source: Arc::default(),
-            session: None,
-            request_id: None,
-            user: None,
-            client: None,
-            target_name: None,
-            backend_tool: None,
-            method: None,
-            base_path: self.audit.base_path.clone(),
-            data: None,
-            max_data: self.audit.max_data,
-        }
     }
 
     /// A request's event at `now`.
@@ -528,5 +436,93 @@ impl Auditor<'_> {
 
     fn emit(&mut self, record: AuditRecord) {
         self.outputs.push_back(Output::Audit(Box::new(record)));
+    }
+}
+
+/// The message of request `request` was read: its observation context learns its type,
+/// method, target and id (the histograms' labels, the audit record's fields). A
+/// notification keeps its context too: accepted, it produces no event (its accept path
+/// drops the context); refused, its refusal does. Nothing happened yet: nothing is observed.
+pub(super) fn described(
+    (exchanges, settings): (&mut Exchanges, &Settings),
+    request: RequestId,
+    msg: &Checked,
+) {
+    let Some(started) = exchanges.started_mut(request) else {
+        return;
+    };
+    measuring::described(started, msg);
+    let Some(audit) = &settings.audit else {
+        return;
+    };
+    started.kind = AuditType::of_method(&msg.method);
+    started.method = Some(field(&msg.method));
+    started.name = msg.name.as_deref().or(msg.uri.as_deref()).map(field);
+    started.request_id = msg.id.is_some().then(|| msg.raw_id().to_owned());
+    started.request = (audit.include_data).then(|| {
+        let (text, truncated) = cut(msg.text(), audit.max_data);
+        (text.to_owned(), truncated)
+    });
+}
+
+/// Remembers the `clientInfo` of session `number`'s `initialize` for its events.
+pub(super) fn introduced(
+    (sessions, settings): (&mut Sessions, &Settings),
+    number: SessionNumber,
+    msg: &Checked,
+) {
+    if settings.audit.is_none() || !msg.is_request("initialize") {
+        return;
+    }
+    #[derive(serde::Deserialize)]
+    struct Params {
+        params: Option<Init>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Init {
+        #[serde(rename = "clientInfo")]
+        client_info: Option<ClientInfo>,
+    }
+    let info = serde_json::from_str::<Params>(msg.text()).ok();
+    let info = info
+        .and_then(|p| p.params?.client_info)
+        .map(|info| ClientInfo {
+            name: info.name.as_deref().map(field),
+            version: info.version.as_deref().map(field),
+        });
+    if let Some(session) = sessions.get_mut(number) {
+        session.client = info.map(Arc::new);
+    }
+}
+
+/// The backend exited and is restarted: the audit log's `backend_restart` event.
+pub(super) fn restarted((settings, outputs): (&Settings, &mut VecDeque<Output>)) {
+    if let Some(audit) = &settings.audit {
+        let record = plain(audit, AuditType::BackendRestart, Outcome::Error);
+        outputs.push_back(Output::Audit(Box::new(record)));
+    }
+}
+
+/// An event with no request behind it.
+fn plain(audit: &Audit, kind: AuditType, outcome: Outcome) -> AuditRecord {
+    AuditRecord {
+        kind,
+        outcome,
+        transport: None,
+        protocol_version: None,
+        path: None,
+        duration_ms: 0,
+        response_size: None,
+        source: Arc::default(),
+        session: None,
+        request_id: None,
+        user: None,
+        client: None,
+        target_name: None,
+        backend_tool: None,
+        method: None,
+        base_path: audit.base_path.clone(),
+        data: None,
+        max_data: audit.max_data,
     }
 }

@@ -7,7 +7,6 @@ use std::time::Instant;
 
 use super::backend::LineFrom;
 use super::delivery::Delivery;
-use super::in_flight::Caller;
 use super::modern::{self, ModernRequests};
 use super::resume::StreamKey;
 use super::sessions::{Kind, SessionNumber, Sessions};
@@ -64,7 +63,7 @@ impl Hub {
             }
             Routed::Pong { ping } => {
                 for request in self.backend.pong(now, ping, &mut self.outputs) {
-                    self.respond_health(now, request, true);
+                    self.respond(now, request, super::exchanges::Answer::Health(true));
                 }
             }
             Routed::Initialized {
@@ -229,7 +228,25 @@ impl Hub {
         what: Delivery,
     ) -> bool {
         let Some(number) = self.sessions.find(&sid) else {
-            return self.deliver_modern(now, sid, message, what);
+            // A 2026-07-28 request's: its answer, as section 13 completes it, or progress.
+            let (modern, in_flight) = (&mut self.modern, &mut self.in_flight);
+            let id = match what {
+                Delivery::Response { id, .. } => id,
+                Delivery::Progress { token } => {
+                    let parts = (&*modern, in_flight, &mut self.streams);
+                    let counters = (&mut self.metrics, &mut self.outputs);
+                    let clock = (now, self.settings.request_timeout);
+                    return modern::progress(parts, counters, clock, sid, (&message, token));
+                }
+                Delivery::Update => return false,
+            };
+            let init = self.router.initialize_result();
+            let answered = modern::answered((modern, in_flight), init, sid, (&message, id));
+            let Some((record, settlement)) = answered else {
+                return false;
+            };
+            self.settle(now, record, settlement);
+            return true;
         };
         self.metrics.delivered += 1;
         let stream = match self.sessions.get(number).map(|s| &s.kind) {
@@ -255,44 +272,6 @@ impl Hub {
             (stream, Frame::Owned(sse::message_event(&message))),
             &mut self.outputs,
         );
-        true
-    }
-
-    /// Delivers `message` to the 2026-07-28 request routed under `key`: its answer (as
-    /// section 13 completes it) or its progress. False if none waits under it.
-    fn deliver_modern(
-        &mut self,
-        now: Instant,
-        key: SessionId,
-        message: Vec<u8>,
-        what: Delivery,
-    ) -> bool {
-        let caller = Caller::Modern(key);
-        let id = match what {
-            Delivery::Response { id, .. } => id,
-            Delivery::Progress { token } => {
-                let parts = (&self.modern, &mut self.in_flight, &mut self.streams);
-                let counters = (&mut self.metrics, &mut self.outputs);
-                let clock = (now, self.settings.request_timeout);
-                return modern::progress(parts, counters, clock, key, (&message, token));
-            }
-            Delivery::Update => return false,
-        };
-        let id = std::str::from_utf8(&message[id]).ok().and_then(IdKey::of);
-        let Some(entry) = id.and_then(|id| self.in_flight.take(caller, &id)) else {
-            return false;
-        };
-        let init = self.router.initialize_result();
-        let Some((message, status)) = self.modern.completed(&key, &entry.raw_id, &message, init)
-        else {
-            return false;
-        };
-        let answered = Settlement::Answered {
-            message,
-            outcome: None,
-            status,
-        };
-        self.settle(now, (Some(caller), entry), answered);
         true
     }
 }

@@ -73,6 +73,11 @@ pub(crate) enum Answer {
     /// The proxy's own JSON-RPC error for a request it will not forward (SPEC sections 15
     /// and 16): observed as a denial, as a 2025 session's is, not judged by its status.
     Denied(Response),
+    /// A rejection, its response built as it goes out (a 503 for want of a backend says
+    /// when the backend restarts).
+    Rejected(Rejection),
+    /// The `/health` report, built as it goes out; whether the backend answered its ping.
+    Health(bool),
 }
 
 /// The exchanges not answered yet, by id.

@@ -26,6 +26,16 @@ pub(crate) enum Caller {
     Modern(SessionId),
 }
 
+impl Caller {
+    /// The session of a 2025 request.
+    pub(crate) fn session(self) -> Option<SessionNumber> {
+        match self {
+            Caller::Session(number) => Some(number),
+            Caller::Modern(_) => None,
+        }
+    }
+}
+
 impl From<SessionNumber> for Caller {
     fn from(number: SessionNumber) -> Self {
         Caller::Session(number)

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::auditing::Happened;
 use super::backend::{LineFrom, Phase};
+use super::exchanges::Answer;
 use super::mcp::Ending;
 use super::sessions::{Kind, SessionNumber};
 use super::settle::Settlement;
@@ -80,17 +81,17 @@ impl Hub {
         if let Some(AfterExit::Restart { .. }) = after {
             // Sessions stay; what the old process was asked is answered here.
             self.router.backend_exited(true);
-            self.observe(now, Happened::Restarted);
+            super::auditing::restarted((&self.settings, &mut self.outputs));
             self.fail_in_flight(now);
         } else {
             self.router.backend_exited(false);
             self.end_all_sessions(now, CloseReason::BackendExited);
             for post in self.posts.take_all() {
-                self.refuse(now, post.request, Rejection::BackendDown);
+                self.respond(now, post.request, Answer::Rejected(Rejection::BackendDown));
             }
         }
         for request in self.backend.all_health() {
-            self.respond_health(now, request, false);
+            self.respond(now, request, Answer::Health(false));
         }
         let after = after.unwrap_or_else(|| self.backend.after_exit(now, exit, ran_for));
         self.outputs
@@ -176,10 +177,10 @@ impl Hub {
         self.outputs.push_back(Output::StopAccepting);
         self.end_all_sessions(now, CloseReason::Shutdown);
         for post in self.posts.take_all() {
-            self.refuse(now, post.request, Rejection::BackendDown);
+            self.respond(now, post.request, Answer::Rejected(Rejection::BackendDown));
         }
         for request in self.backend.all_health() {
-            self.respond_health(now, request, false);
+            self.respond(now, request, Answer::Health(false));
         }
         self.backend.begin_stop(now, status, &mut self.outputs);
     }

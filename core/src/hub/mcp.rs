@@ -212,19 +212,25 @@ impl Hub {
         Ok(())
     }
 
-    /// The `initialize` that opens session `number` was answered (`succeeded` says how).
-    /// A result opens it (its answer carries `Mcp-Session-Id`, on a stream when asked for);
-    /// anything else (the backend's error, a timeout, a restart) leaves no session: it is
-    /// removed uncounted, and its answer (`Some(as a stream)`) goes without a session id.
+    /// Settles the `initialize` that opens session `number`, if `entry` is one, as
+    /// `settlement` says. A result opens it (its answer carries `Mcp-Session-Id`, on a
+    /// stream when asked for); anything else (the backend's error, a timeout, a restart)
+    /// leaves no session: it is removed uncounted, and its answer (`Some(as a stream)`)
+    /// goes without a session id.
     pub(super) fn opening(
         &mut self,
         now: Instant,
-        number: SessionNumber,
-        entry: &mut Entry,
-        opens: Opens,
-        succeeded: Outcome,
+        (number, entry): (SessionNumber, &mut Entry),
+        settlement: &Settlement,
     ) -> Option<bool> {
-        if succeeded != Outcome::Success {
+        let opens = entry.opens.take()?;
+        let Settlement::Answered {
+            message, outcome, ..
+        } = settlement
+        else {
+            return None;
+        };
+        if outcome.unwrap_or_else(|| Outcome::of_answer(message)) != Outcome::Success {
             self.backend.forget(number);
             self.sessions.close(number);
             return Some(opens.stream.is_some());

@@ -217,10 +217,10 @@ impl Hub {
             }
         }
         while let Some(post) = self.posts.take_due(now) {
-            self.refuse(now, post.request, Rejection::BackendDown);
+            self.respond(now, post.request, Answer::Rejected(Rejection::BackendDown));
         }
         for request in self.backend.health_due(now) {
-            self.respond_health(now, request, false);
+            self.respond(now, request, Answer::Health(false));
         }
         self.streams.handle_timeout(now, &mut self.outputs);
         (self.listeners).handle_timeout(now, &self.sessions, listen::upstream!(self));
@@ -249,7 +249,7 @@ impl Hub {
         match self.backend.phase() {
             Phase::Running => {}
             Phase::Exited | Phase::Stopping { .. } => {
-                self.refuse(now, id, Rejection::BackendDown);
+                self.respond(now, id, Answer::Rejected(Rejection::BackendDown));
                 return id;
             }
         }
@@ -271,7 +271,7 @@ impl Hub {
                 Ok(())
             }
             Endpoint::Health => {
-                self.respond_health(now, id, false);
+                self.respond(now, id, Answer::Health(false));
                 Ok(())
             }
             Endpoint::ResourceMetadata => {
@@ -287,7 +287,7 @@ impl Hub {
             }
         };
         if let Err(rejection) = result {
-            self.refuse(now, id, rejection);
+            self.respond(now, id, Answer::Rejected(rejection));
         }
         id
     }
@@ -298,7 +298,7 @@ impl Hub {
     pub fn handle_unserved(&mut self, now: Instant) -> RequestId {
         let id = RequestId(self.mint());
         self.exchanges.open(id, Exchange::default());
-        self.refuse(now, id, Rejection::Overloaded);
+        self.respond(now, id, Answer::Rejected(Rejection::Overloaded));
         id
     }
 
@@ -378,23 +378,6 @@ impl Hub {
     // -----------------------------------------------------------------------------------
     // What every part's decisions come down to
 
-    fn respond_health(&mut self, now: Instant, request: RequestId, answered: bool) {
-        let report = Health {
-            running: self.backend.is_up(),
-            pid: self.backend.pid(),
-            restarts: self.backend.restarts(),
-            since_last_pong: self.backend.since_last_pong(now),
-            answered,
-            sessions: self.sessions.len(),
-            instance: self.settings.instance,
-            keys_unavailable: self.keys.configured()
-                && !self.settings.configured_keys
-                && !self.keys.available(),
-        };
-        let (status, body) = report.response();
-        self.respond(now, request, Answer::Served(Response::json(status, body)));
-    }
-
     /// Answers `request` with the head of `stream`, which then carries `role`'s frames for
     /// `session` (with keep-alives when idle).
     fn start_stream(
@@ -416,19 +399,6 @@ impl Hub {
         backend::queued(parts, now, line, from);
     }
 
-    /// Refuses `request` with the answer `rejection` calls for (a 503 for want of a
-    /// backend with the time until its restart, as admission gives it).
-    fn refuse(&mut self, now: Instant, request: RequestId, rejection: Rejection) {
-        let refusal = match rejection {
-            Rejection::BackendDown => {
-                let restart_in = self.backend.until_restart(now);
-                crate::admission::Refused::BackendDown { restart_in }.refusal(None, None)
-            }
-            rejection => rejection.into(),
-        };
-        self.respond(now, request, refusal.into());
-    }
-
     /// The one way an answer leaves the hub: the exchange's record is closed, its CORS
     /// headers added, a refusal counted and, while the request's observation context is
     /// still with the exchange (it was not accepted), observed.
@@ -436,24 +406,28 @@ impl Hub {
         let exchange = self.exchanges.close(request);
         debug_assert!(exchange.is_some(), "{request:?} answered twice");
         let mut exchange = exchange.unwrap_or_default();
-        let (mut response, stream) = match answer {
-            Answer::Served(response) => (response, None),
-            Answer::Denied(response) => {
-                if let Some(started) = exchange.started.take() {
-                    let denied = Some(crate::audit::Outcome::Denied);
-                    self.observe(
-                        now,
-                        Happened::answered(None, started, &response.body, denied),
-                    );
-                }
-                (response, None)
-            }
+        let parts = (&self.backend, &self.sessions, &self.keys, &self.settings);
+        let (mut response, stream, denied) = match built(parts, now, answer) {
+            Answer::Served(response) => (response, None, false),
+            Answer::Denied(response) => (response, None, true),
             Answer::Refused(rejection, response) => {
                 self.metrics.rejected(&rejection);
-                (response, None)
+                (response, None, false)
             }
-            Answer::Stream(stream, head) => (head, Some(stream)),
+            Answer::Stream(stream, head) => (head, Some(stream), false),
+            Answer::Rejected(_) | Answer::Health(_) => unreachable!("built above"),
         };
+        // Not accepted: its event is this answer's (a stream's context went with it).
+        if let Some(started) = exchange.started.take().filter(|_| stream.is_none()) {
+            let happened = match denied {
+                true => {
+                    let denied = Some(crate::audit::Outcome::Denied);
+                    Happened::answered(None, started, &response.body, denied)
+                }
+                false => Happened::Refused(started, &response),
+            };
+            self.observe(now, happened);
+        }
         if let Some(origin) = &exchange.cors {
             http::add_cors(&mut response, origin);
         }
@@ -464,12 +438,7 @@ impl Hub {
                 head: response,
                 budget: self.settings.session_buffer,
             },
-            None => {
-                if let Some(started) = exchange.started {
-                    self.observe(now, Happened::Refused(started, &response));
-                }
-                Output::Respond { request, response }
-            }
+            None => Output::Respond { request, response },
         };
         self.outputs.push_back(output);
     }
@@ -483,5 +452,40 @@ impl Hub {
         let n = self.next_id;
         self.next_id += 1;
         n
+    }
+}
+
+/// `answer` as it goes out: a rejection's response (a 503 for want of a backend says when
+/// it restarts, as admission gives it) and the `/health` report (`answered`: the backend
+/// answered the ping it waited for) built from the parts that know.
+fn built(
+    (backend, sessions, keys, settings): (&BackendProcess, &Sessions, &keys::KeySets, &Settings),
+    now: Instant,
+    answer: Answer,
+) -> Answer {
+    match answer {
+        Answer::Rejected(Rejection::BackendDown) => {
+            let restart_in = backend.until_restart(now);
+            let refused = crate::admission::Refused::BackendDown { restart_in };
+            refused.refusal(None, None).into()
+        }
+        Answer::Rejected(rejection) => crate::admission::Refusal::from(rejection).into(),
+        Answer::Health(answered) => {
+            let report = Health {
+                running: backend.is_up(),
+                pid: backend.pid(),
+                restarts: backend.restarts(),
+                since_last_pong: backend.since_last_pong(now),
+                answered,
+                sessions: sessions.len(),
+                instance: settings.instance,
+                keys_unavailable: keys.configured()
+                    && !settings.configured_keys
+                    && !keys.available(),
+            };
+            let (status, body) = report.response();
+            Answer::Served(Response::json(status, body))
+        }
+        answer => answer,
     }
 }

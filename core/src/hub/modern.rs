@@ -12,6 +12,7 @@ use super::delivery::Delivery;
 use super::exchanges::{Answer, Sender};
 use super::in_flight::{Caller, Entry, InFlight, Waiting};
 use super::sessions::SessionNumber;
+use super::settle::Settlement;
 use super::streams::Streams;
 use super::tasks::{Asked, Owner, Tasks};
 use super::{Body, Hub, Request};
@@ -333,7 +334,7 @@ impl ModernRequests {
     /// the client's, `raw_id`), as section 13 completes it, and its HTTP status; `None`
     /// when no modern request waits under `key`. A `tools/list` result teaches the
     /// headers, the `initialize` result `init` the server's info.
-    pub(super) fn completed(
+    fn completed(
         &mut self,
         key: &SessionId,
         raw_id: &str,
@@ -354,6 +355,27 @@ impl ModernRequests {
             }
         })
     }
+}
+
+/// The backend's answer `message` (its id at `id`) to the modern request under `key`: its
+/// record, taken, and its settlement (the answer as section 13 completes it, with its
+/// status). `None` when no modern request waits under `key` with that id.
+pub(super) fn answered(
+    (modern, in_flight): (&mut ModernRequests, &mut InFlight),
+    init: Option<&str>,
+    key: SessionId,
+    (message, id): (&[u8], Range<usize>),
+) -> Option<((Option<Caller>, Entry), Settlement)> {
+    let caller = Caller::Modern(key);
+    let id = std::str::from_utf8(&message[id]).ok().and_then(IdKey::of)?;
+    let entry = in_flight.take(caller, &id)?;
+    let (message, status) = modern.completed(&key, &entry.raw_id, message, init)?;
+    let settlement = Settlement::Answered {
+        message,
+        outcome: None,
+        status,
+    };
+    Some(((Some(caller), entry), settlement))
 }
 
 /// Progress for the modern request under `key` (its token at `token` in `message`): to its

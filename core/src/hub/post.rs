@@ -6,8 +6,8 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use super::auditing::Happened;
-use super::backend::LineFrom;
+use super::auditing::{self, Happened};
+use super::backend::{BackendProcess, LineFrom};
 use super::delivery::Delivery;
 use super::exchanges::{Answer, Sender, Started};
 use super::in_flight::{Entry, Expired, InFlight};
@@ -28,7 +28,7 @@ use crate::metrics::{DropReason, Metrics};
 use crate::modern::ToolHeaders;
 use crate::output::{Event, Frame, Output, RequestId, StreamId};
 use crate::routed_id::{Mark, SessionId};
-use crate::router::{Forward, RESPONSE_ID_AT};
+use crate::router::{Forward, Router, RESPONSE_ID_AT};
 use crate::settings::{OnBackendExit, Settings};
 use crate::sse;
 
@@ -314,7 +314,8 @@ impl Hub {
                 return Ok(());
             }
         };
-        self.observe(now, Happened::Described(request, prepared.message()));
+        let parts = (&mut self.exchanges, &self.settings);
+        auditing::described(parts, request, prepared.message());
         if let Some(tool) = prepared.show_tools(&self.settings, self.backend_tools.known()) {
             self.exchanges.called_as(request, tool);
         }
@@ -336,15 +337,8 @@ impl Hub {
             },
             deadline: now + self.settings.restart_wait,
         };
-        // Sessions are kept across restarts and one is coming: a POST that finds the
-        // backend not ready waits for it.
-        let waits =
-            self.settings.on_backend_exit == OnBackendExit::KeepSessions && self.backend.coming();
-        // A 2026-07-28 request needs the backend initialized, and no 2025 client has
-        // done it: the proxy does, and the request waits for it like a restart.
-        let unshaken = matches!(&post.prepared, Prepared::Modern(m) if m.needs_handshake())
-            && self.backend.is_up()
-            && self.router.handshake_result().is_none();
+        let parts = (&self.settings, &self.backend, &self.router);
+        let (waits, unshaken) = readiness(parts, &post.prepared);
         if unshaken && self.router.is_idle() {
             let line = self.router.own_handshake();
             self.queue_line(now, line, LineFrom::Proxy);
@@ -412,14 +406,14 @@ impl Hub {
             Prepared::Legacy { session, msg } => (session, msg, sender),
             Prepared::Mcp(mcp) => {
                 if let Err(rejection) = self.mcp_post(now, request, mcp, sender) {
-                    self.refuse(now, request, rejection);
+                    self.respond(now, request, Answer::Rejected(rejection));
                 }
                 return;
             }
             Prepared::Modern(post) => return super::modern::post(self, now, request, post, sender),
         };
         let Some(sid) = self.sessions.get(session).map(|s| s.id) else {
-            return self.refuse(now, request, Rejection::SessionNotFound);
+            return self.respond(now, request, Answer::Rejected(Rejection::SessionNotFound));
         };
         sender.started = self.exchanges.take_started(request);
         self.client_message(now, (session, sid), &msg, sender);
@@ -440,7 +434,7 @@ impl Hub {
         mut sender: Sender,
     ) {
         self.metrics.client_messages += 1;
-        self.observe(now, Happened::Introduced(number, msg));
+        auditing::introduced((&mut self.sessions, &self.settings), number, msg);
         let parts = (&self.sessions, &mut self.in_flight, &self.settings);
         for (at, entry) in track_legacy(parts, now, number, msg, &mut sender.started) {
             self.settle(at, (Some(number.into()), entry), Settlement::Gone);
@@ -488,6 +482,21 @@ impl Hub {
         };
         self.deliver(now, sid, answer, what);
     }
+}
+
+/// Whether a POST that finds the backend not ready waits for it (sessions are kept across
+/// restarts and one is coming), and whether it needs the proxy's own handshake first (a
+/// 2026-07-28 request, and no 2025 client initialized the backend: it waits for that
+/// like a restart).
+fn readiness(
+    (settings, backend, router): (&Settings, &BackendProcess, &Router),
+    prepared: &Prepared,
+) -> (bool, bool) {
+    let waits = settings.on_backend_exit == OnBackendExit::KeepSessions && backend.coming();
+    let unshaken = matches!(prepared, Prepared::Modern(m) if m.needs_handshake())
+        && backend.is_up()
+        && router.handshake_result().is_none();
+    (waits, unshaken)
 }
 
 /// A legacy request is tracked before anything answers it (routing never needs it), to

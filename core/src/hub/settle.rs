@@ -65,31 +65,14 @@ impl Hub {
         (caller, mut entry): (Option<Caller>, Entry),
         settlement: Settlement,
     ) {
-        let number = match caller {
-            Some(Caller::Session(number)) => Some(number),
-            _ => None,
+        let number = caller.and_then(Caller::session);
+        let failed_open = match number {
+            Some(number) => self.opening(now, (number, &mut entry), &settlement),
+            None => None,
         };
-        let mut failed_open = None;
-        if let (
-            Some(opens),
-            Some(number),
-            Settlement::Answered {
-                message, outcome, ..
-            },
-        ) = (entry.opens.take(), number, &settlement)
-        {
-            let succeeded = outcome.unwrap_or_else(|| Outcome::of_answer(message));
-            failed_open = self.opening(now, number, &mut entry, opens, succeeded);
-        }
         // A legacy answer goes out first: routed by its id, it never waited for the record.
-        let legacy = match (caller, entry.exchange) {
-            (Some(Caller::Session(number)), None) => Some(number),
-            _ => None,
-        };
-        if let Some(number) = legacy {
-            let parts = (&self.sessions, &mut self.streams, &mut self.outputs);
-            legacy_carried(parts, now, number, &settlement);
-        }
+        let parts = (&self.sessions, &mut self.streams, &mut self.outputs);
+        legacy_carried(parts, now, (number, entry.exchange), &settlement);
         if let Some(started) = entry.audit.take() {
             let happened = match &settlement {
                 Settlement::Answered {
@@ -174,10 +157,11 @@ fn modern_carried(
 fn legacy_carried(
     (sessions, streams, outputs): (&Sessions, &mut Streams, &mut VecDeque<Output>),
     now: Instant,
-    number: SessionNumber,
+    (number, exchange): (Option<SessionNumber>, Option<RequestId>),
     settlement: &Settlement,
 ) {
-    let Settlement::Answered { message, .. } = settlement else {
+    let (Some(number), None, Settlement::Answered { message, .. }) = (number, exchange, settlement)
+    else {
         return;
     };
     if let Some(Kind::Legacy { stream }) = sessions.get(number).map(|s| &s.kind) {
