@@ -22,7 +22,7 @@ use std::ops::Bound::{Excluded, Unbounded};
 use std::time::{Duration, Instant};
 
 use super::deadlines::Deadlines;
-use super::sessions::SessionNumber;
+use super::sessions::Lane;
 use crate::message::IdKey;
 use crate::metrics::{DropReason, Metrics};
 use crate::output::{BackendId, Event, Output, RequestId};
@@ -35,7 +35,7 @@ use crate::supervise::{AfterExit, Exit, Signal, Supervisor};
 /// under (a session's id, or a 2026-07-28 request's own key) and the id.
 pub(crate) type Slot = (SessionId, IdKey);
 
-/// One session's client lines waiting for stdin, each request with its slot.
+/// One lane's client lines waiting for stdin, each request with its slot.
 type Waiting = VecDeque<(Vec<u8>, Option<Slot>)>;
 
 /// Whose line is queued for the backend, which decides how much room it may take.
@@ -43,10 +43,10 @@ type Waiting = VecDeque<(Vec<u8>, Option<Slot>)>;
 pub(crate) enum LineFrom {
     /// A client's notification of this session (or lane): within its fair share of the
     /// stdin queue.
-    Client(SessionNumber),
+    Client(Lane),
     /// A client's request: as [`LineFrom::Client`], and it takes a place in the backend
     /// window until it ends.
-    Request(SessionNumber, Slot),
+    Request(Lane, Slot),
     /// The proxy's own (pings, unsubscribes, answers to the backend's requests): within
     /// twice that; past it they are dropped and counted, they never delay a client.
     Proxy,
@@ -142,22 +142,22 @@ pub(crate) struct BackendProcess {
     stdin_queue: usize,
     /// Whose each line queued for stdin is, in order (`None`: the proxy's own), so that
     /// write reports give each session its room back.
-    owners: VecDeque<Option<SessionNumber>>,
+    owners: VecDeque<Option<Lane>>,
     /// Client lines queued per session, waiting here or in the shell (sessions with none
     /// are not listed).
-    queued_by: BTreeMap<SessionNumber, usize>,
+    queued_by: BTreeMap<Lane, usize>,
     /// Lines the shell may hold not yet written.
     stdin_window: usize,
     /// Client lines not handed to the shell yet, per session, each request with its slot.
-    held: BTreeMap<SessionNumber, Waiting>,
+    held: BTreeMap<Lane, Waiting>,
     /// Held client lines that are notifications (they pass a full window).
     held_notes: usize,
     /// Client requests handed to the shell and not yet ended: the window, each with its
     /// session (or lane).
-    window: BTreeMap<Slot, SessionNumber>,
+    window: BTreeMap<Slot, Lane>,
     /// How many of the window's requests each session holds: one below its share of the
     /// window goes even when the window is full.
-    in_window: BTreeMap<SessionNumber, usize>,
+    in_window: BTreeMap<Lane, usize>,
     /// Requests in the window awaited no longer at these times (`--request-timeout`).
     window_timers: Deadlines<Slot>,
     /// Client requests handed over and unanswered, at most (`--backend-window`).
@@ -167,7 +167,7 @@ pub(crate) struct BackendProcess {
     /// The proxy's own lines and cancellations not handed to the shell yet.
     held_proxy: VecDeque<Vec<u8>>,
     /// The session whose line was handed over last: the next turn is the next session's.
-    turn: Option<SessionNumber>,
+    turn: Option<Lane>,
 }
 
 impl BackendProcess {
@@ -327,7 +327,7 @@ impl BackendProcess {
     /// queue: the queue split equally among the sessions with lines queued, itself counted
     /// (SPEC section 12). A session at its share is refused; one below it is admitted even
     /// when others filled the queue, so one flood slows others by one share at most.
-    pub(crate) fn fits(&self, session: Option<SessionNumber>) -> bool {
+    pub(crate) fn fits(&self, session: Option<Lane>) -> bool {
         let mine = session
             .and_then(|s| self.queued_by.get(&s))
             .copied()
@@ -420,7 +420,7 @@ impl BackendProcess {
     /// The next client line in turn: the next session's (after the last one served, in
     /// session order) whose first line may go now, a request only while the window has
     /// room (or when `all` lines go).
-    fn next_client(&mut self, all: bool) -> Option<(SessionNumber, Vec<u8>, Option<Slot>)> {
+    fn next_client(&mut self, all: bool) -> Option<(Lane, Vec<u8>, Option<Slot>)> {
         let room = all || self.window.len() < self.backend_window;
         // The window is shared fairly too: a session holding less than its part of it
         // (the window over the sessions holding or wanting a place) goes even when it is
@@ -431,11 +431,11 @@ impl BackendProcess {
                 .count();
         let share = (self.backend_window / sharers.max(1)).max(1);
         let in_window = &self.in_window;
-        let below_share = |s: &SessionNumber| in_window.get(s).copied().unwrap_or(0) < share;
+        let below_share = |s: &Lane| in_window.get(s).copied().unwrap_or(0) < share;
         if !room && self.held_notes == 0 && !self.held.keys().any(below_share) {
             return None;
         }
-        let may_go = |(session, lines): (&SessionNumber, &Waiting)| {
+        let may_go = |(session, lines): (&Lane, &Waiting)| {
             let first = lines
                 .front()
                 .is_some_and(|(_, slot)| room || slot.is_none() || below_share(session));
@@ -542,7 +542,7 @@ impl BackendProcess {
     }
 
     /// One line of `session` left the queue: its share gets its room back.
-    fn unqueue(&mut self, session: SessionNumber) {
+    fn unqueue(&mut self, session: Lane) {
         if let Some(n) = self.queued_by.get_mut(&session) {
             *n -= 1;
             if *n == 0 {
@@ -575,7 +575,7 @@ impl BackendProcess {
     /// window (nobody awaits them), and its lines still waiting here are dropped (nobody
     /// awaits their answers; a cancellation sent for one of them must not overtake it).
     /// How many were dropped.
-    pub(crate) fn forget(&mut self, session: SessionNumber) -> usize {
+    pub(crate) fn forget(&mut self, session: Lane) -> usize {
         if self.queued_by.remove(&session).is_some() {
             for owner in self.owners.iter_mut().filter(|o| **o == Some(session)) {
                 *owner = None;

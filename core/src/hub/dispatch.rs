@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use super::backend::LineFrom;
 use super::delivery::Delivery;
+use super::in_flight::RequestKey;
 use super::modern::{self, ModernRequests};
 use super::resume::StreamKey;
 use super::sessions::{Kind, SessionNumber, Sessions};
@@ -109,8 +110,8 @@ impl Hub {
         let hidden;
         (message, id, hidden) = match (mark, &owner) {
             (Mark::Filtered, _) => {
-                let caller =
-                    (self.sessions.caller(&session)).or_else(|| self.modern.caller(&session));
+                let caller = (self.sessions.caller(&session))
+                    .or_else(|| self.modern.caller(&RequestKey::routed(session)));
                 (self.decisions).filter_list(&self.settings, caller, message, id)
             }
             (Mark::Tasks, Some(owner)) => tasks_listed(&mut self.tasks, now, owner, message, id),
@@ -236,12 +237,14 @@ impl Hub {
                     let parts = (&*modern, in_flight, &mut self.streams);
                     let counters = (&mut self.metrics, &mut self.outputs);
                     let clock = (now, self.settings.request_timeout);
-                    return modern::progress(parts, counters, clock, sid, (&message, token));
+                    let key = RequestKey::routed(sid);
+                    return modern::progress(parts, counters, clock, key, (&message, token));
                 }
                 Delivery::Update => return false,
             };
             let init = self.router.initialize_result();
-            let answered = modern::answered((modern, in_flight), init, sid, (&message, id));
+            let key = RequestKey::routed(sid);
+            let answered = modern::answered((modern, in_flight), init, key, (&message, id));
             let Some((record, settlement)) = answered else {
                 return false;
             };
@@ -282,7 +285,7 @@ fn owner_of((sessions, modern): (&Sessions, &ModernRequests), key: &SessionId) -
     if sessions.find(key).is_some() {
         return Some(Owner::Session(*key));
     }
-    let (principal, _) = modern.caller(key)?;
+    let (principal, _) = modern.caller(&RequestKey::routed(*key))?;
     Some(Owner::Principal(principal.clone()))
 }
 

@@ -15,7 +15,29 @@ use crate::auth::Principal;
 use crate::http::Grant;
 use crate::message::{Checked, IdKey};
 use crate::output::{RequestId, StreamId};
-use crate::routed_id::SessionId;
+use crate::routed_id::{Instance, SessionId};
+
+/// A 2026-07-28 request's own routing key (SPEC section 13): minted for it alone and
+/// written where a session's id goes in a routed id (`<key>|n:<id>`), so its answer and
+/// its progress come back to it; it names no session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct RequestKey(SessionId);
+
+impl RequestKey {
+    pub(crate) fn mint(instance: Option<&Instance>, entropy: [u8; 16]) -> Self {
+        RequestKey(SessionId::mint(instance, entropy))
+    }
+
+    /// The key a route back names when no session holds it.
+    pub(crate) fn routed(route: SessionId) -> Self {
+        RequestKey(route)
+    }
+
+    /// What its routed ids carry before the id.
+    pub(crate) fn route(&self) -> &SessionId {
+        &self.0
+    }
+}
 
 /// Who a request in flight belongs to. A request without a session (answered on its own
 /// exchange) gets a variant of its own; the table does not care which.
@@ -23,7 +45,7 @@ use crate::routed_id::SessionId;
 pub(crate) enum Caller {
     Session(SessionNumber),
     /// A 2026-07-28 request, by the routing key minted for it alone (SPEC section 13).
-    Modern(SessionId),
+    Modern(RequestKey),
 }
 
 impl Caller {

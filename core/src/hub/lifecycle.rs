@@ -216,7 +216,7 @@ impl Hub {
             CloseReason::Shutdown => Ending::Shutdown,
             _ => Ending::Deleted,
         };
-        for _ in 0..self.backend.forget(number) {
+        for _ in 0..self.backend.forget(number.into()) {
             self.drop_message(DropReason::SessionGone, None);
         }
         // Its requests left the backend window: others' may go.

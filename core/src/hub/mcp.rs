@@ -7,7 +7,7 @@ use std::time::Instant;
 use super::backend::BackendProcess;
 use super::delivery::Delivery;
 use super::exchanges::{Answer, Sender};
-use super::in_flight::{Caller, Entry, Opens};
+use super::in_flight::{Caller, Entry, Opens, RequestKey};
 use super::resume::Carries;
 use super::sessions::{Gone, Kind, McpSession, SessionNumber, Sessions};
 use super::settle::Settlement;
@@ -231,7 +231,7 @@ impl Hub {
             return None;
         };
         if outcome.unwrap_or_else(|| Outcome::of_answer(message)) != Outcome::Success {
-            self.backend.forget(number);
+            self.backend.forget(number.into());
             self.sessions.close(number);
             return Some(opens.stream.is_some());
         }
@@ -387,7 +387,7 @@ impl Hub {
                 self.sessions.get(number).expect("in flight").id,
                 Some(number),
             ),
-            Caller::Modern(key) => (key, None),
+            Caller::Modern(key) => (*key.route(), None),
         };
         // An initialize is never cancelled (MCP forbids it; it went under the proxy's id).
         if entry.opens.is_none() {
@@ -406,7 +406,7 @@ impl Hub {
     /// The client of the 2026-07-28 request under `key` hung up (its stream, or the
     /// connection its JSON answer was due on): it is cancelled at the backend and its late
     /// answer dropped (SPEC section 13).
-    pub(super) fn modern_client_left(&mut self, now: Instant, key: SessionId) {
+    pub(super) fn modern_client_left(&mut self, now: Instant, key: RequestKey) {
         let caller = Caller::Modern(key);
         let ids = self.in_flight.keys(caller);
         for id in &ids {
@@ -415,7 +415,7 @@ impl Hub {
             };
             let raw_id = entry.raw_id.clone();
             self.settle(now, (Some(caller), entry), Settlement::Gone);
-            let cancel = (&key, raw_id.as_str(), "client disconnected");
+            let cancel = (key.route(), raw_id.as_str(), "client disconnected");
             if !self.backend.cancel(now, cancel, &mut self.outputs) {
                 self.drop_message(DropReason::BackendQueueFull, None);
             }

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use super::backend::LineFrom;
 use super::delivery::Delivery;
 use super::exchanges::{Answer, Sender};
-use super::in_flight::{Caller, Entry, InFlight, Waiting};
-use super::sessions::SessionNumber;
+use super::in_flight::{Caller, Entry, InFlight, RequestKey, Waiting};
+use super::sessions::Lane;
 use super::settle::Settlement;
 use super::streams::Streams;
 use super::tasks::{Asked, Owner, Tasks};
@@ -24,7 +24,7 @@ use crate::metrics::{DropReason, Metrics};
 use crate::modern::{self, ToolHeaders};
 use crate::output::Output;
 use crate::output::{Frame, RequestId, StreamId};
-use crate::routed_id::{Instance, Mark, SessionId};
+use crate::routed_id::{Instance, Mark};
 use crate::router::{Forward, Router};
 use crate::settings::{Modern, Settings};
 use crate::streamable::{self, Accepts};
@@ -36,7 +36,7 @@ const MAX_LANES: usize = 1024;
 #[derive(Debug)]
 pub(super) struct ModernPost {
     /// Its routing key: the routed id `<key>|n:<id>` names this request and no other.
-    key: SessionId,
+    key: RequestKey,
     principal: Principal,
     msg: Checked,
     accepts: Accepts,
@@ -44,7 +44,7 @@ pub(super) struct ModernPost {
 
 impl ModernPost {
     /// Its turn in the stdin queue's fair share (`None`: its principal's first in flight).
-    pub(super) fn lane(&self, modern: &ModernRequests) -> Option<SessionNumber> {
+    pub(super) fn lane(&self, modern: &ModernRequests) -> Option<Lane> {
         modern.lane(&self.principal)
     }
 
@@ -86,7 +86,7 @@ impl ModernPost {
             modern::check(&msg, &req.mcp, tools).map_err(|r| Ok(r.response(msg.raw_id())))?;
         }
         Ok(ModernPost {
-            key: SessionId::mint(instance, req.entropy),
+            key: RequestKey::mint(instance, req.entropy),
             principal: req.principal,
             msg,
             accepts,
@@ -98,15 +98,15 @@ impl ModernPost {
 /// `tools/list` said about headers.
 #[derive(Debug, Default)]
 pub(crate) struct ModernRequests {
-    waiting: BTreeMap<SessionId, Waiting>,
-    by_exchange: BTreeMap<RequestId, SessionId>,
+    waiting: BTreeMap<RequestKey, Waiting>,
+    by_exchange: BTreeMap<RequestId, RequestKey>,
     per_principal: BTreeMap<Principal, usize>,
     /// Each principal's turn in the stdin queue's fair share: its modern requests share
     /// one, as a session's requests do. Kept after its last request is answered (the
     /// shell reports written lines in batches, so the lane may still count a few), so that
     /// a principal's bursts never count as several sharers; idle lanes go past
     /// [`MAX_LANES`].
-    lanes: BTreeMap<Principal, SessionNumber>,
+    lanes: BTreeMap<Principal, Lane>,
     /// The `Mcp-Param-*` annotations of the backend's last `tools/list`.
     pub(crate) tools: ToolHeaders,
     /// The backend's `serverInfo`, read once from the `initialize` result it came from
@@ -115,7 +115,7 @@ pub(crate) struct ModernRequests {
 }
 
 impl ModernRequests {
-    fn insert(&mut self, key: SessionId, waiting: Waiting, lane: SessionNumber) {
+    fn insert(&mut self, key: RequestKey, waiting: Waiting, lane: Lane) {
         *self
             .per_principal
             .entry(waiting.principal.clone())
@@ -130,7 +130,7 @@ impl ModernRequests {
         self.waiting.insert(key, waiting);
     }
 
-    pub(super) fn remove(&mut self, key: &SessionId) -> Option<Waiting> {
+    pub(super) fn remove(&mut self, key: &RequestKey) -> Option<Waiting> {
         let waiting = self.waiting.remove(key)?;
         self.by_exchange.remove(&waiting.exchange);
         if let Some(count) = self.per_principal.get_mut(&waiting.principal) {
@@ -157,18 +157,18 @@ impl ModernRequests {
     }
 
     /// The turn in the stdin queue of `principal`'s modern requests (`None`: one it starts).
-    pub(crate) fn lane(&self, principal: &Principal) -> Option<SessionNumber> {
+    pub(crate) fn lane(&self, principal: &Principal) -> Option<Lane> {
         self.lanes.get(principal).copied()
     }
 
     /// Who sent the modern request routed under `key`, for filtering its list result.
-    pub(crate) fn caller(&self, key: &SessionId) -> Option<(&Principal, &Grant)> {
+    pub(crate) fn caller(&self, key: &RequestKey) -> Option<(&Principal, &Grant)> {
         let waiting = self.waiting.get(key)?;
         Some((&waiting.principal, &waiting.grant))
     }
 
     /// The routing key of the modern request `exchange` waits for.
-    pub(crate) fn of_exchange(&self, exchange: RequestId) -> Option<SessionId> {
+    pub(crate) fn of_exchange(&self, exchange: RequestId) -> Option<RequestKey> {
         self.by_exchange.get(&exchange).copied()
     }
 }
@@ -225,7 +225,7 @@ pub(super) fn post(
 fn forward(
     hub: &mut Hub,
     now: Instant,
-    (key, id): (SessionId, IdKey),
+    (key, id): (RequestKey, IdKey),
     msg: Checked,
     waiting: Waiting,
 ) {
@@ -257,18 +257,19 @@ fn forward(
         _ => msg,
     };
     let hop = (&mut hub.router, &mut hub.in_flight, hub.settings.tracing);
-    match super::spans::forward(hop, (key, Caller::Modern(key), now), &outbound, mark) {
+    let route = *key.route();
+    match super::spans::forward(hop, (route, Caller::Modern(key), now), &outbound, mark) {
         Forward::Line(line) => {
             let from = match outbound.method.as_str() {
                 "initialize" => LineFrom::Client(lane),
-                _ => LineFrom::Request(lane, (key, id)),
+                _ => LineFrom::Request(lane, (route, id)),
             };
             hub.queue_line(now, line, from);
         }
         Forward::Answer(answer) => {
             let at = crate::router::RESPONSE_ID_AT;
             let id = at..at + outbound.raw_id().len();
-            hub.deliver(now, key, answer, Delivery::Response { id, outcome: None });
+            hub.deliver(now, route, answer, Delivery::Response { id, outcome: None });
         }
         Forward::Cached(answer) => hub.dispatch(now, *answer),
         Forward::Fetch(line) => hub.queue_line(now, line, LineFrom::Proxy),
@@ -336,7 +337,7 @@ impl ModernRequests {
     /// headers, the `initialize` result `init` the server's info.
     fn completed(
         &mut self,
-        key: &SessionId,
+        key: &RequestKey,
         raw_id: &str,
         message: &[u8],
         init: Option<&str>,
@@ -363,7 +364,7 @@ impl ModernRequests {
 pub(super) fn answered(
     (modern, in_flight): (&mut ModernRequests, &mut InFlight),
     init: Option<&str>,
-    key: SessionId,
+    key: RequestKey,
     (message, id): (&[u8], Range<usize>),
 ) -> Option<((Option<Caller>, Entry), Settlement)> {
     let caller = Caller::Modern(key);
@@ -385,7 +386,7 @@ pub(super) fn progress(
     (modern, in_flight, streams): (&ModernRequests, &mut InFlight, &mut Streams),
     (metrics, outputs): (&mut Metrics, &mut VecDeque<Output>),
     (now, timeout): (Instant, Option<Duration>),
-    key: SessionId,
+    key: RequestKey,
     (message, token): (&[u8], Range<usize>),
 ) -> bool {
     let Some(stream) = modern.waiting.get(&key).map(|w| w.stream) else {

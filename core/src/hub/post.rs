@@ -13,7 +13,7 @@ use super::exchanges::{Answer, Sender, Started};
 use super::in_flight::{Entry, Expired, InFlight};
 use super::mcp::{self, McpPost};
 use super::modern::ModernPost;
-use super::sessions::{Kind, SessionNumber, Sessions};
+use super::sessions::{Kind, Lane, SessionNumber, Sessions};
 use super::settle::Settlement;
 use super::spans;
 use super::streams::Role;
@@ -396,7 +396,7 @@ impl Hub {
         } = post;
         let lane = match &prepared {
             Prepared::Modern(post) => post.lane(&self.modern),
-            other => other.session(),
+            other => other.session().map(Lane::from),
         };
         let within_share = self.backend.fits(lane);
         if let Err(refused) = admission::room(&Capacity::share(within_share)) {
@@ -636,8 +636,8 @@ fn subscription(
 pub(super) fn client_line(number: SessionNumber, sid: SessionId, msg: &Checked) -> LineFrom {
     match (&msg.id, msg.kind) {
         (Some(id), message::Kind::Request) if msg.method != "initialize" => {
-            LineFrom::Request(number, (sid, id.key.clone()))
+            LineFrom::Request(number.into(), (sid, id.key.clone()))
         }
-        _ => LineFrom::Client(number),
+        _ => LineFrom::Client(number.into()),
     }
 }

@@ -20,6 +20,25 @@ pub(crate) const MAX_SUBSCRIPTIONS_PER_SESSION: usize = 1024;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct SessionNumber(u64);
 
+/// A turn in the stdin queue's fair share: a session's, or the one a principal's
+/// 2026-07-28 requests take together (they belong to no session). Numbered from the
+/// sessions' count, so lanes take turns in the order they were made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Lane(u64);
+
+impl From<SessionNumber> for Lane {
+    fn from(number: SessionNumber) -> Self {
+        Lane(number.0)
+    }
+}
+
+impl Lane {
+    /// The lane numbered `n`, one no session holds.
+    pub(crate) fn unheld(n: u64) -> Self {
+        Lane(n)
+    }
+}
+
 /// The two transports side by side (SPEC section 7).
 #[derive(Debug)]
 pub(crate) enum Kind {
@@ -136,10 +155,10 @@ pub(crate) struct Sessions {
 impl Sessions {
     /// A number no session holds: the turn in the stdin queue's fair share that one
     /// principal's 2026-07-28 requests take together (they belong to no session).
-    pub(crate) fn lane(&mut self) -> SessionNumber {
-        let number = SessionNumber(self.next);
+    pub(crate) fn lane(&mut self) -> Lane {
+        let lane = Lane::unheld(self.next);
         self.next += 1;
-        number
+        lane
     }
 
     pub(crate) fn new(max: usize) -> Self {

@@ -4,10 +4,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use super::deadlines::Deadlines;
+use super::in_flight::RequestKey;
 use super::resume::StreamKey;
 use super::sessions::SessionNumber;
 use crate::output::{Frame, Output, StreamId};
-use crate::routed_id::SessionId;
 use crate::sse;
 
 /// What a stream carries.
@@ -18,7 +18,7 @@ pub(crate) enum Role {
     /// A Streamable session's stream (its GET stream or a request's) of this number.
     Mcp(StreamKey),
     /// The answer stream of the 2026-07-28 request routed under this key.
-    Modern(SessionId),
+    Modern(RequestKey),
 }
 
 #[derive(Debug)]
@@ -83,7 +83,7 @@ impl Streams {
     }
 
     /// The answer stream of the 2026-07-28 request routed under `key`, opened now.
-    pub(crate) fn open_modern(&mut self, now: Instant, stream: StreamId, key: SessionId) {
+    pub(crate) fn open_modern(&mut self, now: Instant, stream: StreamId, key: RequestKey) {
         let state = Stream {
             session: None,
             role: Role::Modern(key),
