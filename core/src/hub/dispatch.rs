@@ -7,11 +7,10 @@ use std::time::Instant;
 
 use super::backend::LineFrom;
 use super::delivery::Delivery;
-use super::in_flight::RequestKey;
+use super::in_flight::{RequestKey, Settlement};
 use super::modern::{self, ModernRequests};
 use super::resume::StreamKey;
 use super::sessions::{Kind, SessionNumber, Sessions};
-use super::settle::Settlement;
 use super::tasks::{Owner, Tasks};
 use super::Hub;
 use crate::message::IdKey;

@@ -11,6 +11,7 @@ use super::exchanges::Started;
 use super::resume::StreamKey;
 use super::sessions::SessionNumber;
 use crate::admission;
+use crate::audit::Outcome;
 use crate::auth::Principal;
 use crate::http::Grant;
 use crate::message::{Checked, IdKey};
@@ -147,6 +148,42 @@ pub(crate) struct Waiting {
     pub(crate) exchange: RequestId,
     /// Its answer stream (progress, then the answer), when the answer is not a JSON body.
     pub(crate) stream: Option<StreamId>,
+}
+
+/// How a request owed an answer ends.
+#[derive(Debug)]
+pub(crate) enum Settlement {
+    /// Answered with `message`, under the client's id: `outcome` is the proxy's verdict
+    /// (`None`: the backend's answer, judged by its content); `status` is the HTTP status
+    /// of a 2026-07-28 JSON answer.
+    Answered {
+        message: Vec<u8>,
+        outcome: Option<Outcome>,
+        status: u16,
+    },
+    /// Cancelled by its client: a Streamable request's stream ends, a JSON waiter is told
+    /// -32800.
+    Cancelled,
+    /// Awaited no longer with nobody to tell: its client, its stream or its session gone
+    /// for good, or (a legacy request) no longer kept.
+    Gone,
+}
+
+impl Settlement {
+    /// The backend's answer `message` (or the proxy's, `outcome` its verdict).
+    pub(crate) fn answered(message: Vec<u8>, outcome: Option<Outcome>) -> Self {
+        Settlement::Answered {
+            message,
+            outcome,
+            status: 200,
+        }
+    }
+
+    /// The proxy's error `code` (`text`) under the client's `raw_id`.
+    pub(crate) fn error(raw_id: &str, code: i32, text: &str) -> Self {
+        let message = crate::streamable::error_message(raw_id, code, text);
+        Self::answered(message, Some(Outcome::Error))
+    }
 }
 
 /// How the `initialize` that opens a session is answered once its answer is known: only a

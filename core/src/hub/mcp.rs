@@ -7,10 +7,9 @@ use std::time::Instant;
 use super::backend::BackendProcess;
 use super::delivery::Delivery;
 use super::exchanges::{Answer, Sender};
-use super::in_flight::{Caller, Entry, Opens, RequestKey};
+use super::in_flight::{Caller, Entry, Opens, RequestKey, Settlement};
 use super::resume::Carries;
 use super::sessions::{Gone, Kind, McpSession, SessionNumber, Sessions};
-use super::settle::Settlement;
 use super::{Body, Hub, Request};
 use crate::admission::{self, Arrival, Capacity, Opening};
 use crate::audit::Outcome;
@@ -217,7 +216,7 @@ impl Hub {
     /// stream when asked for); anything else (the backend's error, a timeout, a restart)
     /// leaves no session: it is removed uncounted, and its answer (`Some(as a stream)`)
     /// goes without a session id.
-    pub(super) fn opening(
+    pub(super) fn settle_opening(
         &mut self,
         now: Instant,
         (number, entry): (SessionNumber, &mut Entry),

@@ -5,10 +5,11 @@
 //! |---|---|
 //! | `backend` | the process: spawn, restart backoff, stdin budget, pings, `/health` waiters, the stop sequence; it writes its own outputs |
 //! | `sessions` | the one table of live sessions (principal, kind, subscriptions, creation order), the Streamable timers (idle, resume window) and the streams' logs and windows |
-//! | `in_flight` | every request in flight of either transport, its progress token and its timeout |
+//! | `in_flight` | every request in flight of either transport and era (its record: how its answer travels, its progress token, its timeout, its observation context) |
 //! | `exchanges` | the HTTP exchanges owed an answer: each one's CORS origin and observation context until `respond` |
 //! | `streams` | open SSE streams, what is sent on them and their end, their keep-alives |
 //! | `listen` | the 2026-07-28 listen streams: what each gets, the uris they hold, their keep-alives |
+//! | `modern` | the 2026-07-28 requests in flight: each one's key, caller and lane, what its answer needs |
 //! | `resume` | each Streamable session's event log: numbered events kept for resumption |
 //! | `keys` | the key sets: their fetches, refreshes and backoff (SPEC section 9) |
 //! | `authz` | the policy's decisions, remembered, and the filtering of list results (SPEC section 10) |
@@ -24,7 +25,8 @@
 //! input does: `post` a legacy session and every POST, `mcp` the rest of `/mcp`,
 //! `resumption` Streamable streams (numbered, kept, resumed), `dispatch` a backend line,
 //! `fetching` what a key set fetch brought, `lifecycle` the backend's and the proxy's life,
-//! `reload` a configuration read again; `auditing` is the one reader of what happened
+//! `reload` a configuration read again; `settle` is the one exit of a request owed an
+//! answer; `auditing` is the one reader of how a request, a session or a refusal ended
 //! (`observe`); `inspect` is the read-only view ([`Hub::inspect`]).
 //!
 //! The loop contract is the crate's: every input but `handle_lost` takes `now`;

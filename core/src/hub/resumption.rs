@@ -7,9 +7,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::in_flight::Settlement;
 use super::resume::{event_id, parse_event_id, Budget, Carries, StreamKey, Unreplayable};
 use super::sessions::{Gone, SessionNumber};
-use super::settle::Settlement;
 use super::streams::Role;
 use super::Hub;
 use crate::http::{self, Rejection};

@@ -8,50 +8,13 @@ use std::time::Instant;
 
 use super::auditing::Happened;
 use super::exchanges::{Answer, Exchanges};
-use super::in_flight::{Caller, Entry, Waiting};
+use super::in_flight::{Caller, Entry, Settlement, Waiting};
 use super::sessions::{Gone, Kind, SessionNumber, Sessions};
 use super::streams::Streams;
 use super::Hub;
-use crate::audit::Outcome;
 use crate::http::Response;
 use crate::output::{Frame, Output, RequestId};
 use crate::{sse, streamable};
-
-/// How a request owed an answer ends.
-#[derive(Debug)]
-pub(super) enum Settlement {
-    /// Answered with `message`, under the client's id: `outcome` is the proxy's verdict
-    /// (`None`: the backend's answer, judged by its content); `status` is the HTTP status
-    /// of a 2026-07-28 JSON answer.
-    Answered {
-        message: Vec<u8>,
-        outcome: Option<Outcome>,
-        status: u16,
-    },
-    /// Cancelled by its client: a Streamable request's stream ends, a JSON waiter is told
-    /// -32800.
-    Cancelled,
-    /// Awaited no longer with nobody to tell: its client, its stream or its session gone
-    /// for good, or (a legacy request) no longer kept.
-    Gone,
-}
-
-impl Settlement {
-    /// The backend's answer `message` (or the proxy's, `outcome` its verdict).
-    pub(super) fn answered(message: Vec<u8>, outcome: Option<Outcome>) -> Self {
-        Settlement::Answered {
-            message,
-            outcome,
-            status: 200,
-        }
-    }
-
-    /// The proxy's error `code` (`text`) under the client's `raw_id`.
-    pub(super) fn error(raw_id: &str, code: i32, text: &str) -> Self {
-        let message = streamable::error_message(raw_id, code, text);
-        Self::answered(message, Some(Outcome::Error))
-    }
-}
 
 impl Hub {
     /// Ends request `entry` of `caller` (`None`: one never forwarded, which has no answer
@@ -67,7 +30,7 @@ impl Hub {
     ) {
         let number = caller.and_then(Caller::session);
         let failed_open = match number {
-            Some(number) => self.opening(now, (number, &mut entry), &settlement),
+            Some(number) => self.settle_opening(now, (number, &mut entry), &settlement),
             None => None,
         };
         // A legacy answer goes out first: routed by its id, it never waited for the record.
