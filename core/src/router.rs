@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use serde_json::value::RawValue;
 
-use crate::message::{self, Checked, IdAt, Invalid, Kind, Message, RawId};
+use crate::message::{self, Checked, IdAt, IdKey, Invalid, Kind, Message, RawId};
 use crate::metrics::DropReason;
 use crate::routed_id::{self, Mark, SessionId};
 
@@ -86,6 +86,8 @@ pub(crate) enum Routed {
         message: Vec<u8>,
         /// Where the restored id is in `message`.
         id: Range<usize>,
+        /// The restored id's key, as the request was held by (`None`: not an id MCP allows).
+        key: Option<IdKey>,
         /// What its routed id was marked for: a list result to filter for the caller.
         mark: Mark,
         /// It is a JSON-RPC error (for the audit log's outcome).
@@ -182,6 +184,8 @@ pub(crate) struct Answer {
     pub(crate) message: Vec<u8>,
     /// Where the client's id is in `message`.
     pub(crate) id: Range<usize>,
+    /// The client's id's key.
+    pub(crate) key: Option<IdKey>,
 }
 
 /// The once-per-backend `initialize` handshake.
@@ -537,6 +541,7 @@ impl Router {
             session: decoded.session,
             message: splice(msg.text, edits, false),
             id,
+            key: IdKey::of(&decoded.original),
             mark: decoded.mark,
             failed: msg.error.is_some(),
             task: msg.result.and_then(CreatedTask::of),
@@ -624,6 +629,7 @@ impl Router {
                 session,
                 message: response_line(&id, member, value.get()),
                 id: RESPONSE_ID_AT..RESPONSE_ID_AT + id.len(),
+                key: IdKey::of(&id),
             })
             .collect();
         let ready = member == "result";
@@ -724,6 +730,7 @@ fn listed(
         session: sid,
         message: response_line(raw_id, member, value),
         id: RESPONSE_ID_AT..RESPONSE_ID_AT + raw_id.len(),
+        key: IdKey::of(raw_id),
         mark,
         failed,
         task: None,

@@ -4,6 +4,8 @@
 
 use std::ops::Range;
 
+use crate::message::IdKey;
+
 /// What a delivered message is. Spans are byte ranges of the message holding the
 /// restored id or token as JSON text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -12,6 +14,8 @@ pub(super) enum Delivery {
     /// verdict on an answer it made itself (`None`: the backend's, judged by its content).
     Response {
         id: Range<usize>,
+        /// The id's key, as the router or the proxy read it on the way in.
+        key: Option<IdKey>,
         outcome: Option<crate::audit::Outcome>,
     },
     /// `notifications/progress` for the token at `token`.

@@ -13,7 +13,6 @@ use super::resume::StreamKey;
 use super::sessions::{Kind, SessionNumber, Sessions};
 use super::tasks::{Owner, Tasks};
 use super::Hub;
-use crate::message::IdKey;
 use crate::metrics::DropReason;
 use crate::output::{Frame, StreamId};
 use crate::routed_id::{Mark, SessionId};
@@ -91,6 +90,7 @@ impl Hub {
             session,
             mut message,
             mut id,
+            key,
             mark,
             failed,
             task,
@@ -99,10 +99,10 @@ impl Hub {
             return;
         };
         // Answered: its place in the backend window is free.
-        let key = std::str::from_utf8(&message[id.clone()])
-            .ok()
-            .and_then(IdKey::of);
-        if key.is_some_and(|key| self.backend.answered(&(session, key))) {
+        if key
+            .clone()
+            .is_some_and(|key| self.backend.answered(&(session, key)))
+        {
             self.backend.release(now, &mut self.outputs, false);
         }
         let owner = owner_of((&self.sessions, &self.modern), &session);
@@ -126,7 +126,7 @@ impl Hub {
             self.tasks.created(now, owner, &task);
         }
         let outcome = Some(crate::audit::Outcome::of_failed(failed));
-        let what = Delivery::Response { id, outcome };
+        let what = Delivery::Response { id, key, outcome };
         if !self.deliver(now, session, message, what) {
             self.drop_message(DropReason::SessionGone, None);
         }
@@ -142,6 +142,7 @@ impl Hub {
             }
             let what = Delivery::Response {
                 id: answer.id,
+                key: answer.key,
                 outcome: None,
             };
             self.deliver(now, answer.session, answer.message, what);
@@ -230,8 +231,8 @@ impl Hub {
         let Some(number) = self.sessions.find(&sid) else {
             // A 2026-07-28 request's: its answer, as section 13 completes it, or progress.
             let (modern, in_flight) = (&mut self.modern, &mut self.in_flight);
-            let id = match what {
-                Delivery::Response { id, .. } => id,
+            let (id, outcome) = match what {
+                Delivery::Response { key, outcome, .. } => (key, outcome),
                 Delivery::Progress { token } => {
                     let parts = (&*modern, in_flight, &mut self.streams);
                     let counters = (&mut self.metrics, &mut self.outputs);
@@ -243,7 +244,8 @@ impl Hub {
             };
             let init = self.router.initialize_result();
             let key = RequestKey::routed(sid);
-            let answered = modern::answered((modern, in_flight), init, key, (&message, id));
+            let answered =
+                modern::answered((modern, in_flight), init, key, (&message, id, outcome));
             let Some((record, settlement)) = answered else {
                 return false;
             };
@@ -258,11 +260,11 @@ impl Hub {
                 return true;
             }
         };
-        if let Delivery::Response { id, outcome } = &what {
-            let key = std::str::from_utf8(&message[id.clone()])
-                .ok()
-                .and_then(IdKey::of);
-            if let Some(entry) = key.and_then(|key| self.in_flight.take(number, &key)) {
+        if let Delivery::Response { key, outcome, .. } = &what {
+            if let Some(entry) = key
+                .as_ref()
+                .and_then(|key| self.in_flight.take(number, key))
+            {
                 let answered = Settlement::answered(message, *outcome);
                 self.settle(now, (Some(number.into()), entry), answered);
                 return true;

@@ -335,8 +335,7 @@ impl Hub {
         what: Delivery,
     ) {
         match what {
-            Delivery::Response { id, outcome } => {
-                let key = std::str::from_utf8(&message[id]).ok().and_then(IdKey::of);
+            Delivery::Response { key, outcome, .. } => {
                 let Some(entry) = key.and_then(|key| self.in_flight.take(number, &key)) else {
                     return self.drop_message(DropReason::NotInFlight, None);
                 };

@@ -16,6 +16,7 @@ use super::streams::Streams;
 use super::tasks::{Asked, Owner, Tasks};
 use super::{Body, Hub, Request};
 use crate::admission::Refused;
+use crate::audit::Outcome;
 use crate::auth::Principal;
 use crate::http::{Grant, Rejection, Response};
 use crate::message::{self, Checked, IdKey};
@@ -267,8 +268,17 @@ fn forward(
         }
         Forward::Answer(answer) => {
             let at = crate::router::RESPONSE_ID_AT;
-            let id = at..at + outbound.raw_id().len();
-            hub.deliver(now, route, answer, Delivery::Response { id, outcome: None });
+            let (key, id) = (Some(id), at..at + outbound.raw_id().len());
+            hub.deliver(
+                now,
+                route,
+                answer,
+                Delivery::Response {
+                    id,
+                    key,
+                    outcome: None,
+                },
+            );
         }
         Forward::Cached(answer) => hub.dispatch(now, *answer),
         Forward::Fetch(line) => hub.queue_line(now, line, LineFrom::Proxy),
@@ -357,22 +367,22 @@ impl ModernRequests {
     }
 }
 
-/// The backend's answer `message` (its id at `id`) to the modern request under `key`: its
-/// record, taken, and its settlement (the answer as section 13 completes it, with its
-/// status). `None` when no modern request waits under `key` with that id.
+/// The backend's answer `message` (its id's key `id`, `outcome` the router's verdict) to
+/// the modern request under `key`: its record, taken, and its settlement (the answer as
+/// section 13 completes it, with its status). `None` when no modern request waits under
+/// `key` with that id.
 pub(super) fn answered(
     (modern, in_flight): (&mut ModernRequests, &mut InFlight),
     init: Option<&str>,
     key: RequestKey,
-    (message, id): (&[u8], Range<usize>),
+    (message, id, outcome): (&[u8], Option<IdKey>, Option<Outcome>),
 ) -> Option<((Option<Caller>, Entry), Settlement)> {
     let caller = Caller::Modern(key);
-    let id = std::str::from_utf8(&message[id]).ok().and_then(IdKey::of)?;
-    let entry = in_flight.take(caller, &id)?;
+    let entry = in_flight.take(caller, &id?)?;
     let (message, status) = modern.completed(&key, &entry.raw_id, message, init)?;
     let settlement = Settlement::Answered {
         message,
-        outcome: None,
+        outcome,
         status,
     };
     Some(((Some(caller), entry), settlement))

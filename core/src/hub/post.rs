@@ -477,6 +477,7 @@ impl Hub {
         let id = RESPONSE_ID_AT..RESPONSE_ID_AT + msg.raw_id().len();
         let what = Delivery::Response {
             id,
+            key: msg.id.as_ref().map(|id| id.key.clone()),
             outcome: Some(outcome),
         };
         self.deliver(now, sid, answer, what);
