@@ -208,6 +208,7 @@ impl fmt::Display for SessionId {
 ///
 /// The client's string id is kept as written, escapes included, so a backend that echoes
 /// the id verbatim gives the client back its exact bytes.
+#[cfg(test)]
 pub(crate) fn encode(session: &SessionId, id: RawId<'_>, out: &mut Vec<u8>) {
     encode_marked(session, id, Mark::Plain, out)
 }

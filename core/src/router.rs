@@ -350,7 +350,8 @@ impl Router {
     }
 
     /// What `msg` of `sid` becomes (subscriptions were decided by the hub); `mark`
-    /// marks its routed id so that its result is filtered for the caller on the way back.
+    /// marks its routed id so that its result is filtered for the caller on the way back
+    /// (for a `notifications/cancelled`: the mark of the request it cancels).
     pub(crate) fn forward(&mut self, sid: SessionId, msg: &Checked, mark: Mark) -> Forward {
         self.forward_edited(sid, msg, mark, &[])
     }
@@ -422,7 +423,13 @@ impl Router {
             edits.push(id.span.clone(), routed);
         }
         edits.route(sid, msg, msg.token.as_ref());
-        edits.route(sid, msg, msg.cancels.as_ref());
+        // A cancellation names the request it cancels by that request's routed id, mark
+        // included (`mark` is then the cancelled request's).
+        if let Some(cancels) = &msg.cancels {
+            let mark = if msg.id.is_none() { mark } else { Mark::Plain };
+            let routed = Patch::Routed(sid, cancels.raw(&msg.text), mark);
+            edits.push(cancels.span.clone(), routed);
+        }
         for (span, bytes) in more {
             edits.push(span.clone(), Patch::Text(bytes));
         }

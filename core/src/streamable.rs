@@ -5,7 +5,7 @@ use std::borrow::Cow;
 
 use crate::http::Response;
 use crate::message::RawId;
-use crate::routed_id::{self, SessionId};
+use crate::routed_id::{self, Mark, SessionId};
 
 pub(crate) use crate::http::PROTOCOL_VERSIONS;
 
@@ -71,11 +71,16 @@ pub(crate) use crate::http::error_message;
 
 /// The proxy's `notifications/cancelled` for the request `raw_id` of `session` (its routed
 /// id, as the backend knows it), as a backend line.
-pub(crate) fn cancel_line(session: &SessionId, raw_id: &str, reason: &str) -> Option<Vec<u8>> {
+pub(crate) fn cancel_line(
+    session: &SessionId,
+    raw_id: &str,
+    mark: Mark,
+    reason: &str,
+) -> Option<Vec<u8>> {
     let id = RawId::classify(raw_id)?;
     let mut line =
         br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"#.to_vec();
-    routed_id::encode(session, id, &mut line);
+    routed_id::encode_marked(session, id, mark, &mut line);
     line.extend_from_slice(
         format!(r#","reason":{}}}}}"#, serde_json::Value::from(reason)).as_bytes(),
     );
@@ -167,7 +172,9 @@ mod tests {
         assert_eq!(IdKey::of("null"), None);
         assert_eq!(IdKey::of(r#""\ud800""#), None);
         let sid = SessionId::from_random([1; 16]);
-        let line = String::from_utf8(cancel_line(&sid, "7", "request timed out").unwrap()).unwrap();
+        let line =
+            String::from_utf8(cancel_line(&sid, "7", Mark::Plain, "request timed out").unwrap())
+                .unwrap();
         assert_eq!(
             line,
             format!(

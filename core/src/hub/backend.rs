@@ -26,7 +26,7 @@ use super::sessions::Lane;
 use crate::message::IdKey;
 use crate::metrics::{DropReason, Metrics};
 use crate::output::{BackendId, Event, Output, RequestId};
-use crate::routed_id::SessionId;
+use crate::routed_id::{Mark, SessionId};
 use crate::settings::Restart;
 use crate::settings::EXIT_DRAIN;
 use crate::supervise::{AfterExit, Exit, Signal, Supervisor};
@@ -493,13 +493,14 @@ impl BackendProcess {
         &mut self,
         now: Instant,
         (sid, raw_id, reason): (&SessionId, &str, &str),
+        mark: Mark,
         outputs: &mut VecDeque<Output>,
     ) -> bool {
         let slot = crate::message::IdKey::of(raw_id).map(|key| (*sid, key));
         if slot.is_some_and(|slot| self.cancelled(&slot)) {
             return true;
         }
-        let line = crate::streamable::cancel_line(sid, raw_id, reason);
+        let line = crate::streamable::cancel_line(sid, raw_id, mark, reason);
         let queued = line.is_none_or(|line| self.queue(LineFrom::Cancellation, line));
         self.release(now, outputs, false);
         queued

@@ -16,7 +16,7 @@ use crate::auth::Principal;
 use crate::http::Grant;
 use crate::message::{Checked, IdKey};
 use crate::output::{RequestId, StreamId};
-use crate::routed_id::{Instance, SessionId};
+use crate::routed_id::{Instance, Mark, SessionId};
 
 /// A 2026-07-28 request's own routing key (SPEC section 13): minted for it alone and
 /// written where a session's id goes in a routed id (`<key>|n:<id>`), so its answer and
@@ -87,6 +87,9 @@ pub(crate) struct Entry {
     /// An `initialize` that opens its session: the session opens only if it gets a
     /// result; until then it is held back, and so is its stream.
     pub(crate) opens: Option<Opens>,
+    /// What its routed id was marked for (a list to filter, a task list): the proxy's own
+    /// cancellation names the same routed id.
+    pub(crate) mark: Mark,
 }
 
 impl Entry {
@@ -100,6 +103,7 @@ impl Entry {
             token: None,
             audit,
             opens: None,
+            mark: Mark::Plain,
         }
     }
 
@@ -126,6 +130,7 @@ impl Entry {
             token: msg.token.as_ref().map(|t| t.key.clone()),
             audit,
             opens,
+            mark: Mark::Plain,
         }
     }
 

@@ -390,7 +390,10 @@ impl Hub {
         // An initialize is never cancelled (MCP forbids it; it went under the proxy's id).
         if entry.opens.is_none() {
             let cancel = (&route, entry.raw_id.as_str(), "request timed out");
-            if !self.backend.cancel(now, cancel, &mut self.outputs) {
+            if !self
+                .backend
+                .cancel(now, cancel, entry.mark, &mut self.outputs)
+            {
                 self.drop_message(DropReason::BackendQueueFull, None);
             }
         }
@@ -411,10 +414,10 @@ impl Hub {
             let Some(entry) = self.in_flight.take(caller, id) else {
                 continue;
             };
-            let raw_id = entry.raw_id.clone();
+            let (raw_id, mark) = (entry.raw_id.clone(), entry.mark);
             self.settle(now, (Some(caller), entry), Settlement::Gone);
             let cancel = (key.route(), raw_id.as_str(), "client disconnected");
-            if !self.backend.cancel(now, cancel, &mut self.outputs) {
+            if !self.backend.cancel(now, cancel, mark, &mut self.outputs) {
                 self.drop_message(DropReason::BackendQueueFull, None);
             }
         }
@@ -442,7 +445,10 @@ impl Hub {
         for (_, entry) in self.in_flight.take_all(number) {
             if let Ending::Deleted = ending {
                 let cancel = (&sid, entry.raw_id.as_str(), text);
-                if !self.backend.cancel(now, cancel, &mut self.outputs) {
+                if !self
+                    .backend
+                    .cancel(now, cancel, entry.mark, &mut self.outputs)
+                {
                     self.drop_message(DropReason::BackendQueueFull, None);
                 }
             }

@@ -240,14 +240,12 @@ fn forward(
     // ended when it is answered.
     let audit = hub.exchanges.take_started(request);
     if let Some(stream) = waiting.stream {
-        hub.respond(
-            now,
-            request,
-            Answer::Stream(stream, crate::http::sse_head()),
-        );
+        let head = Answer::Stream(stream, crate::http::sse_head());
+        hub.respond(now, request, head);
         hub.streams.open_modern(now, stream, key);
     }
-    let entry = Entry::awaited(&msg, (now, request), None, (audit, None));
+    let mut entry = Entry::awaited(&msg, (now, request), None, (audit, None));
+    entry.mark = mark;
     let deadline = hub.settings.request_timeout.map(|timeout| now + timeout);
     (hub.in_flight).insert(Caller::Modern(key), id.clone(), entry, deadline);
     let lane = (hub.modern.lane(&waiting.principal)).unwrap_or_else(|| hub.sessions.lane());
@@ -269,16 +267,12 @@ fn forward(
         Forward::Answer(answer) => {
             let at = crate::router::RESPONSE_ID_AT;
             let (key, id) = (Some(id), at..at + outbound.raw_id().len());
-            hub.deliver(
-                now,
-                route,
-                answer,
-                Delivery::Response {
-                    id,
-                    key,
-                    outcome: None,
-                },
-            );
+            let what = Delivery::Response {
+                id,
+                key,
+                outcome: None,
+            };
+            hub.deliver(now, route, answer, what);
         }
         Forward::Cached(answer) => hub.dispatch(now, *answer),
         Forward::Fetch(line) => hub.queue_line(now, line, LineFrom::Proxy),

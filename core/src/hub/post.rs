@@ -456,6 +456,7 @@ impl Hub {
             }
             Own::Forward(rewritten, mark) => {
                 let msg = rewritten.as_deref().unwrap_or(msg);
+                let mark = marked(&mut self.in_flight, number, msg, mark);
                 let hop = (&mut self.router, &mut self.in_flight, self.settings.tracing);
                 match spans::forward(hop, (sid, number.into(), now), msg, mark) {
                     Forward::Line(line) => {
@@ -517,6 +518,23 @@ fn track_legacy(
     let entry = Entry::legacy(msg.raw_id().to_owned(), now, started.take());
     let limits = (settings.max_inflight, settings.request_timeout);
     in_flight.track(now, (number, id.key.clone()), entry, limits)
+}
+
+/// The mark `msg` of session `number` is routed with: a request's is kept in its record
+/// (the proxy's own cancellation of it names the same routed id); a cancellation takes the
+/// mark of the request it cancels, as that request's record has it.
+fn marked(in_flight: &mut InFlight, number: SessionNumber, msg: &Checked, mark: Mark) -> Mark {
+    if let Some(id) = &msg.id {
+        if let Some(entry) = in_flight.get_mut(number, &id.key) {
+            entry.mark = mark;
+        }
+        return mark;
+    }
+    let cancelled = msg
+        .cancels
+        .as_ref()
+        .and_then(|c| in_flight.get(number, &c.key));
+    cancelled.map_or(mark, |entry| entry.mark)
 }
 
 /// What the proxy does with a message of a 2025 session before the router.
