@@ -473,10 +473,11 @@ impl Ending<'_> {
             #[serde(rename = "isError")]
             is_error: Option<bool>,
         }
-        // Most answers are plain results: no `error` member, no `isError`, nothing escaped
-        // that could spell one, so nothing to read.
+        // Most answers are plain results: no `error` member, no `isError`, and no `\u`
+        // escape that could spell either (the other escapes spell no letter, so the text of a
+        // tool's output, its quotes and newlines escaped, needs no reading).
         let names = |key: &[u8]| memchr::memmem::find(message, key).is_some();
-        if !names(b"\"error\"") && !names(b"\"isError\"") && !names(b"\\") {
+        if !names(b"\"error\"") && !names(b"isError") && !names(b"\\u") {
             return (None, None);
         }
         let text = std::str::from_utf8(message).unwrap_or_default();
@@ -492,9 +493,9 @@ impl Ending<'_> {
                 .map(|c| c.to_string());
             return (code, error_type);
         }
-        // Only a result that names `isError` (or may, through an escape) is read as one.
+        // Only a result that names `isError` (or may, through a `\u` escape) is read as one.
         let tool_error = (parsed.result)
-            .filter(|r| r.get().contains("\"isError\"") || r.get().contains('\\'))
+            .filter(|r| r.get().contains("isError") || r.get().contains("\\u"))
             .and_then(|r| serde_json::from_str::<Result>(r.get()).ok())
             .is_some_and(|r| r.is_error == Some(true));
         (None, tool_error.then(|| "tool_error".to_owned()))
@@ -1061,6 +1062,14 @@ mod tests {
         assert_eq!(tool, (None, Some("tool_error".to_owned())));
         let escaped = answer(r#"{"jsonrpc":"2.0","id":1,"result":{"is\u0045rror":true}}"#);
         assert_eq!(escaped, (None, Some("tool_error".to_owned())));
+        let hidden =
+            answer(r#"{"jsonrpc":"2.0","id":1,"\u0065rror":{"code":-32603,"message":"m"}}"#);
+        assert_eq!(hidden, (Some(-32603), Some("-32603".to_owned())));
+        // Quotes and newlines escaped in a tool's text spell no member: a plain result.
+        let text = r#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"{\"isErr\":1}\n\\"}]}}"#;
+        assert_eq!(answer(text), (None, None));
+        let quoted = r#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"\"isError\": true"}]}}"#;
+        assert_eq!(answer(quoted), (None, None));
         assert_eq!(
             answer(r#"{"jsonrpc":"2.0","id":1,"result":{"isError":false}}"#),
             (None, None)
