@@ -451,6 +451,22 @@ pub(crate) enum Ending<'a> {
     Unanswered,
 }
 
+/// Whether every `name` in `message` is a member that says `false` (`name": false`, spaces
+/// allowed): then no member so named says anything else. True when there is none.
+fn says_false(message: &[u8], name: &[u8]) -> bool {
+    memchr::memmem::find_iter(message, name).all(|at| {
+        let rest = &message[at + name.len()..];
+        let Some(rest) = rest.strip_prefix(b"\"") else {
+            return false;
+        };
+        let rest = rest.trim_ascii_start();
+        let Some(rest) = rest.strip_prefix(b":") else {
+            return false;
+        };
+        rest.trim_ascii_start().starts_with(b"false")
+    })
+}
+
 /// The JSON-RPC errors that are the caller's: the conventions' server rule records their
 /// code, not an error.
 const CALLER_ERRORS: [i64; 5] = [-32700, -32600, -32601, -32602, -32002];
@@ -473,11 +489,12 @@ impl Ending<'_> {
             #[serde(rename = "isError")]
             is_error: Option<bool>,
         }
-        // Most answers are plain results: no `error` member, no `isError`, and no `\u`
-        // escape that could spell either (the other escapes spell no letter, so the text of a
-        // tool's output, its quotes and newlines escaped, needs no reading).
+        // Most answers are plain results: no `error` member, no `isError` but one that says
+        // false, and no `\u` escape that could spell either (the other escapes spell no
+        // letter, so the text of a tool's output, its quotes and newlines escaped, needs no
+        // reading).
         let names = |key: &[u8]| memchr::memmem::find(message, key).is_some();
-        if !names(b"\"error\"") && !names(b"isError") && !names(b"\\u") {
+        if !names(b"\"error\"") && !names(b"\\u") && says_false(message, b"isError") {
             return (None, None);
         }
         let text = std::str::from_utf8(message).unwrap_or_default();
@@ -1070,6 +1087,19 @@ mod tests {
         assert_eq!(answer(text), (None, None));
         let quoted = r#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"\"isError\": true"}]}}"#;
         assert_eq!(answer(quoted), (None, None));
+        let spaced = r#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError" :
+ true}}"#;
+        assert_eq!(answer(spaced), (None, Some("tool_error".to_owned())));
+        let nested = r#"{"jsonrpc":"2.0","id":1,"result":{"structuredContent":{"isError":false},"isError":true}}"#;
+        assert_eq!(answer(nested), (None, Some("tool_error".to_owned())));
+        assert!(says_false(
+            br#"{"isError": false,"x":{"isError":false}}"#,
+            b"isError"
+        ));
+        assert!(!says_false(
+            br#"{"isError":false,"y":"isError"}"#,
+            b"isError"
+        ));
         assert_eq!(
             answer(r#"{"jsonrpc":"2.0","id":1,"result":{"isError":false}}"#),
             (None, None)
