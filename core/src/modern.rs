@@ -310,6 +310,18 @@ fn complete_result(
     private: bool,
     server_info: Option<&str>,
 ) {
+    if let Some(open) = untouched(result) {
+        // Its text stays; the revision's members follow its own, as below.
+        out.push_str(open);
+        push_member(out, "resultType", r#""complete""#);
+        if CACHEABLE.contains(&method) {
+            push_member(out, "ttlMs", "0");
+            push_member(out, "cacheScope", r#""private""#);
+        }
+        push_key(out, "_meta");
+        with_server_info(out, None, server_info);
+        return out.push('}');
+    }
     let Some(members) = members(result) else {
         return out.push_str(result);
     };
@@ -337,6 +349,17 @@ fn complete_result(
     push_key(out, "_meta");
     with_server_info(out, meta, server_info);
     out.push('}');
+}
+
+/// A result object that names none of the members the revision adds or changes (and holds
+/// no `\u` escape that could spell one): its text up to its closing brace (spaces before it
+/// left out), to which those members are added as they are to any other result.
+fn untouched(result: &str) -> Option<&str> {
+    const NAMES: [&str; 5] = ["resultType", "ttlMs", "cacheScope", "_meta", "\\u"];
+    if !result.starts_with('{') || NAMES.iter().any(|name| result.contains(name)) {
+        return None;
+    }
+    Some(result.trim_end().strip_suffix('}')?.trim_end())
 }
 
 /// A result's `_meta` (or a new one) naming the server, written to `out`.
@@ -579,6 +602,54 @@ mod tests {
         assert!(String::from_utf8_lossy(&renumbered).contains(r#""code":-32602"#));
         let denied = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32003,"message":"no"}}"#;
         assert_eq!(complete("tools/call", denied, false, None).1, 403);
+    }
+
+    #[test]
+    fn a_result_kept_as_written_gains_the_same_members() {
+        let info = Some(r#"{"name":"s"}"#);
+        let cases: [(&str, &str); 5] = [
+            (
+                "tools/call",
+                r#"{"content":[{"type":"text","text":"a \"b\"\n"}],"isError":false}"#,
+            ),
+            ("tools/call", "{ }"),
+            ("tools/call", "{}"),
+            ("tools/list", r#"{ "tools" : [ ] , "nextCursor":"c" }"#),
+            (
+                "tools/call",
+                r#"{"content":[],"structuredContent":{"x":{"y":[1,2]}}}"#,
+            ),
+        ];
+        for (method, result) in cases {
+            let answer = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{result}}}"#);
+            let (fast, _) = complete(method, answer.as_bytes(), false, info);
+            let mut slow = String::from("{");
+            push_member(&mut slow, "jsonrpc", r#""2.0""#);
+            push_member(&mut slow, "id", "1");
+            push_key(&mut slow, "result");
+            // The members read one by one, as a result that names one of them is.
+            let members = members(result).expect("an object");
+            slow.push('{');
+            for (key, value) in &members {
+                push_member(&mut slow, key, value);
+            }
+            push_member(&mut slow, "resultType", r#""complete""#);
+            if CACHEABLE.contains(&method) {
+                push_member(&mut slow, "ttlMs", "0");
+                push_member(&mut slow, "cacheScope", r#""private""#);
+            }
+            push_key(&mut slow, "_meta");
+            with_server_info(&mut slow, None, info);
+            slow.push_str("}}");
+            let fast: serde_json::Value = serde_json::from_slice(&fast).expect("json");
+            let slow: serde_json::Value = serde_json::from_str(&slow).expect("json");
+            assert_eq!(fast, slow, "{result}");
+        }
+        // Spelled with an escape, a member the revision changes is read, not kept.
+        let escaped = br#"{"jsonrpc":"2.0","id":1,"result":{"_m\u0065ta":{"a":1}}}"#;
+        let (changed, _) = complete("tools/call", escaped, false, info);
+        let value: serde_json::Value = serde_json::from_slice(&changed).expect("json");
+        assert_eq!(value["result"]["_meta"]["a"], 1, "{value}");
     }
 
     #[test]
