@@ -422,14 +422,11 @@ impl Router {
             let routed = Patch::Routed(sid, id.raw(&msg.text), mark);
             edits.push(id.span.clone(), routed);
         }
-        edits.route(sid, msg, msg.token.as_ref());
+        edits.route(sid, msg, msg.token.as_ref(), Mark::Plain);
         // A cancellation names the request it cancels by that request's routed id, mark
         // included (`mark` is then the cancelled request's).
-        if let Some(cancels) = &msg.cancels {
-            let mark = if msg.id.is_none() { mark } else { Mark::Plain };
-            let routed = Patch::Routed(sid, cancels.raw(&msg.text), mark);
-            edits.push(cancels.span.clone(), routed);
-        }
+        let cancelled = if msg.id.is_none() { mark } else { Mark::Plain };
+        edits.route(sid, msg, msg.cancels.as_ref(), cancelled);
         for (span, bytes) in more {
             edits.push(span.clone(), Patch::Text(bytes));
         }
@@ -462,7 +459,7 @@ impl Router {
                 if let Some(id) = &msg.id {
                     edits.push(id.span.clone(), Patch::Owned(own_id.into_bytes()));
                 }
-                edits.route(sid, msg, msg.token.as_ref());
+                edits.route(sid, msg, msg.token.as_ref(), Mark::Plain);
                 if let Some(c) = &msg.capabilities {
                     // A shared backend is offered no client capabilities: its sampling,
                     // roots or elicitation requests could not be attributed.
@@ -869,12 +866,12 @@ impl<'a> Edits<'a> {
         *free = Some((span, patch));
     }
 
-    /// Routes an id-like value of `msg` for `sid`.
-    fn route(&mut self, sid: SessionId, msg: &'a Checked, value: Option<&IdAt>) {
+    /// Routes an id-like value of `msg` for `sid`, its routed id marked `mark`.
+    fn route(&mut self, sid: SessionId, msg: &'a Checked, value: Option<&IdAt>, mark: Mark) {
         if let Some(value) = value {
             self.push(
                 value.span.clone(),
-                Patch::Routed(sid, value.raw(&msg.text), Mark::Plain),
+                Patch::Routed(sid, value.raw(&msg.text), mark),
             );
         }
     }

@@ -149,16 +149,7 @@ impl Hub {
         }
         if let Some(line) = initialized {
             self.queue_line(now, line, LineFrom::Proxy);
-            read_backend_tools(
-                (
-                    &self.settings,
-                    &mut self.router,
-                    &mut self.backend,
-                    &mut self.backend_tools,
-                    &mut self.outputs,
-                ),
-                now,
-            );
+            read_backend_tools(reader!(self), now);
             // 2026-07-28 requests held for the proxy's own handshake go ahead.
             self.release_waiting(now);
         }

@@ -134,16 +134,7 @@ impl Hub {
         if let Some(line) = initialized {
             self.queue_line(now, line, LineFrom::Proxy);
         }
-        super::dispatch::read_backend_tools(
-            (
-                &self.settings,
-                &mut self.router,
-                &mut self.backend,
-                &mut self.backend_tools,
-                &mut self.outputs,
-            ),
-            now,
-        );
+        super::dispatch::read_backend_tools(super::dispatch::reader!(self), now);
         let mut watched: std::collections::BTreeSet<String> =
             self.sessions.watched().into_iter().collect();
         watched.extend(self.listeners.accepted().cloned());

@@ -34,16 +34,7 @@ impl Hub {
             self.router.lists.clear(false);
             // The new view names the backend's tools: they are read again for it.
             if self.router.handshake_result().is_some() {
-                super::dispatch::read_backend_tools(
-                    (
-                        &self.settings,
-                        &mut self.router,
-                        &mut self.backend,
-                        &mut self.backend_tools,
-                        &mut self.outputs,
-                    ),
-                    now,
-                );
+                super::dispatch::read_backend_tools(super::dispatch::reader!(self), now);
             }
             let changed = "notifications/tools/list_changed";
             let message = format!(r#"{{"jsonrpc":"2.0","method":"{changed}"}}"#);
