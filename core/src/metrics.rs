@@ -1,5 +1,6 @@
 //! Counters and their Prometheus text.
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::{self, Write};
 
@@ -393,16 +394,20 @@ pub const DURATION_BUCKETS: [f64; 14] = [
 ];
 
 /// One value for an OTLP histogram ([`crate::Output::Measured`]): the instrument, the
-/// duration and its attributes (the conventions' names; bounded values, never a session
-/// or request id).
+/// series (its label set) and the duration. A series' attributes (the conventions' names;
+/// bounded values, never a session or request id) travel with its first exported value
+/// only, so that the exporter binds each series once instead of looking its labels up on
+/// every request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Measurement {
     /// Which histogram.
     pub histogram: Histogram,
+    /// Which series: numbered from 0 in the order first measured, never reused.
+    pub series: usize,
     /// The duration in seconds.
     pub seconds: f64,
-    /// Attribute names and values.
-    pub attributes: Vec<(&'static str, String)>,
+    /// The series' attribute names and values, on its first exported value only.
+    pub attributes: Option<Vec<(&'static str, String)>>,
 }
 
 /// MCP's method names: any other method is labelled `_OTHER`.
@@ -487,11 +492,20 @@ struct Buckets {
     sum: f64,
 }
 
+/// One label set's counts, its [`Measurement::series`] number, and whether the exporter
+/// was told its attributes.
+#[derive(Debug, Clone)]
+struct Series {
+    number: usize,
+    announced: bool,
+    buckets: Buckets,
+}
+
 /// The three histograms (SPEC section 14) by their label sets, and what bounds their
 /// labels: the tool and prompt names the backend offered in its last lists.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Durations {
-    series: BTreeMap<(Histogram, Attributes), Buckets>,
+    series: BTreeMap<(Histogram, Attributes), Series>,
     offered: BTreeMap<&'static str, BTreeSet<String>>,
     /// When each open session opened, by its number.
     pub(crate) opened: BTreeMap<crate::routed_id::SessionId, std::time::Instant>,
@@ -499,7 +513,8 @@ pub(crate) struct Durations {
 
 impl Durations {
     /// Counts `seconds` under `attributes`; returns the measurement for OTLP when
-    /// `exported` (the off path clones nothing).
+    /// `exported` (the off path clones nothing, and the exported one its series'
+    /// attributes only the first time).
     pub(crate) fn record(
         &mut self,
         histogram: Histogram,
@@ -507,19 +522,36 @@ impl Durations {
         attributes: Attributes,
         exported: bool,
     ) -> Option<Measurement> {
-        let measured = exported.then(|| Measurement {
-            histogram,
-            seconds,
-            attributes: attributes.clone(),
-        });
-        let buckets = self.series.entry((histogram, attributes)).or_default();
+        let number = self.series.len();
+        let (series, announce) = match self.series.entry((histogram, attributes)) {
+            Entry::Vacant(vacant) => {
+                let announce = exported.then(|| vacant.key().1.clone());
+                let series = Series {
+                    number,
+                    announced: exported,
+                    buckets: Buckets::default(),
+                };
+                (vacant.insert(series), announce)
+            }
+            Entry::Occupied(occupied) => {
+                let announce =
+                    (exported && !occupied.get().announced).then(|| occupied.key().1.clone());
+                (occupied.into_mut(), announce)
+            }
+        };
+        series.announced |= exported;
         let bucket = DURATION_BUCKETS
             .iter()
             .position(|bound| seconds <= *bound)
             .unwrap_or(DURATION_BUCKETS.len());
-        buckets.counts[bucket] += 1;
-        buckets.sum += seconds;
-        measured
+        series.buckets.counts[bucket] += 1;
+        series.buckets.sum += seconds;
+        exported.then_some(Measurement {
+            histogram,
+            series: series.number,
+            seconds,
+            attributes: announce,
+        })
     }
 
     /// A backend's `tools/list` or `prompts/list` result: its names bound the labels.
@@ -581,7 +613,7 @@ fn render_durations(out: &mut Text, d: &Durations) {
             histogram.name()
         );
         let series = d.series.iter().filter(|((h, _), _)| *h == histogram);
-        for ((_, attributes), buckets) in series {
+        for ((_, attributes), Series { buckets, .. }) in series {
             let labels: Vec<String> = (attributes.iter())
                 .map(|(k, v)| format!("{}=\"{}\"", k.replace('.', "_"), escape(v)))
                 .collect();
@@ -664,4 +696,27 @@ mod tests {
         assert_eq!(method_label("made/up"), "_OTHER");
         assert_eq!(version_label("1999-01-01"), "_OTHER");
     }
+}
+
+#[test]
+fn an_exported_series_brings_its_attributes_once_and_keeps_its_number() {
+    let mut d = Durations::default();
+    let labels = |method: &str| vec![("mcp.method.name", method.to_owned())];
+    let mut record =
+        |method, exported| d.record(Histogram::ServerOperation, 0.01, labels(method), exported);
+    // Counted before export began: announced with its first exported value.
+    assert_eq!(record("ping", false), None);
+    let first = record("ping", true).unwrap();
+    assert_eq!(first.series, 0);
+    assert_eq!(first.attributes, Some(labels("ping")));
+    let again = record("ping", true).unwrap();
+    assert_eq!((again.series, again.attributes), (0, None));
+    let other = record("tools/list", true).unwrap();
+    assert_eq!(other.series, 1);
+    assert_eq!(other.attributes, Some(labels("tools/list")));
+    let session = d.record(Histogram::ServerSession, 1.0, labels("ping"), true);
+    assert_eq!(
+        session.map(|m| (m.series, m.attributes.is_some())),
+        Some((2, true))
+    );
 }

@@ -369,7 +369,7 @@ impl<P: Perform> Owner<P> {
                 }
             }
             Output::Measured(measured) => {
-                if let Some(telemetry) = &self.telemetry {
+                if let Some(telemetry) = &mut self.telemetry {
                     telemetry.measure(*measured);
                 }
             }

@@ -1412,12 +1412,14 @@ impl Runner {
             Output::Audit(record) => render_audit(record),
             Output::Span(span) => render_span(span),
             Output::Measured(m) => {
-                let attributes = m.attributes.iter().map(|(k, v)| format!(" {k}={v}"));
-                let attributes: String = attributes.collect();
+                // A series' attributes come with its first value only.
+                let attributes = m.attributes.iter().flatten();
+                let attributes: String = attributes.map(|(k, v)| format!(" {k}={v}")).collect();
                 format!(
-                    "-> measured {} {}s{attributes}",
+                    "-> measured {} {}s series={}{attributes}",
                     m.histogram.name(),
-                    m.seconds
+                    m.seconds,
+                    m.series
                 )
             }
             Output::Log(event) => {

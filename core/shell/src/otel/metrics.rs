@@ -1,20 +1,26 @@
 //! SPEC section 14's three histograms over OTLP: the hub measures (its
 //! [`Measurement`]s, the same values `/metrics` counts), the SDK aggregates them and its
 //! periodic reader, on a thread of its own, exports every `OTEL_METRIC_EXPORT_INTERVAL`.
+//!
+//! Each series (a histogram and its label set, numbered by the hub) is bound once, when its
+//! first value brings its attributes: a value then costs the SDK no attribute lookup, which
+//! was two thirds of what exporting metrics added to a request.
 
-use opentelemetry::metrics::{Histogram as Instrument, MeterProvider as _};
+use opentelemetry::metrics::{BoundHistogram, Histogram as Instrument, MeterProvider as _};
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::Resource;
 use switchboard_core::{Histogram, Measurement, DURATION_BUCKETS};
 
-/// The three instruments, and the provider that exports them.
+/// The three instruments, each series bound, and the provider that exports them.
 pub(super) struct Meters {
     provider: SdkMeterProvider,
     server_operation: Instrument<f64>,
     server_session: Instrument<f64>,
     client_operation: Instrument<f64>,
+    /// By [`Measurement::series`].
+    bound: Vec<Option<BoundHistogram<f64>>>,
 }
 
 impl Meters {
@@ -36,21 +42,30 @@ impl Meters {
             server_session: histogram(Histogram::ServerSession),
             client_operation: histogram(Histogram::ClientOperation),
             provider,
+            bound: Vec::new(),
         }
     }
 
-    pub(super) fn record(&self, measured: Measurement) {
-        let instrument = match measured.histogram {
-            Histogram::ServerOperation => &self.server_operation,
-            Histogram::ServerSession => &self.server_session,
-            Histogram::ClientOperation => &self.client_operation,
-        };
-        let attributes: Vec<KeyValue> = measured
-            .attributes
-            .into_iter()
-            .map(|(key, value)| KeyValue::new(key, value))
-            .collect();
-        instrument.record(measured.seconds, &attributes);
+    pub(super) fn record(&mut self, measured: Measurement) {
+        if let Some(attributes) = measured.attributes {
+            let instrument = match measured.histogram {
+                Histogram::ServerOperation => &self.server_operation,
+                Histogram::ServerSession => &self.server_session,
+                Histogram::ClientOperation => &self.client_operation,
+            };
+            let attributes: Vec<KeyValue> = (attributes.into_iter())
+                .map(|(key, value)| KeyValue::new(key, value))
+                .collect();
+            if self.bound.len() <= measured.series {
+                self.bound.resize(measured.series + 1, None);
+            }
+            self.bound[measured.series] = Some(instrument.bind(&attributes));
+        }
+        match self.bound.get(measured.series) {
+            Some(Some(bound)) => bound.record(measured.seconds),
+            // The hub announces every series with its first exported value.
+            _ => debug_assert!(false, "series {} was never announced", measured.series),
+        }
     }
 
     /// What the provider needs to export what was measured last (at exit).
@@ -107,13 +122,15 @@ mod tests {
     fn a_measurement_lands_in_its_histogram_with_the_conventions_buckets() {
         let collector = Collector::default();
         let meters = Meters::start(collector.clone(), Resource::builder_empty().build());
-        let call = || Measurement {
+        let mut meters = meters;
+        let call = |attributes| Measurement {
             histogram: Histogram::ClientOperation,
+            series: 3,
             seconds: 0.03,
-            attributes: vec![("mcp.method.name", "tools/call".into())],
+            attributes,
         };
-        meters.record(call());
-        meters.record(call());
+        meters.record(call(Some(vec![("mcp.method.name", "tools/call".into())])));
+        meters.record(call(None));
         meters.provider().force_flush().unwrap();
         let points = collector.0.lock().unwrap().clone();
         assert_eq!(points.len(), 1, "{points:?}");

@@ -166,7 +166,7 @@ impl Telemetry {
     }
 
     /// Records a value into its histogram (exported every `OTEL_METRIC_EXPORT_INTERVAL`).
-    pub fn measure(&self, measured: Measurement) {
+    pub fn measure(&mut self, measured: Measurement) {
         self.meters.record(measured);
     }
 }
