@@ -78,8 +78,10 @@ fn hex<const N: usize>(text: &str) -> Option<[u8; N]> {
 }
 
 fn push_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for byte in bytes {
-        let _ = write!(out, "{byte:02x}");
+        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        out.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
     }
 }
 
@@ -737,27 +739,28 @@ fn meta_added(text: &str, traceparent: &str, tracestate: Option<&str>) -> Option
     ) -> Result<Option<&'de serde_json::value::RawValue>, D::Error> {
         serde::Deserialize::deserialize(value).map(Some)
     }
-    // The members the proxy adds to `_meta`.
-    let mut meta = String::new();
-    push_member(&mut meta, false, "traceparent", traceparent);
-    if let Some(state) = tracestate {
-        push_member(&mut meta, true, "tracestate", state);
-    }
     let top: Top<'_> = serde_json::from_str(text).ok()?;
-    let (outer, added) = match top.params {
-        Some(params) => (
-            span_of(text, params.get()),
-            format!(r#""_meta":{{{meta}}}"#),
-        ),
-        None => (
-            0..text.trim_end().len(),
-            format!(r#""params":{{"_meta":{{{meta}}}}}"#),
-        ),
+    let outer = match top.params {
+        Some(params) => span_of(text, params.get()),
+        None => 0..text.trim_end().len(),
     };
     let inner = object_inside(&text[outer.clone()])?;
-    let comma = if inner.trim().is_empty() { "" } else { "," };
+    let mut added = String::with_capacity(96);
+    if !inner.trim().is_empty() {
+        added.push(',');
+    }
+    added.push_str(match top.params {
+        Some(_) => r#""_meta":{"#,
+        None => r#""params":{"_meta":{"#,
+    });
+    // The members the proxy adds to `_meta`.
+    push_member(&mut added, false, "traceparent", traceparent);
+    if let Some(state) = tracestate {
+        push_member(&mut added, true, "tracestate", state);
+    }
+    added.push_str(if top.params.is_some() { "}" } else { "}}" });
     let at = outer.end - 1;
-    Some((at..at, format!("{comma}{added}").into_bytes()))
+    Some((at..at, added.into_bytes()))
 }
 
 type Edit = (Range<usize>, Vec<u8>);
@@ -772,11 +775,14 @@ fn push_member(out: &mut String, after: bool, key: &str, value: &str) {
     if after {
         out.push(',');
     }
-    let _ = write!(out, "\"{key}\":{}", json_string(value));
+    out.push('"');
+    out.push_str(key);
+    out.push_str("\":");
+    out.push_str(&json_string(value));
 }
 
 fn json_string(text: &str) -> String {
-    serde_json::Value::from(text).to_string()
+    serde_json::to_string(text).unwrap_or_default()
 }
 
 /// `text` (a JSON-RPC request) with `params._meta.traceparent` (and `tracestate`, or
