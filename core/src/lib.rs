@@ -116,7 +116,7 @@ pub use jwt::KeyStore;
 pub use lines::LineFramer;
 pub use load::{Front, Loaded};
 pub use message::Invalid;
-pub use metrics::{DropReason, Histogram, LogLevel, Measurement, DURATION_BUCKETS};
+pub use metrics::{DropReason, Histogram, Label, LogLevel, Measurement, DURATION_BUCKETS};
 pub use oauth::{check_fetchable, ResourceServer};
 pub use output::{coalesce, Level, STDIN_REPORT_EVERY};
 pub use output::{BackendId, Event, FetchId, Frame, Lost, Output, RequestId, StreamEnd, StreamId};

@@ -407,7 +407,7 @@ pub struct Measurement {
     /// The duration in seconds.
     pub seconds: f64,
     /// The series' attribute names and values, on its first exported value only.
-    pub attributes: Option<Vec<(&'static str, String)>>,
+    pub attributes: Option<Vec<(&'static str, Label)>>,
 }
 
 /// MCP's method names: any other method is labelled `_OTHER`.
@@ -460,12 +460,14 @@ pub(crate) fn version_label(version: &str) -> &'static str {
 
 /// The bounded `error.type`: a JSON-RPC or MCP error code (-32768..=-32000), an HTTP status,
 /// `tool_error`; anything else `_OTHER`.
-pub(crate) fn error_label(error: String) -> String {
+pub(crate) fn error_label(error: String) -> Label {
     match error.parse::<i64>() {
-        Ok(code) if (-32768..=-32000).contains(&code) || (100..600).contains(&code) => error,
-        Ok(_) => OTHER.to_owned(),
-        Err(_) if error == "tool_error" => error,
-        Err(_) => OTHER.to_owned(),
+        Ok(code) if (-32768..=-32000).contains(&code) || (100..600).contains(&code) => {
+            Label::Owned(error)
+        }
+        Ok(_) => Label::Borrowed(OTHER),
+        Err(_) if error == "tool_error" => Label::Borrowed("tool_error"),
+        Err(_) => Label::Borrowed(OTHER),
     }
 }
 
@@ -483,7 +485,11 @@ pub(crate) struct Operation {
 }
 
 /// A measurement's attribute names and (bounded) values.
-pub(crate) type Attributes = Vec<(&'static str, String)>;
+pub(crate) type Attributes = Vec<(&'static str, Label)>;
+
+/// A label's value: most are the conventions' own words, so borrowed; a tool's name or an
+/// error code is owned.
+pub type Label = std::borrow::Cow<'static, str>;
 
 /// One histogram's counts: one per bucket of [`DURATION_BUCKETS`], then `+Inf`.
 #[derive(Debug, Default, Clone)]
@@ -571,13 +577,9 @@ impl Durations {
     }
 
     /// The attributes of a request's duration: `transport` its `network.transport`.
-    pub(crate) fn operation_attributes(
-        &self,
-        op: &Operation,
-        error: Option<String>,
-    ) -> Vec<(&'static str, String)> {
+    pub(crate) fn operation_attributes(&self, op: &Operation, error: Option<String>) -> Attributes {
         let method = op.method.unwrap_or(OTHER);
-        let mut attributes = vec![("mcp.method.name", method.to_owned())];
+        let mut attributes = vec![("mcp.method.name", Label::Borrowed(method))];
         let label = match method {
             "tools/call" => Some("gen_ai.tool.name"),
             "prompts/get" => Some("gen_ai.prompt.name"),
@@ -585,16 +587,19 @@ impl Durations {
         };
         if let (Some(label), Some(target)) = (label, &op.target) {
             let offered = self.offered.get(label).is_some_and(|o| o.contains(target));
-            let name = if offered { target.as_str() } else { OTHER };
-            attributes.push((label, name.to_owned()));
+            let name = match offered {
+                true => Label::Owned(target.clone()),
+                false => Label::Borrowed(OTHER),
+            };
+            attributes.push((label, name));
         }
         if let Some(error) = error {
             attributes.push(("error.type", error_label(error)));
         }
         if let Some(version) = op.protocol {
-            attributes.push(("mcp.protocol.version", version.to_owned()));
+            attributes.push(("mcp.protocol.version", Label::Borrowed(version)));
         }
-        attributes.push(("network.transport", "tcp".to_owned()));
+        attributes.push(("network.transport", Label::Borrowed("tcp")));
         attributes
     }
 }
@@ -701,7 +706,7 @@ mod tests {
 #[test]
 fn an_exported_series_brings_its_attributes_once_and_keeps_its_number() {
     let mut d = Durations::default();
-    let labels = |method: &str| vec![("mcp.method.name", method.to_owned())];
+    let labels = |method: &str| vec![("mcp.method.name", Label::Owned(method.to_owned()))];
     let mut record =
         |method, exported| d.record(Histogram::ServerOperation, 0.01, labels(method), exported);
     // Counted before export began: announced with its first exported value.

@@ -36,7 +36,7 @@ impl Measuring<'_> {
                 .find(|(k, _)| *k == "network.transport");
             if let Some(transport) = transport {
                 // The backend is a child process on stdio.
-                transport.1 = "pipe".to_owned();
+                transport.1 = "pipe".into();
             }
             let seconds = now.saturating_duration_since(hop).as_secs_f64();
             self.record(Histogram::ClientOperation, seconds, attributes);
@@ -62,9 +62,9 @@ impl Measuring<'_> {
         let Some(opened) = self.durations.opened.remove(&id) else {
             return;
         };
-        let mut attributes = vec![("network.transport", "tcp".to_owned())];
+        let mut attributes = vec![("network.transport", "tcp".into())];
         if let Some(fault) = fault {
-            attributes.push(("error.type", fault.to_owned()));
+            attributes.push(("error.type", fault.into()));
         }
         let seconds = now.saturating_duration_since(opened).as_secs_f64();
         self.record(Histogram::ServerSession, seconds, attributes);
