@@ -30,7 +30,9 @@
 //! connections, then the calls as POSTs naming the session, with `Accept:
 //! application/json, text/event-stream` and no progress token, each answered in its own
 //! HTTP response (a JSON body; an event stream is read too, and counted). No GET stream.
-//! `--idle N` then holds N initialized Streamable sessions, each with its connection open.
+//! `--idle N` then holds N initialized Streamable sessions, each with its connection open
+//! (`--idle-closed`: each session's connection closed once it is initialized, as a client
+//! that keeps no connection between requests leaves it).
 //!
 //! `--transport modern` makes the same calls on `/mcp` as MCP 2026-07-28 requests (SPEC 13):
 //! no session and no `initialize`; each POST carries `MCP-Protocol-Version: 2026-07-28`,
@@ -42,7 +44,7 @@
 //! backend is added automatically), the CPU of P and its descendants over the measured
 //! window, both per call, so a run shows whether the generator or the target was the
 //! bottleneck. `--idle N` opens N more sessions that stay idle during the run and reports
-//! the first `--pid`'s VmRSS/VmHWM with them open (and `/health`'s session count).
+//! the first `--pid`'s VmRSS/VmHWM/RssAnon with them open (and `/health`'s session count).
 //!
 //! `--soak ROUNDS` (with `--url` and `--pid`) churns sessions of both transports for memory
 //! that must stay flat, and `--soak-report FILE [--svg OUT]` renders its lines
@@ -72,7 +74,7 @@ use tokio::time::timeout_at;
 mod soak;
 
 const USAGE: &str = "usage: loadgen (--url http://127.0.0.1:PORT[/base] | --direct CMD) \
-[-s SESSIONS] [-c CALLS] [-k INFLIGHT] [--idle N] [--pid PID]... [--timeout SECS] \
+[-s SESSIONS] [-c CALLS] [-k INFLIGHT] [--idle N [--idle-closed]] [--pid PID]... [--timeout SECS] \
 [--threads N] [--open-concurrency N] [--drain-ms MS] [--transport sse|mcp|modern] \
 [--tag KEY=VALUE]... \
 [--json]\n       loadgen --url URL --soak ROUNDS [-s S] [-c C] [-k K] --pid PID [--budget SECS] \
@@ -119,6 +121,8 @@ struct Options {
     budget: Duration,
     /// How long the soak waits after its load for threads and descriptors to settle.
     idle_wait: Duration,
+    /// `--idle-closed`: idle Streamable sessions hold no connection.
+    idle_closed: bool,
     soak_report: Option<String>,
     svg: Option<String>,
 }
@@ -144,6 +148,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Options, String>
         soak: None,
         budget: Duration::from_secs(3600),
         idle_wait: Duration::from_secs(30),
+        idle_closed: false,
         soak_report: None,
         svg: None,
     };
@@ -170,6 +175,7 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Options, String>
             "-c" | "--calls" => o.calls = num(&arg, value()?)?,
             "-k" | "--inflight" => o.inflight = num(&arg, value()?)?,
             "--idle" => o.idle = num(&arg, value()?)?,
+            "--idle-closed" => o.idle_closed = true,
             "--pid" => o.pids.push(num(&arg, value()?)?),
             "--timeout" => o.timeout = Duration::from_secs_f64(num(&arg, value()?)?),
             "--threads" => o.threads = num(&arg, value()?)?,
@@ -208,6 +214,9 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Options, String>
     }
     if o.calls > 100_000_000 || o.sessions > 100_000 || o.inflight > 10_000 || o.idle > 100_000 {
         return Err("-s/-c/-k/--idle out of range".to_owned());
+    }
+    if o.idle_closed && (o.transport != Transport::Mcp || o.idle == 0) {
+        return Err("--idle-closed needs --idle and --transport mcp".to_owned());
     }
     if o.modern && (o.idle > 0 || o.soak.is_some()) {
         return Err("--transport modern holds no sessions: no --idle or --soak".to_owned());
@@ -1288,6 +1297,7 @@ struct Outcome {
     idle_open_time: Duration,
     idle_rss_kb: Option<u64>,
     idle_hwm_kb: Option<u64>,
+    idle_anon_kb: Option<u64>,
     health_sessions: Option<u64>,
     rss_kb: Option<u64>,
     hwm_kb: Option<u64>,
@@ -1369,6 +1379,7 @@ impl Outcome {
             );
             m.insert("idle_rss_kb".into(), json!(self.idle_rss_kb));
             m.insert("idle_hwm_kb".into(), json!(self.idle_hwm_kb));
+            m.insert("idle_anon_kb".into(), json!(self.idle_anon_kb));
             m.insert("health_sessions".into(), json!(self.health_sessions));
         }
         if !o.pids.is_empty() {
@@ -1682,7 +1693,7 @@ async fn run_http(
         let began = Instant::now();
         let mut opening = JoinSet::new();
         let mut next = 0;
-        let transport = o.transport;
+        let (transport, closed) = (o.transport, o.idle_closed);
         while idle.len() < o.idle {
             while next < o.idle && opening.len() < o.open_concurrency {
                 let t = target.clone();
@@ -1695,7 +1706,7 @@ async fn run_http(
                         )
                         .await
                         .map(|(stream, _)| Idle::Sse(stream)),
-                        Transport::Mcp => open_idle_mcp(t, n).await,
+                        Transport::Mcp => open_idle_mcp(t, n, closed).await,
                     }
                 });
                 next += 1;
@@ -1721,6 +1732,7 @@ async fn run_http(
         if let Some(&pid) = o.pids.first() {
             outcome.idle_rss_kb = status_kb(pid, "VmRSS");
             outcome.idle_hwm_kb = status_kb(pid, "VmHWM");
+            outcome.idle_anon_kb = status_kb(pid, "RssAnon");
         }
         outcome.health_sessions = timeout_at(deadline, health_sessions(&target))
             .await
@@ -1875,7 +1887,11 @@ impl Idle {
     fn is_held(&self) -> bool {
         match self {
             Idle::Sse(es) => es.stream.peer_addr().is_ok(),
-            Idle::Mcp(conn) => conn.stream.as_ref().is_some_and(|s| s.peer_addr().is_ok()),
+            // Without its connection (`--idle-closed`) a session is held once it has an id.
+            Idle::Mcp(conn) => match &conn.stream {
+                Some(stream) => stream.peer_addr().is_ok(),
+                None => conn.delete.is_some(),
+            },
         }
     }
 }
@@ -1924,7 +1940,7 @@ fn negotiated_version(message: &[u8]) -> String {
 }
 
 /// One idle Streamable session: initialized, its connection kept open.
-async fn open_idle_mcp(target: Arc<HttpTarget>, n: usize) -> Result<Idle, String> {
+async fn open_idle_mcp(target: Arc<HttpTarget>, n: usize, closed: bool) -> Result<Idle, String> {
     let mut first = PostConn::mcp(target.clone(), None);
     let problems = Problems::default();
     let (sid, message) =
@@ -1932,7 +1948,7 @@ async fn open_idle_mcp(target: Arc<HttpTarget>, n: usize) -> Result<Idle, String
     // Held on the same socket; named so that the run can end it.
     let version = negotiated_version(&message);
     let mut conn = PostConn::mcp(target, Some((&sid, &version)));
-    conn.stream = first.stream.take();
+    conn.stream = first.stream.take().filter(|_| !closed);
     Ok(Idle::Mcp(conn))
 }
 
