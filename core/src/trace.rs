@@ -473,9 +473,13 @@ fn says_false(message: &[u8], name: &[u8]) -> bool {
 /// code, not an error.
 const CALLER_ERRORS: [i64; 5] = [-32700, -32600, -32601, -32602, -32002];
 
+/// What a request's ending says, read once for its histograms and its spans:
+/// `rpc.response.status_code` and `error.type`.
+pub(crate) type EndingRead = (Option<i64>, Option<String>);
+
 impl Ending<'_> {
     /// `rpc.response.status_code` and `error.type`, as SPEC section 14 sets them.
-    pub(crate) fn attributes(self) -> (Option<i64>, Option<String>) {
+    pub(crate) fn attributes(self) -> EndingRead {
         let message = match self {
             Ending::Answered(message) => message,
             Ending::Refused(_, body) if body.starts_with(b"{\"jsonrpc\"") => body,
@@ -555,10 +559,9 @@ impl ServerSpan {
     pub(crate) fn finish(
         self,
         (start, end): (Instant, Instant),
-        ending: Ending<'_>,
+        (code, error_type): &EndingRead,
         common: impl IntoIterator<Item = (&'static str, Value)>,
     ) -> (SpanRecord, Option<SpanRecord>) {
-        let (code, error_type) = ending.attributes();
         let mut outcome = Vec::new();
         if let Some(code) = code {
             outcome.push((
@@ -568,7 +571,7 @@ impl ServerSpan {
         }
         let status = match error_type {
             Some(error_type) => {
-                outcome.push(("error.type", Value::Str(error_type.into())));
+                outcome.push(("error.type", Value::Str(error_type.clone().into())));
                 SpanStatus::Error
             }
             None => SpanStatus::Unset,
@@ -814,7 +817,16 @@ fn with_meta(text: &str, traceparent: &str, tracestate: Option<&str>) -> Option<
 fn span_name(msg: &Checked, limit: usize) -> String {
     let method = cut(&msg.method, limit);
     match target(msg) {
-        Some(target) => cut(&format!("{method} {}", cut(target, limit)), limit).to_owned(),
+        Some(target) => {
+            let target = cut(target, limit);
+            let mut name = String::with_capacity(method.len() + 1 + target.len());
+            name.push_str(method);
+            name.push(' ');
+            name.push_str(target);
+            let kept = cut(&name, limit).len();
+            name.truncate(kept);
+            name
+        }
         None => method.to_owned(),
     }
 }
@@ -904,7 +916,7 @@ mod tests {
         let now = Instant::now();
         span.hop(now);
         let common = [("user.id", Value::Str(principal.to_owned().into()))];
-        span.finish((now, now), Ending::Unanswered, common)
+        span.finish((now, now), &Ending::Unanswered.attributes(), common)
     }
 
     #[test]

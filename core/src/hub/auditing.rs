@@ -22,7 +22,7 @@ use crate::http::{Body, Endpoint, Rejection, Request, Response};
 use crate::message::Checked;
 use crate::output::{Event, Lost, Output, RequestId};
 use crate::settings::{Audit, Settings};
-use crate::trace::{Ending, ServerSpan};
+use crate::trace::{Ending, EndingRead, ServerSpan};
 
 /// What happened to a request or a session, as the hub's decisions produce it.
 #[derive(Debug)]
@@ -63,6 +63,18 @@ impl<'a> Happened<'a> {
             started,
             message,
             outcome,
+        }
+    }
+
+    /// How a request ended, if this is a request's end.
+    fn ending(&self) -> Option<Ending<'a>> {
+        match *self {
+            Happened::Refused(_, response) => {
+                Some(Ending::Refused(response.status, &response.body))
+            }
+            Happened::Answered { message, .. } => Some(Ending::Answered(message)),
+            Happened::Unanswered(..) => Some(Ending::Unanswered),
+            _ => None,
         }
     }
 }
@@ -146,10 +158,12 @@ impl Hub {
             outputs: &mut self.outputs,
             exported: self.settings.tracing.is_some(),
         };
-        measured((measuring, &self.sessions), now, &happened);
-        if self.settings.tracing.is_some() {
+        // A request's ending is read once, for its histograms and its spans alike.
+        let read = happened.ending().map(Ending::attributes);
+        measured((measuring, &self.sessions), now, &happened, read.as_ref());
+        if let (Some(_), Some(read)) = (&self.settings.tracing, &read) {
             let parts = (&self.sessions, &mut self.outputs);
-            traced(parts, now, &mut happened);
+            traced(parts, now, &mut happened, read);
         }
         let Some(audit) = &self.settings.audit else {
             return;
@@ -189,38 +203,39 @@ fn measured(
     (mut measuring, sessions): (Measuring<'_>, &Sessions),
     now: Instant,
     happened: &Happened<'_>,
+    read: Option<&EndingRead>,
 ) {
     let id = |number: SessionNumber| sessions.get(number).map(|s| s.id);
-    match happened {
-        Happened::Refused(started, response) => {
-            let ending = Ending::Refused(response.status, &response.body);
-            measuring.operation(now, started, ending);
-        }
-        Happened::Answered {
-            started,
-            message,
-            outcome,
-            ..
-        } => {
+    match (happened, read) {
+        (Happened::Refused(started, _), Some(read)) => measuring.operation(now, started, read),
+        (
+            Happened::Answered {
+                started,
+                message,
+                outcome,
+                ..
+            },
+            Some(read),
+        ) => {
             // The backend's answer, whoever judged it (the router reads a session's; the
             // proxy's own answers are no lists): a list teaches the labels, from any caller.
             if !matches!(outcome, Some(Outcome::Denied | Outcome::Error)) {
                 measuring.answered_by_backend(started, message);
             }
-            measuring.operation(now, started, Ending::Answered(message));
+            measuring.operation(now, started, read);
         }
-        Happened::Unanswered(_, started) => measuring.operation(now, started, Ending::Unanswered),
-        Happened::Opened(number) => {
+        (Happened::Unanswered(_, started), Some(read)) => measuring.operation(now, started, read),
+        (Happened::Opened(number), _) => {
             if let Some(id) = id(*number) {
                 measuring.opened(now, id);
             }
         }
-        Happened::Closed(number, fault) => {
+        (Happened::Closed(number, fault), _) => {
             if let Some(id) = id(*number) {
                 measuring.closed(now, id, *fault);
             }
         }
-        Happened::TurnedAway(..) => {}
+        _ => {}
     }
 }
 
@@ -229,33 +244,16 @@ fn traced(
     (sessions, outputs): (&Sessions, &mut VecDeque<Output>),
     now: Instant,
     happened: &mut Happened<'_>,
+    read: &EndingRead,
 ) {
     let id = |number: SessionNumber| sessions.get(number).map(|s| s.id);
     match happened {
-        Happened::Refused(started, response) => {
-            let ending = Ending::Refused(response.status, &response.body);
-            spans::end(outputs, now, started, ending, None);
-        }
+        Happened::Refused(started, _) => spans::end(outputs, now, started, read, None),
         Happened::Answered {
-            session,
-            started,
-            message,
-            ..
-        } => spans::end(
-            outputs,
-            now,
-            started,
-            Ending::Answered(message),
-            session.and_then(id),
-        ),
+            session, started, ..
+        } => spans::end(outputs, now, started, read, session.and_then(id)),
         Happened::Unanswered(session, started) => {
-            spans::end(
-                outputs,
-                now,
-                started,
-                Ending::Unanswered,
-                session.and_then(id),
-            );
+            spans::end(outputs, now, started, read, session.and_then(id))
         }
         _ => {}
     }

@@ -10,7 +10,7 @@ use crate::message::Checked;
 use crate::metrics::{method_label, version_label, Attributes, Durations, Histogram};
 use crate::output::Output;
 use crate::routed_id::SessionId;
-use crate::trace::Ending;
+use crate::trace::EndingRead;
 
 /// The histograms and where their measurements go; `exported`: spans (and measurements)
 /// are made.
@@ -21,14 +21,15 @@ pub(super) struct Measuring<'a> {
 }
 
 impl Measuring<'_> {
-    /// A request ended with `ending`: its `mcp.server.operation.duration`, and the
+    /// A request ended as `read` says: its `mcp.server.operation.duration`, and the
     /// `mcp.client.operation.duration` of its hop to the backend, if it made one.
-    pub(super) fn operation(&mut self, now: Instant, started: &Started, ending: Ending<'_>) {
+    pub(super) fn operation(&mut self, now: Instant, started: &Started, read: &EndingRead) {
         let Some(_) = started.op.method else {
             return;
         };
-        let (_, error) = ending.attributes();
-        let attributes = self.durations.operation_attributes(&started.op, error);
+        let attributes = self
+            .durations
+            .operation_attributes(&started.op, read.1.clone());
         if let Some(hop) = started.op.hop {
             let mut attributes = attributes.clone();
             let transport = attributes

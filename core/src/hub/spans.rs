@@ -13,7 +13,7 @@ use crate::message::Checked;
 use crate::output::Output;
 use crate::routed_id::{Mark, SessionId};
 use crate::router::{Forward, Router};
-use crate::trace::{Carried, Ending, Tracing, Value};
+use crate::trace::{Carried, EndingRead, Tracing, Value};
 
 /// The observation context of request `msg` of session `number`, if it is in flight and is
 /// no `initialize` (the proxy's own message to the backend carries no client's context).
@@ -60,7 +60,7 @@ pub(super) fn end(
     outputs: &mut VecDeque<Output>,
     now: Instant,
     started: &mut Started,
-    ending: Ending<'_>,
+    read: &EndingRead,
     session: Option<SessionId>,
 ) {
     let Some(span) = started.trace.take() else {
@@ -85,7 +85,7 @@ pub(super) fn end(
     let common = (common.into_iter())
         .filter_map(|(k, v)| Some((k, Value::Str(v?))))
         .chain(port);
-    let (server, client) = span.finish((started.at, now), ending, common);
+    let (server, client) = span.finish((started.at, now), read, common);
     if let Some(client) = client {
         outputs.push_back(Output::Span(Box::new(client)));
     }
