@@ -742,9 +742,17 @@ fn meta_added(text: &str, traceparent: &str, tracestate: Option<&str>) -> Option
     ) -> Result<Option<&'de serde_json::value::RawValue>, D::Error> {
         serde::Deserialize::deserialize(value).map(Some)
     }
-    let top: Top<'_> = serde_json::from_str(text).ok()?;
-    let outer = match top.params {
-        Some(params) => span_of(text, params.get()),
+    // The message's members by the scan that reads backend answers (its keys are unique:
+    // it was admitted), else by a full parse.
+    let params = match crate::message::members(text) {
+        Some(members) => (members.into_iter().find(|(key, _)| key == "params")).map(|(_, v)| v),
+        None => serde_json::from_str::<Top<'_>>(text)
+            .ok()?
+            .params
+            .map(|p| p.get()),
+    };
+    let outer = match params {
+        Some(params) => span_of(text, params),
         None => 0..text.trim_end().len(),
     };
     let inner = object_inside(&text[outer.clone()])?;
@@ -752,7 +760,7 @@ fn meta_added(text: &str, traceparent: &str, tracestate: Option<&str>) -> Option
     if !inner.trim().is_empty() {
         added.push(',');
     }
-    added.push_str(match top.params {
+    added.push_str(match params {
         Some(_) => r#""_meta":{"#,
         None => r#""params":{"_meta":{"#,
     });
@@ -761,7 +769,7 @@ fn meta_added(text: &str, traceparent: &str, tracestate: Option<&str>) -> Option
     if let Some(state) = tracestate {
         push_member(&mut added, true, "tracestate", state);
     }
-    added.push_str(if top.params.is_some() { "}" } else { "}}" });
+    added.push_str(if params.is_some() { "}" } else { "}}" });
     let at = outer.end - 1;
     Some((at..at, added.into_bytes()))
 }
