@@ -35,10 +35,19 @@ cargo build --release -q -p switchboard -p switchboard-blocking -p switchboard-t
 
 # Each idle session holds a socket on each side.
 hard="$(ulimit -Hn)"
+if [[ "$hard" == unlimited ]] || ((hard > 65536)); then hard=65536; fi
 ulimit -n "$hard"
 cap=$((hard - 1000))
-((idle <= cap)) || idle=$cap
-((idle_blocking <= cap)) || idle_blocking=$cap
+if ((cap < 100)); then
+    echo "bench_idle: ulimit -n is at most $hard: too few descriptors to hold idle sessions" >&2
+    exit 1
+fi
+for n in idle idle_blocking; do
+    if ((${!n} > cap)); then
+        echo "bench_idle: ulimit -n is at most $hard; holding $cap idle sessions instead of ${!n}" >&2
+        printf -v "$n" '%s' "$cap"
+    fi
+done
 
 # shellcheck source=tests/servers.sh
 source "$root/tests/servers.sh"
@@ -48,7 +57,7 @@ raw="$target_dir/bench/idle.jsonl"
 mkdir -p "$(dirname "$raw")"
 : >"$raw"
 
-kb() { awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status"; }
+kb() { awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status" 2>/dev/null || true; }
 
 for target in floor switchboard switchboard-blocking; do
     n=$idle
@@ -63,13 +72,25 @@ for target in floor switchboard switchboard-blocking; do
         esac
         pid=$SERVER_PID url=$SERVER_URL
         fresh_anon="$(kb "$pid" RssAnon)"
+        [[ -n "$fresh_anon" ]] || { echo "bench_idle: no RssAnon in /proc/$pid/status" >&2; exit 1; }
         "$bin/loadgen" --url "$url" --transport "${transport%-closed}" -s 1 -c 200 -k 1 \
             --timeout 60 --json >/dev/null
         sleep 1
         rss="$(kb "$pid" VmRSS)" anon="$(kb "$pid" RssAnon)"
         out="$("$bin/loadgen" --url "$url" "${flags[@]}" --idle "$n" -s 0 \
             --pid "$pid" --timeout 120 --json)"
-        held="$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["idle_sessions"], d["idle_rss_kb"], d["idle_anon_kb"])' "$out")"
+        # The server's own count of sessions (`/health`) must be the N held: a closed
+        # session is counted by the client once it has an id, and confirmed here.
+        held="$(python3 -c '
+import json, sys
+d = json.loads(sys.argv[1])
+n, health = d.get("idle_sessions"), d.get("health_sessions")
+if not n or health != n or d.get("idle_rss_kb") is None or d.get("idle_anon_kb") is None:
+    sys.exit(f"held {n} idle sessions, /health says {health}: {sys.argv[1][:300]}")
+print(n, d["idle_rss_kb"], d["idle_anon_kb"])' "$out")" || {
+            echo "bench_idle: $target /$transport: the idle sessions were not all held" >&2
+            exit 1
+        }
         read -r open idle_rss idle_anon <<<"$held"
         printf '{"target":"%s","transport":"%s","sessions":%s,"fresh_anon_kb":%s,"rss_kb":%s,"anon_kb":%s,"idle_rss_kb":%s,"idle_anon_kb":%s}\n' \
             "$target" "$transport" "$open" "$fresh_anon" "$rss" "$anon" "$idle_rss" "$idle_anon" >>"$raw"

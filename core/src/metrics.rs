@@ -701,27 +701,27 @@ mod tests {
         assert_eq!(method_label("made/up"), "_OTHER");
         assert_eq!(version_label("1999-01-01"), "_OTHER");
     }
-}
 
-#[test]
-fn an_exported_series_brings_its_attributes_once_and_keeps_its_number() {
-    let mut d = Durations::default();
-    let labels = |method: &str| vec![("mcp.method.name", Label::Owned(method.to_owned()))];
-    let mut record =
-        |method, exported| d.record(Histogram::ServerOperation, 0.01, labels(method), exported);
-    // Counted before export began: announced with its first exported value.
-    assert_eq!(record("ping", false), None);
-    let first = record("ping", true).unwrap();
-    assert_eq!(first.series, 0);
-    assert_eq!(first.attributes, Some(labels("ping")));
-    let again = record("ping", true).unwrap();
-    assert_eq!((again.series, again.attributes), (0, None));
-    let other = record("tools/list", true).unwrap();
-    assert_eq!(other.series, 1);
-    assert_eq!(other.attributes, Some(labels("tools/list")));
-    let session = d.record(Histogram::ServerSession, 1.0, labels("ping"), true);
-    assert_eq!(
-        session.map(|m| (m.series, m.attributes.is_some())),
-        Some((2, true))
-    );
+    #[test]
+    fn an_exported_series_brings_its_attributes_once_and_keeps_its_number() {
+        let mut d = Durations::default();
+        let labels = |method: &str| vec![("mcp.method.name", Label::Owned(method.to_owned()))];
+        let mut record =
+            |method, exported| d.record(Histogram::ServerOperation, 0.01, labels(method), exported);
+        // Counted before export began: announced with its first exported value.
+        assert_eq!(record("ping", false), None);
+        let first = record("ping", true).unwrap();
+        assert_eq!(first.series, 0);
+        assert_eq!(first.attributes, Some(labels("ping")));
+        let again = record("ping", true).unwrap();
+        assert_eq!((again.series, again.attributes), (0, None));
+        let other = record("tools/list", true).unwrap();
+        assert_eq!(other.series, 1);
+        assert_eq!(other.attributes, Some(labels("tools/list")));
+        let session = d.record(Histogram::ServerSession, 1.0, labels("ping"), true);
+        assert_eq!(
+            session.map(|m| (m.series, m.attributes.is_some())),
+            Some((2, true))
+        );
+    }
 }

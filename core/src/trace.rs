@@ -730,27 +730,11 @@ fn edits_in_meta(
 /// No `_meta` is there: one is added at the end of `params`, or a `params` holding it at
 /// the end of the message when it has none.
 fn meta_added(text: &str, traceparent: &str, tracestate: Option<&str>) -> Option<Edit> {
-    #[derive(serde::Deserialize)]
-    struct Top<'a> {
-        // Present whatever its value: a `"params":null` is no missing `params` (a
-        // second `params` would be a duplicate key), and takes the whole rewrite.
-        #[serde(borrow, default, deserialize_with = "present")]
-        params: Option<&'a serde_json::value::RawValue>,
-    }
-    fn present<'de, D: serde::Deserializer<'de>>(
-        value: D,
-    ) -> Result<Option<&'de serde_json::value::RawValue>, D::Error> {
-        serde::Deserialize::deserialize(value).map(Some)
-    }
-    // The message's members by the scan that reads backend answers (its keys are unique:
-    // it was admitted), else by a full parse.
-    let params = match crate::message::members(text) {
-        Some(members) => (members.into_iter().find(|(key, _)| key == "params")).map(|(_, v)| v),
-        None => serde_json::from_str::<Top<'_>>(text)
-            .ok()?
-            .params
-            .map(|p| p.get()),
-    };
+    // Present whatever its value: a `"params":null` is no missing `params` (a second
+    // `params` would be a duplicate key: the message was admitted), and takes the whole
+    // rewrite.
+    let members = crate::message::members(text)?;
+    let params = (members.into_iter().find(|(key, _)| key == "params")).map(|(_, v)| v);
     let outer = match params {
         Some(params) => span_of(text, params),
         None => 0..text.trim_end().len(),

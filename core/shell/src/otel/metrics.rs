@@ -121,8 +121,7 @@ mod tests {
     #[test]
     fn a_measurement_lands_in_its_histogram_with_the_conventions_buckets() {
         let collector = Collector::default();
-        let meters = Meters::start(collector.clone(), Resource::builder_empty().build());
-        let mut meters = meters;
+        let mut meters = Meters::start(collector.clone(), Resource::builder_empty().build());
         let call = |attributes| Measurement {
             histogram: Histogram::ClientOperation,
             series: 3,
