@@ -2,6 +2,7 @@
 //! tokio + hyper.
 
 mod backend;
+mod direct;
 mod server;
 mod session;
 mod supervisor;

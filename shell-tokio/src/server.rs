@@ -29,7 +29,7 @@ use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::http::request::Parts;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use switchboard_core::framing::{self, FramingError, Limits, Pipeline};
 use switchboard_core::http::{self, Admitted, RequestHead};
 use switchboard_core::hub::{self, Payload, TurnedAway};
@@ -41,6 +41,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
+use crate::direct::HandOver;
 use crate::supervisor::{Input, Reply};
 
 type ResponseBody = UnsyncBoxBody<Bytes, Infallible>;
@@ -77,6 +78,9 @@ impl Server {
     /// caller bounds how long).
     pub async fn serve(self: Arc<Self>, listener: TcpListener, stop: oneshot::Receiver<()>) {
         let graceful = GracefulShutdown::new();
+        // Each connection's task holds a clone: at shutdown, the last one gone is the sign
+        // that every stream served outside hyper (crate::direct) has ended too.
+        let (open, mut all_closed) = mpsc::channel::<()>(1);
         tokio::pin!(stop);
         let mut failures = 0u32;
         loop {
@@ -98,40 +102,64 @@ impl Server {
             };
             failures = 0;
             let _ = stream.set_nodelay(true);
-            let server = self.clone();
-            let reads = Arc::new(Reads::default());
-            let stream = Counted {
-                io: stream,
-                reads: reads.clone(),
-            };
-            let service = hyper::service::service_fn(move |req| {
-                let (server, reads) = (server.clone(), reads.clone());
-                async move { Ok::<_, Infallible>(server.handle(req, peer, &reads).await) }
-            });
-            let framing = self.front.get().framing;
-            let mut http1 = hyper::server::conn::http1::Builder::new();
-            http1
-                .timer(TokioTimer::new())
-                .header_read_timeout(framing.header_timeout)
-                .max_header_size(framing.max_head)
-                .max_buf_size(framing.max_head);
-            if framing.max_headers != HYPER_MAX_HEADERS {
-                http1.max_headers(framing.max_headers);
-            }
-            let conn = http1.serve_connection(TokioIo::new(stream), service);
-            let conn = graceful.watch(conn);
-            let server = self.clone();
+            let (server, watcher, open) = (self.clone(), graceful.watcher(), open.clone());
             tokio::spawn(async move {
-                if let Err(e) = conn.await {
-                    debug!(%peer, "connection ended: {e}");
-                    if let Some(refused) = hyper_refusal(&e) {
-                        server.refused_by_hyper(peer, refused).await;
-                    }
-                }
+                let (stream, prefix, pipelined) =
+                    match server.first_request(stream, peer, open).await {
+                        HandOver::Closed => return,
+                        HandOver::Hyper(stream, prefix, pipelined) => (stream, prefix, pipelined),
+                    };
+                server
+                    .hyper(stream, peer, (prefix, pipelined), watcher)
+                    .await;
             });
         }
         drop(listener);
+        drop(open);
         graceful.shutdown().await;
+        let _ = all_closed.recv().await;
+    }
+
+    /// Serves a connection with hyper, `prefix` its bytes read already (`pipelined`: before
+    /// an answer was written).
+    async fn hyper(
+        self: Arc<Self>,
+        stream: TcpStream,
+        peer: SocketAddr,
+        (prefix, pipelined): (Bytes, bool),
+        watcher: Watcher,
+    ) {
+        let reads = Arc::new(Reads::default());
+        if !prefix.is_empty() && !pipelined {
+            reads.reads.fetch_add(1, Ordering::AcqRel);
+        }
+        let stream = Counted {
+            prefix,
+            io: stream,
+            reads: reads.clone(),
+        };
+        let server = self.clone();
+        let service = hyper::service::service_fn(move |req| {
+            let (server, reads) = (server.clone(), reads.clone());
+            async move { Ok::<_, Infallible>(server.handle(req, peer, &reads).await) }
+        });
+        let framing = self.front.get().framing;
+        let mut http1 = hyper::server::conn::http1::Builder::new();
+        http1
+            .timer(TokioTimer::new())
+            .header_read_timeout(framing.header_timeout)
+            .max_header_size(framing.max_head)
+            .max_buf_size(framing.max_head);
+        if framing.max_headers != HYPER_MAX_HEADERS {
+            http1.max_headers(framing.max_headers);
+        }
+        let conn = http1.serve_connection(TokioIo::new(stream), service);
+        if let Err(e) = watcher.watch(conn).await {
+            debug!(%peer, "connection ended: {e}");
+            if let Some(refused) = hyper_refusal(&e) {
+                self.refused_by_hyper(peer, refused).await;
+            }
+        }
     }
 
     async fn handle(
@@ -253,9 +281,9 @@ impl Server {
 /// A request handed to the loop and not answered yet; dropped unanswered (its client
 /// left), it tells the loop so, without waiting (a full queue loses the notice: the
 /// request is then answered into the void as before).
-struct Waiting<'s> {
-    ticket: u64,
-    inputs: &'s mpsc::Sender<Input>,
+pub(crate) struct Waiting<'s> {
+    pub(crate) ticket: u64,
+    pub(crate) inputs: &'s mpsc::Sender<Input>,
 }
 
 impl Drop for Waiting<'_> {
@@ -350,7 +378,7 @@ impl Server {
 
 /// The loop's input for `admitted` with its body admitted: a large body on the blocking
 /// pool. `None` when that failed (the process is going down).
-async fn into_request(admitted: Admitted, body: Payload) -> Option<Box<hub::Request>> {
+pub(crate) async fn into_request(admitted: Admitted, body: Payload) -> Option<Box<hub::Request>> {
     let inline = !matches!(&body, Payload::Bytes(bytes) if bytes.len() > INLINE_BODY);
     let admit = move || {
         let mut request = Box::new(admitted.into_request(body, entropy));
@@ -396,8 +424,10 @@ struct Reads {
     pipeline: Mutex<Pipeline>,
 }
 
-/// A connection's socket, counting its reads and marking its writes in [`Reads`].
+/// A connection's socket, counting its reads and marking its writes in [`Reads`]; its
+/// first bytes read before hyper took it (crate::direct) come first.
 struct Counted {
+    prefix: Bytes,
     io: TcpStream,
     reads: Arc<Reads>,
 }
@@ -415,6 +445,11 @@ impl AsyncRead for Counted {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
+        if !self.prefix.is_empty() {
+            let n = self.prefix.len().min(buf.remaining());
+            buf.put_slice(&self.prefix.split_to(n));
+            return Poll::Ready(Ok(()));
+        }
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.io).poll_read(cx, buf);
         if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
@@ -490,7 +525,7 @@ fn with_head(head: http::Response, body: ResponseBody) -> Response<ResponseBody>
 }
 
 /// Seconds since the Unix epoch, for token expiry.
-fn unix_now() -> u64 {
+pub(crate) fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())

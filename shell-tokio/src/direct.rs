@@ -1,0 +1,399 @@
+//! A connection's first request, read here before hyper sees the connection: a plain `GET`
+//! of an event stream (`/sse`, or `/mcp`'s standalone stream) is served on the socket
+//! itself, so that an open stream holds its socket, its queue and a small task instead of
+//! an HTTP server's buffers (hyper keeps ~14 KiB a connection while a response streams:
+//! its 8 KiB header buffer, allocated up front, and its read buffer; tests/BENCHMARKS.md).
+//!
+//! Only the plain case is taken: HTTP/1.1, `GET`, a target ending in `/sse` or `/mcp`, no
+//! body, no `Expect`, no `Upgrade`, the head within the framing limits and the core's
+//! [`framing::check_head`]. Every other request goes to hyper with the bytes already read,
+//! as does whatever follows an answer here that is not a stream: hyper applies the same
+//! rules, refuses alike and audits alike, so the rules live in one place.
+
+use std::borrow::Cow;
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::header::HeaderValue;
+use hyper::StatusCode;
+use switchboard_core::framing::{self, BodyLength, Limits};
+use switchboard_core::http::{self, RequestHead};
+use switchboard_core::hub::{Payload, TurnedAway};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use tracing::debug;
+
+use crate::server::{into_request, unix_now, Server, Waiting};
+use crate::session::StreamBody;
+use crate::supervisor::{Input, Reply};
+
+/// What the first request left for hyper.
+pub(crate) enum HandOver {
+    /// The connection is done (served, or the client left).
+    Closed,
+    /// hyper serves the rest: the bytes read and not consumed, and whether they were read
+    /// before an answer went out (a pipelined request).
+    Hyper(TcpStream, Bytes, bool),
+}
+
+/// A head's first bytes that can start a plain stream request.
+const GET: &[u8] = b"GET ";
+
+/// hyper's first read of a connection (its initial buffer).
+const FIRST_READ: usize = 8192;
+
+/// How many header lines the first read's parse makes room for at most (the framing limit
+/// applies too).
+const HEADERS: usize = 64;
+
+impl Server {
+    /// Reads the connection's first request head and serves it here when it asks for an
+    /// event stream in the plain way; otherwise hands it over to hyper. `open` is held while
+    /// a stream is served (the server waits for every one at shutdown).
+    pub(crate) async fn first_request(
+        &self,
+        mut socket: TcpStream,
+        peer: SocketAddr,
+        open: mpsc::Sender<()>,
+    ) -> HandOver {
+        let front = self.front.get();
+        let limits = front.framing;
+        // As much as hyper's first read takes: a burst of pipelined requests reaches it as
+        // it would have, in one read.
+        let mut buf = Vec::with_capacity(FIRST_READ);
+        let head_len = match tokio::time::timeout(
+            limits.header_timeout,
+            read_head(&mut socket, &mut buf, &limits),
+        )
+        .await
+        {
+            Ok(Ok(Some(len))) => len,
+            Ok(Ok(None)) | Err(_) => return HandOver::Hyper(socket, buf.into(), false),
+            Ok(Err(_)) => return HandOver::Closed,
+        };
+        let mut headers = [httparse::EMPTY_HEADER; HEADERS];
+        let mut parsed = httparse::Request::new(&mut headers);
+        let plain = matches!(parsed.parse(&buf), Ok(httparse::Status::Complete(_)))
+            && plain_stream_request(&parsed, &limits);
+        if !plain {
+            return HandOver::Hyper(socket, buf.into(), false);
+        }
+        let head = Head::of(&parsed);
+        let forwarded_for = head.all("x-forwarded-for");
+        let mcp_fields: Vec<(&str, &str)> = (parsed.headers.iter())
+            .filter(|h| http::is_modern_field(h.name))
+            .map(|h| (h.name, visible(h.value).unwrap_or_default()))
+            .collect();
+        let request_head = RequestHead {
+            method: "GET",
+            target: parsed.path.unwrap_or("/"),
+            authority: None,
+            authorization: head.bytes("authorization"),
+            origin: head.text("origin"),
+            host: head.text("host"),
+            content_type: head.text("content-type"),
+            accept: head.text("accept"),
+            mcp_session_id: head.text("mcp-session-id"),
+            mcp_protocol_version: http::single_field(head.all("mcp-protocol-version").into_iter()),
+            last_event_id: head.bytes("last-event-id"),
+            mcp_fields: &mcp_fields,
+            peer: Some(peer),
+            user_agent: head.text("user-agent"),
+            forwarded_for: &forwarded_for,
+            traceparent: head.text("traceparent"),
+            tracestate: head.text("tracestate"),
+        };
+        let answer = match front.gate.admit(&request_head, unix_now()) {
+            Err(refused) => {
+                debug!(%peer, reason = refused.rejection.as_str(), "refused");
+                let (response, turned_away) = TurnedAway::by_gate(*refused);
+                let _ = self.inputs.send(Input::Refused(turned_away)).await;
+                Reply::Full(response)
+            }
+            Ok(admitted) => {
+                let Some(request) = into_request(admitted, Payload::Bytes(Vec::new())).await else {
+                    return HandOver::Closed;
+                };
+                let (reply, answer) = oneshot::channel();
+                let ticket = switchboard_shell::pending::ticket();
+                let input = Input::Request {
+                    request,
+                    reply,
+                    ticket,
+                };
+                if self.inputs.send(input).await.is_err() {
+                    return HandOver::Closed;
+                }
+                // Dropped unanswered (the task ends with the runtime), it tells the loop.
+                let waiting = Waiting {
+                    ticket,
+                    inputs: &self.inputs,
+                };
+                let answer = answer.await;
+                std::mem::forget(waiting);
+                match answer {
+                    Ok(reply) => reply,
+                    Err(_) => return HandOver::Closed,
+                }
+            }
+        };
+        match answer {
+            Reply::Stream(head, body) => {
+                stream(socket, head, body).await;
+                drop(open);
+                HandOver::Closed
+            }
+            Reply::Full(response) => {
+                let close = framing::closes(&response);
+                let mut out = head_bytes(&response, Length::Full(response.body.len()), close);
+                out.extend_from_slice(&response.body);
+                if socket.write_all(&out).await.is_err() || close {
+                    return HandOver::Closed;
+                }
+                let rest = Bytes::from(buf).slice(head_len..);
+                HandOver::Hyper(socket, rest, true)
+            }
+        }
+    }
+}
+
+/// Reads until a complete request head is in `buf`: its length, or `None` as soon as the
+/// bytes read cannot start a plain stream request (or the head outgrows the limit).
+async fn read_head(
+    socket: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    limits: &Limits,
+) -> std::io::Result<Option<usize>> {
+    loop {
+        if buf.len() > limits.max_head || !buf.starts_with(&GET[..buf.len().min(GET.len())]) {
+            return Ok(None);
+        }
+        if let Some(end) = memchr::memmem::find(buf, b"\r\n\r\n") {
+            return Ok(Some(end + 4));
+        }
+        if buf.capacity() == buf.len() {
+            buf.reserve(buf.len());
+        }
+        if socket.read_buf(buf).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+}
+
+/// HTTP/1.1 `GET` of a target ending in `/sse` or `/mcp`, in origin form, with no body, no
+/// `Expect`, no `Upgrade`, within the framing rules.
+fn plain_stream_request(parsed: &httparse::Request<'_, '_>, limits: &Limits) -> bool {
+    let Some(target) = parsed.path else {
+        return false;
+    };
+    let path = target.split('?').next().unwrap_or_default();
+    let stream_path = path.starts_with('/') && (path.ends_with("/sse") || path.ends_with("/mcp"));
+    let unusual = |h: &&httparse::Header<'_>| {
+        ["expect", "upgrade", "content-length", "transfer-encoding"]
+            .iter()
+            .any(|name| h.name.eq_ignore_ascii_case(name))
+    };
+    let headers = (parsed.headers.iter()).map(|h| (h.name.as_bytes(), h.value));
+    parsed.method == Some("GET")
+        && parsed.version == Some(1)
+        && stream_path
+        && !parsed.headers.iter().any(|h| unusual(&h))
+        && parsed.headers.len() <= limits.max_headers
+        && framing::check_head(1, target.len(), headers, limits).is_ok_and(|framing| {
+            framing.body == BodyLength::Length(0) && framing.keep_alive && !framing.expect_continue
+        })
+}
+
+/// A parsed head's header lines, read as hyper's handler reads them.
+struct Head<'h, 'b>(&'h [httparse::Header<'b>]);
+
+impl<'h, 'b> Head<'h, 'b> {
+    fn of(parsed: &'h httparse::Request<'h, 'b>) -> Self {
+        Head(parsed.headers)
+    }
+
+    fn bytes(&self, name: &str) -> Option<&'b [u8]> {
+        (self.0.iter())
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value)
+    }
+
+    /// The first value of `name`, when it is visible ASCII (as hyper's `to_str`).
+    fn text(&self, name: &str) -> Option<&'b str> {
+        visible(self.bytes(name)?)
+    }
+
+    /// Every field line of `name`, in order; one that is not visible ASCII as `""`.
+    fn all(&self, name: &str) -> Vec<&'b str> {
+        (self.0.iter())
+            .filter(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| visible(h.value).unwrap_or_default())
+            .collect()
+    }
+}
+
+/// `value` as text when it is visible ASCII, spaces and tabs (hyper's `to_str`).
+fn visible(value: &[u8]) -> Option<&str> {
+    let ok = (value.iter()).all(|&b| b == b'\t' || (b' '..=b'~').contains(&b));
+    ok.then(|| std::str::from_utf8(value).ok()).flatten()
+}
+
+/// How a response's body is delimited on the wire.
+enum Length {
+    Full(usize),
+    Chunked,
+}
+
+/// The status line and header section of `response`, as hyper writes them: the core's
+/// headers (a value hyper would not take is left out), `date`, and the body's length or
+/// chunked coding.
+fn head_bytes(response: &http::Response, length: Length, close: bool) -> Vec<u8> {
+    let status = StatusCode::from_u16(response.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    out.extend_from_slice(b"\r\n");
+    let mut said_close = false;
+    for (name, value) in &response.headers {
+        let value: &str = match value {
+            Cow::Borrowed(text) => text,
+            Cow::Owned(text) => text,
+        };
+        if HeaderValue::from_str(value).is_err() {
+            continue;
+        }
+        said_close |= name.eq_ignore_ascii_case("connection");
+        for part in [name.as_bytes(), b": ", value.as_bytes(), b"\r\n"] {
+            out.extend_from_slice(part);
+        }
+    }
+    if close && !said_close {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    out.extend_from_slice(b"date: ");
+    out.extend_from_slice(httpdate::fmt_http_date(std::time::SystemTime::now()).as_bytes());
+    out.extend_from_slice(b"\r\n");
+    match length {
+        Length::Full(len) => {
+            out.extend_from_slice(format!("content-length: {len}\r\n").as_bytes());
+        }
+        Length::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// Writes a stream's head, then each frame the loop queues as a chunk, until the loop ends
+/// the stream (the last chunk is written) or the client leaves (a read sees its end).
+async fn stream(socket: TcpStream, head: http::Response, mut body: StreamBody) {
+    let (mut reader, mut writer) = socket.into_split();
+    if writer
+        .write_all(&head_bytes(&head, Length::Chunked, false))
+        .await
+        .is_err()
+    {
+        return;
+    }
+    drop(head);
+    // What a client sends on its stream's connection is read and dropped, to see it leave.
+    let mut probe = [0u8; 64];
+    loop {
+        tokio::select! {
+            frame = body.frame() => {
+                let Some(Ok(frame)) = frame else {
+                    let _ = writer.write_all(b"0\r\n\r\n").await;
+                    return;
+                };
+                let Ok(data) = frame.into_data() else { continue };
+                if data.is_empty() {
+                    continue;
+                }
+                let mut chunk = Vec::with_capacity(data.len() + 12);
+                chunk.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+                chunk.extend_from_slice(&data);
+                chunk.extend_from_slice(b"\r\n");
+                if writer.write_all(&chunk).await.is_err() {
+                    return;
+                }
+            }
+            read = reader.read(&mut probe) => {
+                if !matches!(read, Ok(n) if n > 0) {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits::default()
+    }
+
+    fn plain(head: &str) -> bool {
+        let mut headers = [httparse::EMPTY_HEADER; HEADERS];
+        let mut parsed = httparse::Request::new(&mut headers);
+        let complete = matches!(
+            parsed.parse(head.as_bytes()),
+            Ok(httparse::Status::Complete(_))
+        );
+        complete && plain_stream_request(&parsed, &limits())
+    }
+
+    #[test]
+    fn only_a_plain_get_of_a_stream_is_served_outside_hyper() {
+        let host = "Host: 127.0.0.1\r\n";
+        assert!(plain(&format!("GET /sse HTTP/1.1\r\n{host}\r\n")));
+        assert!(plain(&format!(
+            "GET /base/mcp?x=1 HTTP/1.1\r\n{host}Accept: text/event-stream\r\n\r\n"
+        )));
+        for head in [
+            format!("POST /sse HTTP/1.1\r\n{host}\r\n"),
+            format!("GET /sse HTTP/1.0\r\n{host}\r\n"),
+            format!("GET /health HTTP/1.1\r\n{host}\r\n"),
+            format!("GET /sse HTTP/1.1\r\n{host}Content-Length: 2\r\n\r\n"),
+            format!("GET /sse HTTP/1.1\r\n{host}Transfer-Encoding: chunked\r\n\r\n"),
+            format!("GET /sse HTTP/1.1\r\n{host}Expect: 100-continue\r\n\r\n"),
+            format!("GET /sse HTTP/1.1\r\n{host}Upgrade: websocket\r\n\r\n"),
+            format!("GET /sse HTTP/1.1\r\n{host}Connection: close\r\n\r\n"),
+            format!("GET /sse HTTP/1.1\r\n{host}{host}\r\n"),
+            format!("GET http://127.0.0.1/sse HTTP/1.1\r\n{host}\r\n"),
+        ] {
+            assert!(!plain(&head), "{head:?} goes to hyper");
+        }
+    }
+
+    #[test]
+    fn a_head_is_written_as_hyper_writes_it() {
+        let mut response = http::Response::text(401, "application/json", &b"{}"[..]);
+        response
+            .headers
+            .push(("www-authenticate", Cow::Owned("Bearer\r\nx: y".to_owned())));
+        let head = head_bytes(&response, Length::Full(2), true);
+        let head = String::from_utf8(head).unwrap();
+        assert!(head.starts_with("HTTP/1.1 401 Unauthorized\r\n"), "{head}");
+        assert!(
+            head.contains("content-type: application/json\r\n"),
+            "{head}"
+        );
+        assert!(head.contains("content-length: 2\r\n"), "{head}");
+        assert!(head.contains("connection: close\r\n"), "{head}");
+        assert!(head.contains("\r\ndate: "), "{head}");
+        assert!(
+            !head.contains("www-authenticate"),
+            "a value hyper refuses: {head}"
+        );
+        assert!(head.ends_with("\r\n\r\n"));
+        let stream = http::Response::text(200, "text/event-stream", &b""[..]);
+        let head = String::from_utf8(head_bytes(&stream, Length::Chunked, false)).unwrap();
+        assert!(head.contains("transfer-encoding: chunked\r\n"), "{head}");
+        assert!(!head.contains("connection"), "{head}");
+    }
+}
