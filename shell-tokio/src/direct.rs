@@ -18,8 +18,9 @@ use http_body_util::BodyExt;
 use hyper::header::HeaderValue;
 use hyper::StatusCode;
 use switchboard_core::framing::{self, BodyLength, Limits};
-use switchboard_core::http::{self, RequestHead};
+use switchboard_core::http::{self, Admitted, Refused, RequestHead};
 use switchboard_core::hub::{Payload, TurnedAway};
+use switchboard_core::Front;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
@@ -73,39 +74,12 @@ impl Server {
             Ok(Ok(None)) | Err(_) => return HandOver::Hyper(socket, buf.into(), false),
             Ok(Err(_)) => return HandOver::Closed,
         };
-        let mut headers = [httparse::EMPTY_HEADER; HEADERS];
-        let mut parsed = httparse::Request::new(&mut headers);
-        let plain = matches!(parsed.parse(&buf), Ok(httparse::Status::Complete(_)))
-            && plain_stream_request(&parsed, &limits);
-        if !plain {
-            return HandOver::Hyper(socket, buf.into(), false);
-        }
-        let head = Head::of(&parsed);
-        let forwarded_for = head.all("x-forwarded-for");
-        let mcp_fields: Vec<(&str, &str)> = (parsed.headers.iter())
-            .filter(|h| http::is_modern_field(h.name))
-            .map(|h| (h.name, visible(h.value).unwrap_or_default()))
-            .collect();
-        let request_head = RequestHead {
-            method: "GET",
-            target: parsed.path.unwrap_or("/"),
-            authority: None,
-            authorization: head.bytes("authorization"),
-            origin: head.text("origin"),
-            host: head.text("host"),
-            content_type: head.text("content-type"),
-            accept: head.text("accept"),
-            mcp_session_id: head.text("mcp-session-id"),
-            mcp_protocol_version: http::single_field(head.all("mcp-protocol-version").into_iter()),
-            last_event_id: head.bytes("last-event-id"),
-            mcp_fields: &mcp_fields,
-            peer: Some(peer),
-            user_agent: head.text("user-agent"),
-            forwarded_for: &forwarded_for,
-            traceparent: head.text("traceparent"),
-            tracestate: head.text("tracestate"),
+        // Read and judged off the task's state: its header array lives only here.
+        let answer = match admit_plain(&front, &buf, peer) {
+            None => return HandOver::Hyper(socket, buf.into(), false),
+            Some(judged) => judged,
         };
-        let answer = match front.gate.admit(&request_head, unix_now()) {
+        let answer = match answer {
             Err(refused) => {
                 debug!(%peer, reason = refused.rejection.as_str(), "refused");
                 let (response, turned_away) = TurnedAway::by_gate(*refused);
@@ -141,6 +115,7 @@ impl Server {
         };
         match answer {
             Reply::Stream(head, body) => {
+                drop(buf);
                 stream(socket, head, body).await;
                 drop(open);
                 HandOver::Closed
@@ -157,6 +132,46 @@ impl Server {
             }
         }
     }
+}
+
+/// The gate's verdict on the head in `buf` when it is a plain stream request (else `None`).
+fn admit_plain(
+    front: &Front,
+    buf: &[u8],
+    peer: SocketAddr,
+) -> Option<Result<Admitted, Box<Refused>>> {
+    let mut headers = [httparse::EMPTY_HEADER; HEADERS];
+    let mut parsed = httparse::Request::new(&mut headers);
+    let complete = matches!(parsed.parse(buf), Ok(httparse::Status::Complete(_)));
+    if !complete || !plain_stream_request(&parsed, &front.framing) {
+        return None;
+    }
+    let head = Head::of(&parsed);
+    let forwarded_for = head.all("x-forwarded-for");
+    let mcp_fields: Vec<(&str, &str)> = (parsed.headers.iter())
+        .filter(|h| http::is_modern_field(h.name))
+        .map(|h| (h.name, visible(h.value).unwrap_or_default()))
+        .collect();
+    let request_head = RequestHead {
+        method: "GET",
+        target: parsed.path.unwrap_or("/"),
+        authority: None,
+        authorization: head.bytes("authorization"),
+        origin: head.text("origin"),
+        host: head.text("host"),
+        content_type: head.text("content-type"),
+        accept: head.text("accept"),
+        mcp_session_id: head.text("mcp-session-id"),
+        mcp_protocol_version: http::single_field(head.all("mcp-protocol-version").into_iter()),
+        last_event_id: head.bytes("last-event-id"),
+        mcp_fields: &mcp_fields,
+        peer: Some(peer),
+        user_agent: head.text("user-agent"),
+        forwarded_for: &forwarded_for,
+        traceparent: head.text("traceparent"),
+        tracestate: head.text("tracestate"),
+    };
+    Some(front.gate.admit(&request_head, unix_now()))
 }
 
 /// Reads until a complete request head is in `buf`: its length, or `None` as soon as the

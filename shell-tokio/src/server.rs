@@ -104,14 +104,14 @@ impl Server {
             let _ = stream.set_nodelay(true);
             let (server, watcher, open) = (self.clone(), graceful.watcher(), open.clone());
             tokio::spawn(async move {
+                // Each part boxed, and freed when it is done: the task holds only the one
+                // under way (a stream served outside hyper, or hyper's connection).
                 let (stream, prefix, pipelined) =
-                    match server.first_request(stream, peer, open).await {
+                    match Box::pin(server.first_request(stream, peer, open)).await {
                         HandOver::Closed => return,
                         HandOver::Hyper(stream, prefix, pipelined) => (stream, prefix, pipelined),
                     };
-                server
-                    .hyper(stream, peer, (prefix, pipelined), watcher)
-                    .await;
+                Box::pin(server.hyper(stream, peer, (prefix, pipelined), watcher)).await;
             });
         }
         drop(listener);
@@ -448,6 +448,10 @@ impl AsyncRead for Counted {
         if !self.prefix.is_empty() {
             let n = self.prefix.len().min(buf.remaining());
             buf.put_slice(&self.prefix.split_to(n));
+            if self.prefix.is_empty() {
+                // Its buffer goes with its last byte.
+                self.prefix = Bytes::new();
+            }
             return Poll::Ready(Ok(()));
         }
         let before = buf.filled().len();
