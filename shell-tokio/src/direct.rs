@@ -23,7 +23,7 @@ use switchboard_core::hub::{Payload, TurnedAway};
 use switchboard_core::Front;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{oneshot, watch};
 use tracing::debug;
 
 use crate::server::{into_request, unix_now, Server, Waiting};
@@ -51,34 +51,40 @@ const HEADERS: usize = 64;
 
 impl Server {
     /// Reads the connection's first request head and serves it here when it asks for an
-    /// event stream in the plain way; otherwise hands it over to hyper. `open` is held while
-    /// a stream is served (the server waits for every one at shutdown).
+    /// event stream in the plain way; otherwise hands it over to hyper. A head not complete
+    /// within the header timeout, or when the server stops, closes the connection, as hyper
+    /// closes it.
     pub(crate) async fn first_request(
         &self,
         mut socket: TcpStream,
         peer: SocketAddr,
-        open: mpsc::Sender<()>,
+        mut stopping: watch::Receiver<bool>,
     ) -> HandOver {
         let front = self.front.get();
         let limits = front.framing;
         // As much as hyper's first read takes: a burst of pipelined requests reaches it as
         // it would have, in one read.
         let mut buf = Vec::with_capacity(FIRST_READ);
-        let head_len = match tokio::time::timeout(
+        let read = tokio::time::timeout(
             limits.header_timeout,
             read_head(&mut socket, &mut buf, &limits),
-        )
-        .await
-        {
-            Ok(Ok(Some(len))) => len,
-            Ok(Ok(None)) | Err(_) => return HandOver::Hyper(socket, buf.into(), false),
-            Ok(Err(_)) => return HandOver::Closed,
+        );
+        let head_len = tokio::select! {
+            read = read => match read {
+                Ok(Ok(Some(len))) => len,
+                Ok(Ok(None)) => return HandOver::Hyper(socket, buf.into(), false),
+                Ok(Err(_)) | Err(_) => return HandOver::Closed,
+            },
+            _ = stopping.wait_for(|stopping| *stopping) => return HandOver::Closed,
         };
+        drop(stopping);
         // Read and judged off the task's state: its header array lives only here.
-        let answer = match admit_plain(&front, &buf, peer) {
+        let answer = match admit_plain(&front, &buf[..head_len], peer) {
             None => return HandOver::Hyper(socket, buf.into(), false),
             Some(judged) => judged,
         };
+        // A reload's new front is for later requests; a stream keeps none alive.
+        drop(front);
         let answer = match answer {
             Err(refused) => {
                 debug!(%peer, reason = refused.rejection.as_str(), "refused");
@@ -88,7 +94,7 @@ impl Server {
             }
             Ok(admitted) => {
                 let Some(request) = into_request(admitted, Payload::Bytes(Vec::new())).await else {
-                    return HandOver::Closed;
+                    return backend_down(socket).await;
                 };
                 let (reply, answer) = oneshot::channel();
                 let ticket = switchboard_shell::pending::ticket();
@@ -98,7 +104,7 @@ impl Server {
                     ticket,
                 };
                 if self.inputs.send(input).await.is_err() {
-                    return HandOver::Closed;
+                    return backend_down(socket).await;
                 }
                 // Dropped unanswered (the task ends with the runtime), it tells the loop.
                 let waiting = Waiting {
@@ -109,15 +115,15 @@ impl Server {
                 std::mem::forget(waiting);
                 match answer {
                     Ok(reply) => reply,
-                    Err(_) => return HandOver::Closed,
+                    // The loop ended without answering: the proxy is exiting.
+                    Err(_) => return backend_down(socket).await,
                 }
             }
         };
         match answer {
             Reply::Stream(head, body) => {
                 drop(buf);
-                stream(socket, head, body).await;
-                drop(open);
+                stream(socket, head, body, limits.max_head).await;
                 HandOver::Closed
             }
             Reply::Full(response) => {
@@ -185,16 +191,40 @@ async fn read_head(
         if buf.len() > limits.max_head || !buf.starts_with(&GET[..buf.len().min(GET.len())]) {
             return Ok(None);
         }
-        if let Some(end) = memchr::memmem::find(buf, b"\r\n\r\n") {
-            return Ok(Some(end + 4));
+        // Where httparse (hyper's parser too) ends the head, bare line feeds included.
+        match head_end(buf) {
+            Ok(Some(len)) => return Ok(Some(len)),
+            Ok(None) => {}
+            Err(()) => return Ok(None),
         }
         if buf.capacity() == buf.len() {
-            buf.reserve(buf.len());
+            let room = (limits.max_head + 1).saturating_sub(buf.len());
+            buf.reserve(room.clamp(1, buf.len().max(FIRST_READ)));
         }
         if socket.read_buf(buf).await? == 0 {
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
     }
+}
+
+/// The length of the complete head at the start of `buf`, `None` while it is partial,
+/// `Err` when httparse refuses it (hyper answers that).
+fn head_end(buf: &[u8]) -> Result<Option<usize>, ()> {
+    let mut headers = [httparse::EMPTY_HEADER; HEADERS];
+    match httparse::Request::new(&mut headers).parse(buf) {
+        Ok(httparse::Status::Complete(len)) => Ok(Some(len)),
+        Ok(httparse::Status::Partial) => Ok(None),
+        Err(_) => Err(()),
+    }
+}
+
+/// Answers 503 (the loop is gone: the proxy is exiting) and closes, as the hyper path does.
+async fn backend_down(mut socket: TcpStream) -> HandOver {
+    let response = switchboard_core::Rejection::BackendDown.response();
+    let mut out = head_bytes(&response, Length::Full(response.body.len()), true);
+    out.extend_from_slice(&response.body);
+    let _ = socket.write_all(&out).await;
+    HandOver::Closed
 }
 
 /// HTTP/1.1 `GET` of a target ending in `/sse` or `/mcp`, in origin form, with no body, no
@@ -203,6 +233,11 @@ fn plain_stream_request(parsed: &httparse::Request<'_, '_>, limits: &Limits) -> 
     let Some(target) = parsed.path else {
         return false;
     };
+    // As hyper's URI parser reads it, or not here (a fragment, a character it refuses).
+    let parsed_target = hyper::http::uri::PathAndQuery::try_from(target);
+    if !parsed_target.is_ok_and(|p| p.as_str() == target) {
+        return false;
+    }
     let path = target.split('?').next().unwrap_or_default();
     let stream_path = path.starts_with('/') && (path.ends_with("/sse") || path.ends_with("/mcp"));
     let unusual = |h: &&httparse::Header<'_>| {
@@ -304,7 +339,7 @@ fn head_bytes(response: &http::Response, length: Length, close: bool) -> Vec<u8>
 
 /// Writes a stream's head, then each frame the loop queues as a chunk, until the loop ends
 /// the stream (the last chunk is written) or the client leaves (a read sees its end).
-async fn stream(socket: TcpStream, head: http::Response, mut body: StreamBody) {
+async fn stream(socket: TcpStream, head: http::Response, mut body: StreamBody, budget: usize) {
     let (mut reader, mut writer) = socket.into_split();
     if writer
         .write_all(&head_bytes(&head, Length::Chunked, false))
@@ -314,8 +349,10 @@ async fn stream(socket: TcpStream, head: http::Response, mut body: StreamBody) {
         return;
     }
     drop(head);
-    // What a client sends on its stream's connection is read and dropped, to see it leave.
+    // What a client sends on its stream's connection is read and dropped, to see it leave;
+    // past what hyper would have buffered (a head's worth), the connection is closed.
     let mut probe = [0u8; 64];
+    let mut sent = 0usize;
     loop {
         tokio::select! {
             frame = body.frame() => {
@@ -336,7 +373,8 @@ async fn stream(socket: TcpStream, head: http::Response, mut body: StreamBody) {
                 }
             }
             read = reader.read(&mut probe) => {
-                if !matches!(read, Ok(n) if n > 0) {
+                sent += read.as_ref().map_or(0, |n| *n);
+                if !matches!(read, Ok(n) if n > 0) || sent > budget {
                     return;
                 }
             }
@@ -380,9 +418,19 @@ mod tests {
             format!("GET /sse HTTP/1.1\r\n{host}Connection: close\r\n\r\n"),
             format!("GET /sse HTTP/1.1\r\n{host}{host}\r\n"),
             format!("GET http://127.0.0.1/sse HTTP/1.1\r\n{host}\r\n"),
+            format!("GET /sse#top HTTP/1.1\r\n{host}\r\n"),
+            format!("GET /<x>/sse HTTP/1.1\r\n{host}\r\n"),
         ] {
             assert!(!plain(&head), "{head:?} goes to hyper");
         }
+    }
+
+    #[test]
+    fn a_head_ends_where_httparse_ends_it() {
+        let pipelined = b"GET /sse HTTP/1.1\r\nHost: h\r\n\nGET /x HTTP/1.1\r\nHost: h\r\n\r\n";
+        assert_eq!(head_end(pipelined), Ok(Some(29)));
+        assert_eq!(head_end(b"GET /sse HTTP/1.1\r\nHost: h\r\n"), Ok(None));
+        assert_eq!(head_end(b"GET /sse HTTP/1.1\r\nHo st: h\r\n\r\n"), Err(()));
     }
 
     #[test]

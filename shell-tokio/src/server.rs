@@ -6,7 +6,9 @@
 //! (head size, header count, header-read timeout) and decodes chunked bodies; the core's
 //! [`framing::check_head`] then applies the rules hyper leaves to us, and a body hyper could
 //! not decode is refused, never forwarded. An answer with `Connection: close` makes hyper
-//! close the connection once it is written.
+//! close the connection once it is written. One exception, for memory: a connection whose
+//! first request is a plain `GET` of an event stream is served outside hyper
+//! ([`crate::direct`]), the rest of any other connection by hyper.
 //!
 //! A POST's body is admitted here, before the hand-off (`Admitted::into_request`), so the
 //! loop never parses one; a large body on the blocking pool, so that parsing it holds no
@@ -38,7 +40,7 @@ use switchboard_core::Rejection;
 use switchboard_shell::{entropy, Shared};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, warn};
 
 use crate::direct::HandOver;
@@ -77,10 +79,11 @@ impl Server {
     /// Accepts connections until `stop` fires, then waits for the answers under way (the
     /// caller bounds how long).
     pub async fn serve(self: Arc<Self>, listener: TcpListener, stop: oneshot::Receiver<()>) {
+        // Every connection's task holds a watcher from its start, so that the shutdown waits
+        // for streams served outside hyper (crate::direct) as for hyper's connections; a
+        // connection still without a request is closed when `stopping` says so.
         let graceful = GracefulShutdown::new();
-        // Each connection's task holds a clone: at shutdown, the last one gone is the sign
-        // that every stream served outside hyper (crate::direct) has ended too.
-        let (open, mut all_closed) = mpsc::channel::<()>(1);
+        let (stop_reading, stopping) = watch::channel(false);
         tokio::pin!(stop);
         let mut failures = 0u32;
         loop {
@@ -102,12 +105,12 @@ impl Server {
             };
             failures = 0;
             let _ = stream.set_nodelay(true);
-            let (server, watcher, open) = (self.clone(), graceful.watcher(), open.clone());
+            let (server, watcher, stopping) = (self.clone(), graceful.watcher(), stopping.clone());
             tokio::spawn(async move {
                 // Each part boxed, and freed when it is done: the task holds only the one
                 // under way (a stream served outside hyper, or hyper's connection).
                 let (stream, prefix, pipelined) =
-                    match Box::pin(server.first_request(stream, peer, open)).await {
+                    match Box::pin(server.first_request(stream, peer, stopping)).await {
                         HandOver::Closed => return,
                         HandOver::Hyper(stream, prefix, pipelined) => (stream, prefix, pipelined),
                     };
@@ -115,9 +118,8 @@ impl Server {
             });
         }
         drop(listener);
-        drop(open);
+        let _ = stop_reading.send(true);
         graceful.shutdown().await;
-        let _ = all_closed.recv().await;
     }
 
     /// Serves a connection with hyper, `prefix` its bytes read already (`pipelined`: before
