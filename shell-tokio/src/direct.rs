@@ -23,10 +23,10 @@ use switchboard_core::hub::{Payload, TurnedAway};
 use switchboard_core::Front;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 use tracing::debug;
 
-use crate::server::{into_request, unix_now, Server, Waiting};
+use crate::server::{into_request, unix_now, Server};
 use crate::session::StreamBody;
 use crate::supervisor::{Input, Reply};
 
@@ -96,27 +96,9 @@ impl Server {
                 let Some(request) = into_request(admitted, Payload::Bytes(Vec::new())).await else {
                     return backend_down(socket).await;
                 };
-                let (reply, answer) = oneshot::channel();
-                let ticket = switchboard_shell::pending::ticket();
-                let input = Input::Request {
-                    request,
-                    reply,
-                    ticket,
-                };
-                if self.inputs.send(input).await.is_err() {
-                    return backend_down(socket).await;
-                }
-                // Dropped unanswered (the task ends with the runtime), it tells the loop.
-                let waiting = Waiting {
-                    ticket,
-                    inputs: &self.inputs,
-                };
-                let answer = answer.await;
-                std::mem::forget(waiting);
-                match answer {
-                    Ok(reply) => reply,
-                    // The loop ended without answering: the proxy is exiting.
-                    Err(_) => return backend_down(socket).await,
+                match self.ask(request).await {
+                    Some(reply) => reply,
+                    None => return backend_down(socket).await,
                 }
             }
         };

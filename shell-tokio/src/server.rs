@@ -253,6 +253,17 @@ impl Server {
         let Some(request) = into_request(admitted, body).await else {
             return full(Rejection::BackendDown.response());
         };
+        match self.ask(request).await {
+            Some(Reply::Full(response)) => full(response),
+            Some(Reply::Stream(head, body)) => with_head(head, UnsyncBoxBody::new(body)),
+            None => full(Rejection::BackendDown.response()),
+        }
+    }
+
+    /// Hands `request` to the loop and waits for its answer; `None` when the loop is gone
+    /// (the proxy is exiting). Dropped before the answer (hyper drops a handler whose
+    /// client closed the connection), it tells the loop the client left.
+    pub(crate) async fn ask(&self, request: Box<hub::Request>) -> Option<Reply> {
         let (reply, answer) = oneshot::channel();
         let ticket = switchboard_shell::pending::ticket();
         let input = Input::Request {
@@ -260,32 +271,23 @@ impl Server {
             reply,
             ticket,
         };
-        if self.inputs.send(input).await.is_err() {
-            return full(Rejection::BackendDown.response());
-        }
-        // hyper drops this future when the client closes the connection before the
-        // answer: the guard then tells the loop.
+        self.inputs.send(input).await.ok()?;
         let waiting = Waiting {
             ticket,
             inputs: &self.inputs,
         };
         let answer = answer.await;
         std::mem::forget(waiting);
-        match answer {
-            Ok(Reply::Full(response)) => full(response),
-            Ok(Reply::Stream(head, body)) => with_head(head, UnsyncBoxBody::new(body)),
-            // The loop ended without answering: the proxy is exiting.
-            Err(_) => full(Rejection::BackendDown.response()),
-        }
+        answer.ok()
     }
 }
 
 /// A request handed to the loop and not answered yet; dropped unanswered (its client
 /// left), it tells the loop so, without waiting (a full queue loses the notice: the
 /// request is then answered into the void as before).
-pub(crate) struct Waiting<'s> {
-    pub(crate) ticket: u64,
-    pub(crate) inputs: &'s mpsc::Sender<Input>,
+struct Waiting<'s> {
+    ticket: u64,
+    inputs: &'s mpsc::Sender<Input>,
 }
 
 impl Drop for Waiting<'_> {
