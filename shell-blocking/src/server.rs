@@ -35,6 +35,7 @@ use switchboard_core::http::{self, RequestHead};
 use switchboard_core::hub::{Payload, TurnedAway};
 use switchboard_core::Front;
 use switchboard_core::{Rejection, StreamId};
+use switchboard_shell::head::Lines;
 use switchboard_shell::{entropy, Shared};
 use tracing::{debug, warn};
 
@@ -186,29 +187,6 @@ struct Head {
     headers: Vec<(String, Vec<u8>)>,
 }
 
-impl Head {
-    /// The first value of header `name`, as text when it is visible ASCII (as hyper's
-    /// `to_str`); the framing check refused heads where the names that matter repeat.
-    fn text(&self, name: &str) -> Option<&str> {
-        visible(self.bytes(name)?)
-    }
-
-    /// Every field line of `name`, in order; one that is not visible ASCII as `""`.
-    fn all_text(&self, name: &str) -> Vec<&str> {
-        (self.headers.iter())
-            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| visible(v).unwrap_or_default())
-            .collect()
-    }
-
-    fn bytes(&self, name: &str) -> Option<&[u8]> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_slice())
-    }
-}
-
 /// One client connection on its own thread.
 struct Connection<'s> {
     server: &'s Arc<Server>,
@@ -259,35 +237,9 @@ impl<'s> Connection<'s> {
     /// another.
     fn serve(&mut self, head: Head) -> Result<bool, Stop> {
         let limits = self.front.framing;
-        let forwarded_for = head.all_text("x-forwarded-for");
-        // Empty (no allocation) for every 2025 request.
-        let mcp_fields: Vec<(&str, &str)> = (head.headers.iter())
-            .filter(|(name, _)| http::is_modern_field(name))
-            .map(|(name, value)| (name.as_str(), visible(value).unwrap_or_default()))
-            .collect();
-        let request_head = RequestHead {
-            method: &head.method,
-            target: &head.target,
-            authority: None,
-            authorization: head.bytes("authorization"),
-            origin: head.text("origin"),
-            host: head.text("host"),
-            content_type: head.text("content-type"),
-            accept: head.text("accept"),
-            mcp_session_id: head.text("mcp-session-id"),
-            mcp_protocol_version: http::single_field(
-                (head.headers.iter())
-                    .filter(|(name, _)| name.eq_ignore_ascii_case("mcp-protocol-version"))
-                    .map(|(_, value)| visible(value).unwrap_or_default()),
-            ),
-            last_event_id: head.bytes("last-event-id"),
-            mcp_fields: &mcp_fields,
-            peer: Some(self.peer),
-            user_agent: head.text("user-agent"),
-            forwarded_for: &forwarded_for,
-            traceparent: head.text("traceparent"),
-            tracestate: head.text("tracestate"),
-        };
+        let lines = Lines(&head.headers);
+        let gathered = lines.gathered();
+        let request_head = lines.request_head(&gathered, (&head.method, &head.target), self.peer);
         let headers = head
             .headers
             .iter()
@@ -586,12 +538,4 @@ fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
-}
-
-/// A header value as text when it is visible ASCII (tabs allowed).
-fn visible(value: &[u8]) -> Option<&str> {
-    (value.iter())
-        .all(|&b| b == b'\t' || (b' '..0x7f).contains(&b))
-        .then(|| std::str::from_utf8(value).ok())
-        .flatten()
 }

@@ -18,13 +18,15 @@ use http_body_util::BodyExt;
 use hyper::header::HeaderValue;
 use hyper::StatusCode;
 use switchboard_core::framing::{self, BodyLength, Limits};
-use switchboard_core::http::{self, Admitted, Refused, RequestHead};
+use switchboard_core::http::{self, Admitted, Refused};
 use switchboard_core::hub::{Payload, TurnedAway};
 use switchboard_core::Front;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tracing::debug;
+
+use switchboard_shell::head::Lines;
 
 use crate::server::{into_request, unix_now, Server};
 use crate::session::StreamBody;
@@ -134,31 +136,10 @@ fn admit_plain(
     if !complete || !plain_stream_request(&parsed, &front.framing) {
         return None;
     }
-    let head = Head::of(&parsed);
-    let forwarded_for = head.all("x-forwarded-for");
-    let mcp_fields: Vec<(&str, &str)> = (parsed.headers.iter())
-        .filter(|h| http::is_modern_field(h.name))
-        .map(|h| (h.name, visible(h.value).unwrap_or_default()))
-        .collect();
-    let request_head = RequestHead {
-        method: "GET",
-        target: parsed.path.unwrap_or("/"),
-        authority: None,
-        authorization: head.bytes("authorization"),
-        origin: head.text("origin"),
-        host: head.text("host"),
-        content_type: head.text("content-type"),
-        accept: head.text("accept"),
-        mcp_session_id: head.text("mcp-session-id"),
-        mcp_protocol_version: http::single_field(head.all("mcp-protocol-version").into_iter()),
-        last_event_id: head.bytes("last-event-id"),
-        mcp_fields: &mcp_fields,
-        peer: Some(peer),
-        user_agent: head.text("user-agent"),
-        forwarded_for: &forwarded_for,
-        traceparent: head.text("traceparent"),
-        tracestate: head.text("tracestate"),
-    };
+    let lines = Lines(&*parsed.headers);
+    let gathered = lines.gathered();
+    let target = parsed.path.unwrap_or("/");
+    let request_head = lines.request_head(&gathered, ("GET", target), peer);
     Some(front.gate.admit(&request_head, unix_now()))
 }
 
@@ -236,40 +217,6 @@ fn plain_stream_request(parsed: &httparse::Request<'_, '_>, limits: &Limits) -> 
         && framing::check_head(1, target.len(), headers, limits).is_ok_and(|framing| {
             framing.body == BodyLength::Length(0) && framing.keep_alive && !framing.expect_continue
         })
-}
-
-/// A parsed head's header lines, read as hyper's handler reads them.
-struct Head<'h, 'b>(&'h [httparse::Header<'b>]);
-
-impl<'h, 'b> Head<'h, 'b> {
-    fn of(parsed: &'h httparse::Request<'h, 'b>) -> Self {
-        Head(parsed.headers)
-    }
-
-    fn bytes(&self, name: &str) -> Option<&'b [u8]> {
-        (self.0.iter())
-            .find(|h| h.name.eq_ignore_ascii_case(name))
-            .map(|h| h.value)
-    }
-
-    /// The first value of `name`, when it is visible ASCII (as hyper's `to_str`).
-    fn text(&self, name: &str) -> Option<&'b str> {
-        visible(self.bytes(name)?)
-    }
-
-    /// Every field line of `name`, in order; one that is not visible ASCII as `""`.
-    fn all(&self, name: &str) -> Vec<&'b str> {
-        (self.0.iter())
-            .filter(|h| h.name.eq_ignore_ascii_case(name))
-            .map(|h| visible(h.value).unwrap_or_default())
-            .collect()
-    }
-}
-
-/// `value` as text when it is visible ASCII, spaces and tabs (hyper's `to_str`).
-fn visible(value: &[u8]) -> Option<&str> {
-    let ok = (value.iter()).all(|&b| b == b'\t' || (b' '..=b'~').contains(&b));
-    ok.then(|| std::str::from_utf8(value).ok()).flatten()
 }
 
 /// How a response's body is delimited on the wire.

@@ -13,6 +13,7 @@ pub mod audit;
 pub mod budget;
 mod entropy;
 pub mod fetch;
+pub mod head;
 pub mod otel;
 mod owner;
 pub mod pending;
