@@ -136,7 +136,13 @@ impl Server {
             reads.reads.fetch_add(1, Ordering::AcqRel);
         }
         let stream = Counted {
-            prefix,
+            // An empty slice of the first read's buffer would keep that buffer alive for
+            // the connection's life.
+            prefix: if prefix.is_empty() {
+                Bytes::new()
+            } else {
+                prefix
+            },
             io: stream,
             reads: reads.clone(),
         };
