@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::ops::Range;
 
 use crate::http::{McpHeaders, Response};
 use crate::message::{members, push_key, push_member, Checked};
@@ -262,13 +263,28 @@ fn base64(text: &str) -> Option<Vec<u8>> {
 /// (its id already restored): a result gets `resultType`, cache hints for the cacheable
 /// methods (`private` forced when the list was filtered for the caller) and the server's
 /// info in `_meta`; error -32002 becomes -32602. Also the HTTP status of the answer as a
-/// JSON body.
+/// JSON body. `result` is where the result lies in `message`, when the router knows it: a
+/// result that names none of the revision's members then gains them in place, and the
+/// rest of the answer is not read again.
 pub(crate) fn complete(
     method: &str,
-    message: &[u8],
+    (message, result): (&[u8], Option<Range<usize>>),
     private: bool,
     server_info: Option<&str>,
 ) -> (Vec<u8>, u16) {
+    let known = result.and_then(|span| {
+        let text = std::str::from_utf8(message.get(span.clone())?).ok()?;
+        Some((span, untouched(text)?))
+    });
+    if let Some((span, open)) = known {
+        let extra = server_info.map_or(0, str::len);
+        let mut out = String::with_capacity(message.len() + 128 + extra);
+        out.push_str(std::str::from_utf8(&message[..span.start]).unwrap_or_default());
+        complete_untouched(&mut out, method, open, server_info);
+        let mut out = out.into_bytes();
+        out.extend_from_slice(&message[span.end..]);
+        return (out, 200);
+    }
     let Some(members) = std::str::from_utf8(message).ok().and_then(members) else {
         return (message.to_vec(), 200);
     };
@@ -311,16 +327,7 @@ fn complete_result(
     server_info: Option<&str>,
 ) {
     if let Some(open) = untouched(result) {
-        // Its text stays; the revision's members follow its own, as below.
-        out.push_str(open);
-        push_member(out, "resultType", r#""complete""#);
-        if CACHEABLE.contains(&method) {
-            push_member(out, "ttlMs", "0");
-            push_member(out, "cacheScope", r#""private""#);
-        }
-        push_key(out, "_meta");
-        with_server_info(out, None, server_info);
-        return out.push('}');
+        return complete_untouched(out, method, open, server_info);
     }
     let Some(members) = members(result) else {
         return out.push_str(result);
@@ -348,6 +355,20 @@ fn complete_result(
     }
     push_key(out, "_meta");
     with_server_info(out, meta, server_info);
+    out.push('}');
+}
+
+/// A result object that names none of the revision's members, its text up to its closing
+/// brace `open` (see [`untouched`]), with those members after its own, written to `out`.
+fn complete_untouched(out: &mut String, method: &str, open: &str, server_info: Option<&str>) {
+    out.push_str(open);
+    push_member(out, "resultType", r#""complete""#);
+    if CACHEABLE.contains(&method) {
+        push_member(out, "ttlMs", "0");
+        push_member(out, "cacheScope", r#""private""#);
+    }
+    push_key(out, "_meta");
+    with_server_info(out, None, server_info);
     out.push('}');
 }
 
@@ -580,7 +601,8 @@ mod tests {
     #[test]
     fn results_gain_the_revisions_members() {
         let answer = br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[],"_meta":{"a":1}}}"#;
-        let (changed, status) = complete("tools/list", answer, false, Some(r#"{"name":"s"}"#));
+        let (changed, status) =
+            complete("tools/list", (answer, None), false, Some(r#"{"name":"s"}"#));
         assert_eq!(status, 200);
         assert_eq!(
             String::from_utf8(changed).expect("utf-8"),
@@ -588,20 +610,20 @@ mod tests {
         );
         let public =
             br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[],"ttlMs":5,"cacheScope":"public"}}"#;
-        let (kept, _) = complete("tools/list", public, false, None);
+        let (kept, _) = complete("tools/list", (public, None), false, None);
         assert!(String::from_utf8_lossy(&kept).contains(r#""ttlMs":5,"cacheScope":"public""#));
-        let (forced, _) = complete("tools/list", public, true, None);
+        let (forced, _) = complete("tools/list", (public, None), true, None);
         assert!(String::from_utf8_lossy(&forced)
             .contains(r#""ttlMs":5,"resultType":"complete","cacheScope":"private""#));
         let call = br#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#;
-        let (called, _) = complete("tools/call", call, false, None);
+        let (called, _) = complete("tools/call", (call, None), false, None);
         assert!(!String::from_utf8_lossy(&called).contains("ttlMs"));
         let missing = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32002,"message":"no"}}"#;
-        let (renumbered, status) = complete("resources/read", missing, false, None);
+        let (renumbered, status) = complete("resources/read", (missing, None), false, None);
         assert_eq!(status, 400);
         assert!(String::from_utf8_lossy(&renumbered).contains(r#""code":-32602"#));
         let denied = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32003,"message":"no"}}"#;
-        assert_eq!(complete("tools/call", denied, false, None).1, 403);
+        assert_eq!(complete("tools/call", (denied, None), false, None).1, 403);
     }
 
     #[test]
@@ -622,7 +644,12 @@ mod tests {
         ];
         for (method, result) in cases {
             let answer = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{result}}}"#);
-            let (fast, _) = complete(method, answer.as_bytes(), false, info);
+            let (fast, _) = complete(method, (answer.as_bytes(), None), false, info);
+            // Where the router found the result: completed in place, the same answer.
+            let at = answer.find(result).expect("written in");
+            let known = (answer.as_bytes(), Some(at..at + result.len()));
+            let (in_place, _) = complete(method, known, false, info);
+            assert_eq!(in_place, fast, "{result}");
             let mut slow = String::from("{");
             push_member(&mut slow, "jsonrpc", r#""2.0""#);
             push_member(&mut slow, "id", "1");
@@ -647,9 +674,14 @@ mod tests {
         }
         // Spelled with an escape, a member the revision changes is read, not kept.
         let escaped = br#"{"jsonrpc":"2.0","id":1,"result":{"_m\u0065ta":{"a":1}}}"#;
-        let (changed, _) = complete("tools/call", escaped, false, info);
+        let (changed, _) = complete("tools/call", (escaped, None), false, info);
         let value: serde_json::Value = serde_json::from_slice(&changed).expect("json");
         assert_eq!(value["result"]["_meta"]["a"], 1, "{value}");
+        let span = Some(33..escaped.len() - 1);
+        assert_eq!(
+            complete("tools/call", (escaped, span), false, info).0,
+            changed
+        );
     }
 
     #[test]

@@ -92,6 +92,9 @@ pub(crate) enum Routed {
         mark: Mark,
         /// It is a JSON-RPC error (for the audit log's outcome).
         failed: bool,
+        /// Where its result is in `message` (`None`: an error, or not known), so that a
+        /// 2026-07-28 answer is completed without reading the message again.
+        result: Option<Range<usize>>,
         /// The task its result created (a `CreateTaskResult`, SPEC section 15).
         task: Option<CreatedTask>,
     },
@@ -539,8 +542,14 @@ impl Router {
         };
         let span = msg.span(msg.id.expect("decoded from the id"));
         let id = span.start..span.start + decoded.original.len();
+        // What follows the id moves by the difference (never below the id's own end).
+        let moved = |r: Range<usize>| match r.start >= span.end {
+            true => r.start + id.len() - span.len()..r.end + id.len() - span.len(),
+            false => r,
+        };
+        let result = (msg.result.filter(|_| msg.error.is_none())).map(|r| moved(msg.span(r)));
         let mut edits = Edits::default();
-        edits.push(span, Patch::Text(decoded.original.as_bytes()));
+        edits.push(span.clone(), Patch::Text(decoded.original.as_bytes()));
         Routed::Response {
             session: decoded.session,
             message: splice(msg.text, edits, false),
@@ -548,6 +557,7 @@ impl Router {
             key: IdKey::of(&decoded.original),
             mark: decoded.mark,
             failed: msg.error.is_some(),
+            result,
             task: msg.result.and_then(CreatedTask::of),
         }
     }
@@ -737,6 +747,7 @@ fn listed(
         key: IdKey::of(raw_id),
         mark,
         failed,
+        result: None,
         task: None,
     }
 }

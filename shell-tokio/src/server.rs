@@ -520,8 +520,14 @@ fn full(mut response: http::Response) -> Response<ResponseBody> {
     with_head(response, UnsyncBoxBody::new(Full::new(body)))
 }
 
+/// Header lines a response's map has room for. hyper reads a connection's next request
+/// into its last response's map: room for a client's usual headers (an SDK sends 8-12, a
+/// 2026-07-28 one its `Mcp-*` fields too) spares every such request a map grown anew.
+const HEADER_ROOM: usize = 12;
+
 fn with_head(head: http::Response, body: ResponseBody) -> Response<ResponseBody> {
     let mut response = Response::new(body);
+    response.headers_mut().reserve(HEADER_ROOM);
     *response.status_mut() =
         StatusCode::from_u16(head.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     for (name, value) in head.headers {

@@ -17,6 +17,8 @@ pub(super) enum Delivery {
         /// The id's key, as the router or the proxy read it on the way in.
         key: Option<IdKey>,
         outcome: Option<crate::audit::Outcome>,
+        /// Where the backend's result is in the message, when known as it is.
+        result: Option<Range<usize>>,
     },
     /// `notifications/progress` for the token at `token`.
     Progress { token: Range<usize> },

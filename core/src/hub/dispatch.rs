@@ -93,6 +93,7 @@ impl Hub {
             key,
             mark,
             failed,
+            result,
             task,
         } = answer
         else {
@@ -126,7 +127,14 @@ impl Hub {
             self.tasks.created(now, owner, &task);
         }
         let outcome = Some(crate::audit::Outcome::of_failed(failed));
-        let what = Delivery::Response { id, key, outcome };
+        // A list's result was rewritten for its caller: where it lies is read again.
+        let result = result.filter(|_| mark == Mark::Plain);
+        let what = Delivery::Response {
+            id,
+            key,
+            outcome,
+            result,
+        };
         if !self.deliver(now, session, message, what) {
             self.drop_message(DropReason::SessionGone, None);
         }
@@ -144,6 +152,7 @@ impl Hub {
                 id: answer.id,
                 key: answer.key,
                 outcome: None,
+                result: None,
             };
             self.deliver(now, answer.session, answer.message, what);
         }
@@ -222,8 +231,13 @@ impl Hub {
         let Some(number) = self.sessions.find(&sid) else {
             // A 2026-07-28 request's: its answer, as section 13 completes it, or progress.
             let (modern, in_flight) = (&mut self.modern, &mut self.in_flight);
-            let (id, outcome) = match what {
-                Delivery::Response { key, outcome, .. } => (key, outcome),
+            let (id, outcome, result) = match what {
+                Delivery::Response {
+                    key,
+                    outcome,
+                    result,
+                    ..
+                } => (key, outcome, result),
                 Delivery::Progress { token } => {
                     let parts = (&*modern, in_flight, &mut self.streams);
                     let counters = (&mut self.metrics, &mut self.outputs);
@@ -235,8 +249,8 @@ impl Hub {
             };
             let init = self.router.initialize_result();
             let key = RequestKey::routed(sid);
-            let answered =
-                modern::answered((modern, in_flight), init, key, (&message, id, outcome));
+            let answer = (message.as_slice(), result);
+            let answered = modern::answered((modern, in_flight), init, key, answer, (id, outcome));
             let Some((record, settlement)) = answered else {
                 return false;
             };

@@ -142,20 +142,6 @@ impl ModernRequests {
         Some(waiting)
     }
 
-    /// The backend's `serverInfo` in `initialize` result `init`, read again only when the
-    /// result changed (a restarted backend).
-    fn server_info(&mut self, init: Option<&str>) -> Option<&str> {
-        let init = init?;
-        if self
-            .server_info
-            .as_ref()
-            .is_none_or(|(from, _)| from != init)
-        {
-            self.server_info = Some((init.to_owned(), modern::server_info(init)));
-        }
-        self.server_info.as_ref()?.1.as_deref()
-    }
-
     /// The turn in the stdin queue of `principal`'s modern requests (`None`: one it starts).
     pub(crate) fn lane(&self, principal: &Principal) -> Option<Lane> {
         self.lanes.get(principal).copied()
@@ -271,6 +257,7 @@ fn forward(
                 id,
                 key,
                 outcome: None,
+                result: None,
             };
             hub.deliver(now, route, answer, what);
         }
@@ -342,38 +329,38 @@ impl ModernRequests {
         &mut self,
         key: &RequestKey,
         raw_id: &str,
-        message: &[u8],
+        (message, result): (&[u8], Option<Range<usize>>),
         init: Option<&str>,
     ) -> Option<(Vec<u8>, u16)> {
         let waiting = self.waiting.get(key)?;
-        let (method, filtered) = (waiting.method.clone(), waiting.filtered);
-        Some(match method.as_str() {
+        Some(match waiting.method.as_str() {
             "server/discover" => discovered(raw_id, message),
             method => {
                 if method == "tools/list" {
                     let result = crate::message::parse_backend_result(message);
                     self.tools = ToolHeaders::learn(result.unwrap_or_default());
                 }
-                let info = self.server_info(init);
-                modern::complete(method, message, filtered, info)
+                let info = server_info(&mut self.server_info, init);
+                modern::complete(method, (message, result), waiting.filtered, info)
             }
         })
     }
 }
 
-/// The backend's answer `message` (its id's key `id`, `outcome` the router's verdict) to
-/// the modern request under `key`: its record, taken, and its settlement (the answer as
-/// section 13 completes it, with its status). `None` when no modern request waits under
-/// `key` with that id.
+/// The backend's answer `message` (its `result` where the router found it, its id's key
+/// `id`, `outcome` the router's verdict) to the modern request under `key`: its record,
+/// taken, and its settlement (the answer as section 13 completes it, with its status).
+/// `None` when no modern request waits under `key` with that id.
 pub(super) fn answered(
     (modern, in_flight): (&mut ModernRequests, &mut InFlight),
     init: Option<&str>,
     key: RequestKey,
-    (message, id, outcome): (&[u8], Option<IdKey>, Option<Outcome>),
+    (message, result): (&[u8], Option<Range<usize>>),
+    (id, outcome): (Option<IdKey>, Option<Outcome>),
 ) -> Option<((Option<Caller>, Entry), Settlement)> {
     let caller = Caller::Modern(key);
     let entry = in_flight.take(caller, &id?)?;
-    let (message, status) = modern.completed(&key, &entry.raw_id, message, init)?;
+    let (message, status) = modern.completed(&key, &entry.raw_id, (message, result), init)?;
     let settlement = Settlement::Answered {
         message,
         outcome,
@@ -444,6 +431,19 @@ fn discovered(raw_id: &str, message: &[u8]) -> (Vec<u8>, u16) {
             crate::router::response_line(raw_id, "result", &modern::discover(result)),
             200,
         ),
-        None => modern::complete("server/discover", message, false, None),
+        None => modern::complete("server/discover", (message, None), false, None),
     }
+}
+
+/// The backend's `serverInfo` in `initialize` result `init`, read again only when the
+/// result changed (a restarted backend).
+fn server_info<'a>(
+    read: &'a mut Option<(String, Option<String>)>,
+    init: Option<&str>,
+) -> Option<&'a str> {
+    let init = init?;
+    if read.as_ref().is_none_or(|(from, _)| from != init) {
+        *read = Some((init.to_owned(), modern::server_info(init)));
+    }
+    read.as_ref()?.1.as_deref()
 }

@@ -480,6 +480,7 @@ impl Hub {
             id,
             key: msg.id.as_ref().map(|id| id.key.clone()),
             outcome: Some(outcome),
+            result: None,
         };
         self.deliver(now, sid, answer, what);
     }
