@@ -8,6 +8,7 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt;
 use std::ops::Range;
+use std::sync::Arc;
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
@@ -875,11 +876,13 @@ impl<'de> Visitor<'de> for UniqueKeys {
 
 /// An id (or progress token) as a session's in-flight table knows it: its type and its
 /// value, so that `"a"` and `"\u0061"` are the same request and `1` and `"1"` are not.
-/// (Admission refuses strings that are not Unicode text, so every id has one.)
+/// (Admission refuses strings that are not Unicode text, so every id has one.) Shared,
+/// not copied: the tables that follow one request (in flight, its timer, the backend's
+/// window) each hold the key.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct IdKey {
     string: bool,
-    text: String,
+    text: Arc<str>,
 }
 
 impl IdKey {
@@ -889,13 +892,13 @@ impl IdKey {
             RawId::Int(digits) => {
                 return Some(IdKey {
                     string: false,
-                    text: digits.to_owned(),
+                    text: Arc::from(digits),
                 })
             }
             RawId::Str(literal) if !literal.contains('\\') => {
-                literal.get(1..literal.len().checked_sub(1)?)?.to_owned()
+                Arc::from(literal.get(1..literal.len().checked_sub(1)?)?)
             }
-            RawId::Str(literal) => serde_json::from_str::<String>(literal).ok()?,
+            RawId::Str(literal) => Arc::from(serde_json::from_str::<String>(literal).ok()?),
         };
         Some(IdKey { string: true, text })
     }

@@ -7,8 +7,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
+use memchr::memmem::Finder;
 use serde_json::value::RawValue;
 
 use crate::message::{self, Checked, IdAt, IdKey, Invalid, Kind, Message, RawId};
@@ -164,12 +165,15 @@ pub(crate) struct CreatedTask {
     pub(crate) ttl_ms: Option<u64>,
 }
 
+/// The search for a result's `"task"` member, built once (every result is searched).
+static TASK: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"task\""));
+
 impl CreatedTask {
     /// The task a result creates: its member `task` is an object whose `taskId` is a
     /// string. Only a result that names `"task"` at all is read past a search.
     fn of(result: &RawValue) -> Option<CreatedTask> {
         let text = result.get();
-        memchr::memmem::find(text.as_bytes(), b"\"task\"")?;
+        TASK.find(text.as_bytes())?;
         let members = message::members(text)?;
         let (_, task) = members.into_iter().find(|(key, _)| key == "task")?;
         let task = message::members(task)?;

@@ -6,7 +6,10 @@
 use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::ops::Range;
+use std::sync::LazyLock;
 use std::time::Instant;
+
+use memchr::memmem::Finder;
 
 use crate::message::{span_of, Checked};
 
@@ -453,10 +456,26 @@ pub(crate) enum Ending<'a> {
     Unanswered,
 }
 
-/// Whether every `name` in `message` is a member that says `false` (`name": false`, spaces
-/// allowed): then no member so named says anything else. True when there is none.
-fn says_false(message: &[u8], name: &[u8]) -> bool {
-    memchr::memmem::find_iter(message, name).all(|at| {
+/// The searches each answer's ending takes, built once: a search built for one call
+/// costs more than the search itself.
+struct Searches {
+    error: Finder<'static>,
+    escape: Finder<'static>,
+    is_error: Finder<'static>,
+}
+
+static SEARCHES: LazyLock<Searches> = LazyLock::new(|| Searches {
+    error: Finder::new(b"\"error\""),
+    escape: Finder::new(b"\\u"),
+    is_error: Finder::new(b"isError"),
+});
+
+/// Whether every `name` (found by `finder`) in `message` is a member that says `false`
+/// (`name": false`, spaces allowed): then no member so named says anything else. True when
+/// there is none.
+fn says_false(message: &[u8], finder: &Finder<'_>) -> bool {
+    let name = finder.needle();
+    finder.find_iter(message).all(|at| {
         let rest = &message[at + name.len()..];
         let Some(rest) = rest.strip_prefix(b"\"") else {
             return false;
@@ -499,8 +518,12 @@ impl Ending<'_> {
         // false, and no `\u` escape that could spell either (the other escapes spell no
         // letter, so the text of a tool's output, its quotes and newlines escaped, needs no
         // reading).
-        let names = |key: &[u8]| memchr::memmem::find(message, key).is_some();
-        if !names(b"\"error\"") && !names(b"\\u") && says_false(message, b"isError") {
+        let searches = &*SEARCHES;
+        let names = |finder: &Finder<'_>| finder.find(message).is_some();
+        if !names(&searches.error)
+            && !names(&searches.escape)
+            && says_false(message, &searches.is_error)
+        {
             return (None, None);
         }
         let text = std::str::from_utf8(message).unwrap_or_default();
@@ -1102,14 +1125,12 @@ mod tests {
         assert_eq!(answer(spaced), (None, Some("tool_error".to_owned())));
         let nested = r#"{"jsonrpc":"2.0","id":1,"result":{"structuredContent":{"isError":false},"isError":true}}"#;
         assert_eq!(answer(nested), (None, Some("tool_error".to_owned())));
+        let is_error = &SEARCHES.is_error;
         assert!(says_false(
             br#"{"isError": false,"x":{"isError":false}}"#,
-            b"isError"
+            is_error
         ));
-        assert!(!says_false(
-            br#"{"isError":false,"y":"isError"}"#,
-            b"isError"
-        ));
+        assert!(!says_false(br#"{"isError":false,"y":"isError"}"#, is_error));
         assert_eq!(
             answer(r#"{"jsonrpc":"2.0","id":1,"result":{"isError":false}}"#),
             (None, None)
