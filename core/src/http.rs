@@ -835,9 +835,12 @@ impl Response {
         content_type: &'static str,
         body: impl Into<Cow<'static, [u8]>>,
     ) -> Response {
+        // Room for what an answer gains on its way (a session's id, cache and CORS fields).
+        let mut headers = Vec::with_capacity(4);
+        headers.push(("content-type", Cow::Borrowed(content_type)));
         Response {
             status,
-            headers: vec![("content-type", Cow::Borrowed(content_type))],
+            headers,
             body: body.into(),
         }
     }

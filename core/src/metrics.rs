@@ -579,7 +579,8 @@ impl Durations {
     /// The attributes of a request's duration: `transport` its `network.transport`.
     pub(crate) fn operation_attributes(&self, op: &Operation, error: Option<String>) -> Attributes {
         let method = op.method.unwrap_or(OTHER);
-        let mut attributes = vec![("mcp.method.name", Label::Borrowed(method))];
+        let mut attributes = Vec::with_capacity(5);
+        attributes.push(("mcp.method.name", Label::Borrowed(method)));
         let label = match method {
             "tools/call" => Some("gen_ai.tool.name"),
             "prompts/get" => Some("gen_ai.prompt.name"),

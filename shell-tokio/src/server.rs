@@ -157,7 +157,8 @@ impl Server {
             .timer(TokioTimer::new())
             .header_read_timeout(framing.header_timeout)
             .max_header_size(framing.max_head)
-            .max_buf_size(framing.max_head);
+            .max_buf_size(framing.max_head)
+            .writev(false);
         if framing.max_headers != HYPER_MAX_HEADERS {
             http1.max_headers(framing.max_headers);
         }
@@ -533,7 +534,7 @@ fn with_head(head: http::Response, body: ResponseBody) -> Response<ResponseBody>
     for (name, value) in head.headers {
         let value = match value {
             Cow::Borrowed(text) => Ok(HeaderValue::from_static(text)),
-            Cow::Owned(text) => HeaderValue::from_str(&text),
+            Cow::Owned(text) => HeaderValue::from_maybe_shared(Bytes::from(text)),
         };
         if let Ok(value) = value {
             response
