@@ -157,8 +157,7 @@ impl Server {
             .timer(TokioTimer::new())
             .header_read_timeout(framing.header_timeout)
             .max_header_size(framing.max_head)
-            .max_buf_size(framing.max_head)
-            .writev(false);
+            .max_buf_size(framing.max_head);
         if framing.max_headers != HYPER_MAX_HEADERS {
             http1.max_headers(framing.max_headers);
         }
