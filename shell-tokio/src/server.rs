@@ -177,6 +177,7 @@ impl Server {
         reads: &Reads,
     ) -> Response<ResponseBody> {
         let front = self.front.get();
+        let lines = req.headers().len();
         let (req, body) = req.into_parts();
         let text = |name| {
             req.headers
@@ -260,8 +261,8 @@ impl Server {
             return full(Rejection::BackendDown.response());
         };
         match self.ask(request).await {
-            Some(Reply::Full(response)) => full(response),
-            Some(Reply::Stream(head, body)) => with_head(head, UnsyncBoxBody::new(body)),
+            Some(Reply::Full(response)) => answer(response, lines),
+            Some(Reply::Stream(head, body)) => with_head(head, UnsyncBoxBody::new(body), lines),
             None => full(Rejection::BackendDown.response()),
         }
     }
@@ -512,22 +513,29 @@ impl AsyncWrite for Counted {
 }
 
 /// A core response, copied onto the wire (constants are borrowed, not copied).
-fn full(mut response: http::Response) -> Response<ResponseBody> {
+fn full(response: http::Response) -> Response<ResponseBody> {
+    answer(response, 0)
+}
+
+/// [`full`], for a request of `lines` header lines (see [`with_head`]).
+fn answer(mut response: http::Response, lines: usize) -> Response<ResponseBody> {
     let body = match std::mem::take(&mut response.body) {
         Cow::Borrowed(bytes) => Bytes::from_static(bytes),
         Cow::Owned(bytes) => Bytes::from(bytes),
     };
-    with_head(response, UnsyncBoxBody::new(Full::new(body)))
+    with_head(response, UnsyncBoxBody::new(Full::new(body)), lines)
 }
 
-/// Header lines a response's map has room for. hyper reads a connection's next request
-/// into its last response's map: room for a client's usual headers (an SDK sends 8-12, a
-/// 2026-07-28 one its `Mcp-*` fields too) spares every such request a map grown anew.
-const HEADER_ROOM: usize = 12;
+/// The header lines a map gets on its first insert (the `http` crate's own start).
+const FIRST_ROOM: usize = 6;
 
-fn with_head(head: http::Response, body: ResponseBody) -> Response<ResponseBody> {
+/// The answer to a request of `lines` header lines. hyper reads the connection's next
+/// request into its last answer's header map: room for as many lines as this request had
+/// (a client sends the same ones each time; an SDK 8-12, a 2026-07-28 request its `Mcp-*`
+/// fields too) spares the next request a map grown anew.
+fn with_head(head: http::Response, body: ResponseBody, lines: usize) -> Response<ResponseBody> {
     let mut response = Response::new(body);
-    response.headers_mut().reserve(HEADER_ROOM);
+    response.headers_mut().reserve(lines.max(FIRST_ROOM));
     *response.status_mut() =
         StatusCode::from_u16(head.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     for (name, value) in head.headers {
