@@ -67,14 +67,14 @@ pub fn spawn(
     let stderr = child.stderr.take().expect("stderr is piped");
 
     let (stdin_tx, stdin_rx) = mpsc::unbounded_channel();
-    tokio::spawn(write_stdin(stdin, stdin_rx, id, inputs.clone()).instrument(span.clone()));
+    // The pipes' tasks run for every call: they carry no span (entered on each poll), and
+    // the one line they log names the pid itself.
+    tokio::spawn(write_stdin(stdin, stdin_rx, (id, pid), inputs.clone()));
     tokio::spawn(log_stderr(stderr).instrument(span.clone()));
     let (signal_tx, signal_rx) = mpsc::unbounded_channel();
     let reader_inputs = inputs.clone();
-    let reader = tokio::spawn(
-        async move { read_stdout(stdout, max_line, id, &reader_inputs).await }
-            .instrument(span.clone()),
-    );
+    let reader =
+        tokio::spawn(async move { read_stdout(stdout, max_line, id, &reader_inputs).await });
     tokio::spawn(
         async move {
             let exit = wait(child, signal_rx).await;
@@ -100,7 +100,7 @@ pub fn spawn(
 async fn write_stdin(
     stdin: ChildStdin,
     mut lines: mpsc::UnboundedReceiver<Vec<u8>>,
-    id: BackendId,
+    (id, pid): (BackendId, u32),
     inputs: mpsc::Sender<Input>,
 ) {
     let mut out = BufWriter::with_capacity(64 * 1024, stdin);
@@ -126,7 +126,7 @@ async fn write_stdin(
                 .await;
         }
     }
-    debug!("backend stdin closed");
+    debug!(pid, "backend stdin closed");
 }
 
 /// Lines read in one go are handed over as one batch.

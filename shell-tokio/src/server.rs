@@ -260,6 +260,10 @@ impl Server {
         let Some(request) = into_request(admitted, body).await else {
             return full(Rejection::BackendDown.response());
         };
+        // hyper reads the socket while the answer is awaited (to see a client leave): with
+        // the head let go (its fields are slices of the connection's read buffer), that
+        // read reuses the buffer instead of allocating another.
+        drop(req);
         match self.ask(request).await {
             Some(Reply::Full(response)) => answer(response, lines),
             Some(Reply::Stream(head, body)) => with_head(head, UnsyncBoxBody::new(body), lines),
