@@ -273,16 +273,24 @@ pub(crate) fn complete(
     server_info: Option<&str>,
 ) -> (Vec<u8>, u16) {
     let known = result.and_then(|span| {
+        let before = std::str::from_utf8(message.get(..span.start)?).ok()?;
         let text = std::str::from_utf8(message.get(span.clone())?).ok()?;
-        Some((span, untouched(text)?))
+        Some((before, untouched(text)?, &message[span.end..]))
     });
-    if let Some((span, open)) = known {
+    if let Some((before, open, after)) = known {
         let extra = server_info.map_or(0, str::len);
         let mut out = String::with_capacity(message.len() + 128 + extra);
-        out.push_str(std::str::from_utf8(&message[..span.start]).unwrap_or_default());
+        out.push_str(before);
         complete_untouched(&mut out, method, open, server_info);
         let mut out = out.into_bytes();
-        out.extend_from_slice(&message[span.end..]);
+        out.extend_from_slice(after);
+        // Read whole, it is the same answer (checked where tests and fuzzing run).
+        #[cfg(debug_assertions)]
+        {
+            let read = |text: &[u8]| serde_json::from_slice::<serde_json::Value>(text).ok();
+            let whole = complete(method, (message, None), private, server_info).0;
+            assert_eq!(read(&out), read(&whole), "completed in place as whole");
+        }
         return (out, 200);
     }
     let Some(members) = std::str::from_utf8(message).ok().and_then(members) else {
