@@ -231,6 +231,7 @@ impl Hub {
         let Some(number) = self.sessions.find(&sid) else {
             // A 2026-07-28 request's: its answer, as section 13 completes it, or progress.
             let (modern, in_flight) = (&mut self.modern, &mut self.in_flight);
+            let key = RequestKey::routed(sid);
             let (id, outcome, result) = match what {
                 Delivery::Response {
                     key,
@@ -242,13 +243,11 @@ impl Hub {
                     let parts = (&*modern, in_flight, &mut self.streams);
                     let counters = (&mut self.metrics, &mut self.outputs);
                     let clock = (now, self.settings.request_timeout);
-                    let key = RequestKey::routed(sid);
                     return modern::progress(parts, counters, clock, key, (&message, token));
                 }
                 Delivery::Update => return false,
             };
             let init = self.router.initialize_result();
-            let key = RequestKey::routed(sid);
             let answer = (message.as_slice(), result);
             let answered = modern::answered((modern, in_flight), init, key, answer, (id, outcome));
             let Some((record, settlement)) = answered else {
@@ -258,13 +257,11 @@ impl Hub {
             return true;
         };
         self.metrics.delivered += 1;
-        let stream = match self.sessions.get(number).map(|s| &s.kind) {
-            Some(Kind::Legacy { stream }) => *stream,
-            _ => {
-                self.mcp_deliver(now, number, message, what);
-                return true;
-            }
+        let Some(Kind::Legacy { stream }) = self.sessions.get(number).map(|s| &s.kind) else {
+            self.mcp_deliver(now, number, message, what);
+            return true;
         };
+        let stream = *stream;
         if let Delivery::Response { key, outcome, .. } = &what {
             if let Some(entry) = key
                 .as_ref()
