@@ -532,6 +532,9 @@ fn answer(mut response: http::Response, lines: usize) -> Response<ResponseBody> 
 
 /// The header lines a map gets on its first insert (the `http` crate's own start).
 const FIRST_ROOM: usize = 6;
+/// The most header lines an answer's map is given room for: what an idle connection may
+/// keep of a request with many more is no more than what a usual one keeps.
+const MOST_ROOM: usize = 16;
 
 /// The answer to a request of `lines` header lines. hyper reads the connection's next
 /// request into its last answer's header map: room for as many lines as this request had
@@ -539,7 +542,9 @@ const FIRST_ROOM: usize = 6;
 /// fields too) spares the next request a map grown anew.
 fn with_head(head: http::Response, body: ResponseBody, lines: usize) -> Response<ResponseBody> {
     let mut response = Response::new(body);
-    response.headers_mut().reserve(lines.max(FIRST_ROOM));
+    response
+        .headers_mut()
+        .reserve(lines.clamp(FIRST_ROOM, MOST_ROOM));
     *response.status_mut() =
         StatusCode::from_u16(head.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     for (name, value) in head.headers {
