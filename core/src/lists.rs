@@ -53,6 +53,12 @@ pub(crate) enum Listed {
 /// proxy hold waiters without bound (the router remembers 256 requests of each purpose).
 const MAX_FETCHES: usize = 128;
 
+/// Callers waiting for one fetch, at most: a waiter stays until the fetch is answered
+/// (its caller may have timed out, cancelled or left long before), so past it a request
+/// goes to the backend as any request does, and a backend that never answers one list
+/// holds no more than [`MAX_FETCHES`] × this many.
+const MAX_WAITERS: usize = 256;
+
 /// Counters for `/metrics`: by method, hits, misses, shared.
 pub(crate) type Counts = BTreeMap<&'static str, [u64; 3]>;
 
@@ -133,6 +139,9 @@ impl Lists {
             return Listed::Hit(result);
         }
         if let Some(fetch) = self.pending.get(&key).and_then(|n| self.fetches.get_mut(n)) {
+            if fetch.waiters.len() >= MAX_WAITERS {
+                return Listed::Pass;
+            }
             count[2] += 1;
             fetch.waiters.push(waiter);
             return Listed::Shared;
@@ -330,5 +339,25 @@ mod tests {
             lists.ask(&list(0), waiter(), || 0),
             Listed::Hit(_)
         ));
+    }
+
+    #[test]
+    fn a_silent_backend_holds_a_bounded_number_of_waiters() {
+        let mut lists = Lists::default();
+        lists.configure(true, 1 << 20);
+        lists.declared_by(r#"{"capabilities":{"tools":{"listChanged":true}}}"#);
+        assert!(matches!(
+            lists.ask(&list(0), waiter(), || 1),
+            Listed::Miss { .. }
+        ));
+        // Callers that time out and ask again, or come from new sessions, each wait: up
+        // to the bound, then they go to the backend themselves.
+        let asked: Vec<Listed> = (0..1000)
+            .map(|_| lists.ask(&list(0), waiter(), || unreachable!("one fetch")))
+            .collect();
+        let shared = asked.iter().filter(|a| matches!(a, Listed::Shared)).count();
+        assert_eq!(shared, MAX_WAITERS - 1);
+        assert!(matches!(asked.last(), Some(Listed::Pass)));
+        assert_eq!(lists.fetched(1, Some(r#"{"tools":[]}"#)).len(), MAX_WAITERS);
     }
 }

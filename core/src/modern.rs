@@ -8,6 +8,7 @@ use std::ops::Range;
 
 use crate::http::{McpHeaders, Response};
 use crate::message::{members, push_key, push_member, Checked};
+use crate::tools::{Call, ToolView};
 
 pub(crate) use crate::http::MODERN_VERSION as VERSION;
 
@@ -101,18 +102,26 @@ impl Refusal {
     }
 }
 
-/// The `Mcp-Param-{Name}` headers each tool's arguments must be mirrored in, from the
-/// backend's last `tools/list` (`x-mcp-header` on a property of its `inputSchema`).
+/// The `Mcp-Param-{Name}` headers each tool's arguments must be mirrored in
+/// (`x-mcp-header` on a property of its `inputSchema`), by the backend's name of the tool,
+/// from the backend's own `tools/list` pages: never from a list as one caller was shown it
+/// (filtered by its policy, renamed), so that no caller's list changes how another's calls
+/// are checked. A page adds to what earlier pages said; an error says nothing; the table
+/// goes when the backend says its list changed, or exits.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct ToolHeaders {
-    /// Tool name → (header suffix, lowercase; the argument it mirrors).
+    /// Backend tool name → (header suffix, lowercase; the argument it mirrors).
     tools: BTreeMap<String, Vec<(String, String)>>,
 }
 
 impl ToolHeaders {
-    /// What a `tools/list` result (its JSON text) annotates; empty when it is no list.
-    pub(crate) fn learn(result: &str) -> ToolHeaders {
-        let mut tools = BTreeMap::new();
+    /// Learns what a page of the backend's `tools/list` (its result's JSON text; `None`: an
+    /// error, which says nothing) annotates: each tool it lists replaces what was known of
+    /// that tool.
+    pub(crate) fn learn(&mut self, result: Option<&str>) {
+        let Some(result) = result else {
+            return;
+        };
         let value: serde_json::Value = serde_json::from_str(result).unwrap_or_default();
         for tool in value["tools"].as_array().into_iter().flatten() {
             let Some(name) = tool["name"].as_str() else {
@@ -125,11 +134,27 @@ impl ToolHeaders {
                     Some((header.to_ascii_lowercase(), param.clone()))
                 })
                 .collect();
-            if !headers.is_empty() {
-                tools.insert(name.to_owned(), headers);
-            }
+            match headers.is_empty() {
+                true => self.tools.remove(name),
+                false => self.tools.insert(name.to_owned(), headers),
+            };
         }
-        ToolHeaders { tools }
+    }
+
+    /// The backend's list changed, or it exited: nothing is known.
+    pub(crate) fn forget(&mut self) {
+        self.tools.clear();
+    }
+
+    /// The annotations of the tool a call of `called` reaches: through the operator's
+    /// `view`, the backend tool shown under that name (SPEC section 16).
+    fn of(&self, called: &str, view: Option<&ToolView>) -> Option<&[(String, String)]> {
+        let backend = match view.map(|view| view.call(called)) {
+            Some(Call::Shown(backend)) => backend,
+            Some(Call::Unknown) => return None,
+            None => called,
+        };
+        self.tools.get(backend).map(Vec::as_slice)
     }
 }
 
@@ -138,7 +163,7 @@ impl ToolHeaders {
 pub(crate) fn check(
     msg: &Checked,
     headers: &McpHeaders,
-    tools: &ToolHeaders,
+    (tools, view): (&ToolHeaders, Option<&ToolView>),
 ) -> Result<(), Refusal> {
     let meta = msg.modern.as_deref();
     let version = meta.filter(|meta| meta.capabilities);
@@ -166,7 +191,7 @@ pub(crate) fn check(
             return Err(Refusal::Mismatch("Mcp-Name"));
         }
     }
-    if let Some(annotated) = msg.tool.as_ref().and_then(|tool| tools.tools.get(tool)) {
+    if let Some(annotated) = msg.tool.as_ref().and_then(|tool| tools.of(tool, view)) {
         check_params(msg, &fields, annotated)?;
     }
     if version != VERSION {
@@ -522,21 +547,23 @@ mod tests {
 
     #[test]
     fn the_checks_come_in_the_revisions_order() {
-        let tools = ToolHeaders::learn(
+        let mut learned = ToolHeaders::default();
+        learned.learn(Some(
             r#"{"tools":[{"name":"echo","inputSchema":{"properties":{"region":{"type":"string","x-mcp-header":"Region"}}}}]}"#,
-        );
+        ));
+        let tools = (&learned, None);
         let good = [
             ("mcp-method", "tools/call"),
             ("mcp-name", "echo"),
             ("mcp-param-region", "eu"),
         ];
         let msg = modern(&call(META));
-        assert_eq!(check(&msg, &headers(VERSION, &good), &tools), Ok(()));
+        assert_eq!(check(&msg, &headers(VERSION, &good), tools), Ok(()));
         let without = modern(&call(
             r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}"#,
         ));
         assert_eq!(
-            check(&without, &headers(VERSION, &good), &tools),
+            check(&without, &headers(VERSION, &good), tools),
             Err(Refusal::MissingMeta)
         );
         let cases: [&[(&str, &str)]; 5] = [
@@ -547,20 +574,20 @@ mod tests {
             &[good[0], good[0], good[1], good[2]],
         ];
         for fields in cases {
-            let refused = check(&msg, &headers(VERSION, fields), &tools);
+            let refused = check(&msg, &headers(VERSION, fields), tools);
             assert!(
                 matches!(refused, Err(Refusal::Mismatch(_))),
                 "{fields:?}: {refused:?}"
             );
         }
         let encoded = [good[0], ("mcp-name", "=?base64?ZWNobw==?="), good[2]];
-        assert_eq!(check(&msg, &headers(VERSION, &encoded), &tools), Ok(()));
+        assert_eq!(check(&msg, &headers(VERSION, &encoded), tools), Ok(()));
         assert!(matches!(
-            check(&msg, &headers("2025-11-25", &good), &tools),
+            check(&msg, &headers("2025-11-25", &good), tools),
             Err(Refusal::Mismatch("MCP-Protocol-Version"))
         ));
         let future = modern(&call(&META.replace(VERSION, "2027-01-01")));
-        let refused = check(&future, &headers("2027-01-01", &good), &tools);
+        let refused = check(&future, &headers("2027-01-01", &good), tools);
         assert_eq!(refused, Err(Refusal::Unsupported("2027-01-01".into())));
         let body = refused.unwrap_err().response("1");
         assert_eq!(body.status, 400);
@@ -571,13 +598,14 @@ mod tests {
         let ping = modern(&format!(
             r#"{{"jsonrpc":"2.0","id":2,"method":"ping","params":{{{META}}}}}"#
         ));
-        let refused = check(&ping, &headers(VERSION, &[("mcp-method", "ping")]), &tools);
+        let refused = check(&ping, &headers(VERSION, &[("mcp-method", "ping")]), tools);
         assert_eq!(refused.unwrap_err().response("2").status, 404);
     }
 
     #[test]
     fn an_mcp_name_with_no_name_in_the_body_is_a_mismatch() {
-        let tools = ToolHeaders::default();
+        let none = ToolHeaders::default();
+        let tools = (&none, None);
         let bodies = [
             ("tools/call", ""),
             ("tools/call", r#""name":7,"#),
@@ -594,7 +622,7 @@ mod tests {
             );
             let msg = modern(&body);
             let fields = [("mcp-method", method), ("mcp-name", "a")];
-            let refused = check(&msg, &headers(VERSION, &fields), &tools);
+            let refused = check(&msg, &headers(VERSION, &fields), tools);
             assert_eq!(refused, Err(Refusal::Mismatch("Mcp-Name")), "{body}");
             let response = refused.unwrap_err().response("1");
             assert_eq!(response.status, 400);
@@ -602,7 +630,7 @@ mod tests {
             assert_eq!(value["error"]["code"], -32020, "{body}");
             // Without the header, the body's own checks are the backend's.
             let fields = [("mcp-method", method)];
-            assert_eq!(check(&msg, &headers(VERSION, &fields), &tools), Ok(()));
+            assert_eq!(check(&msg, &headers(VERSION, &fields), tools), Ok(()));
         }
     }
 

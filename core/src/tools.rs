@@ -106,10 +106,10 @@ impl ToolView {
     pub(crate) fn call<'a>(&'a self, name: &'a str) -> Call<'a> {
         let backend = match self.renamed_to.get(name) {
             Some(backend) => backend.as_str(),
-            // A case variant of a renamed tool's own name might reach it at a backend
-            // that ignores case: not a shown name.
+            // A case variant of a renamed tool's own name (ASCII or not) might reach it at
+            // a backend that ignores case: not a shown name.
             None if (self.overrides.iter())
-                .any(|(b, o)| o.name.is_some() && b.eq_ignore_ascii_case(name)) =>
+                .any(|(b, o)| o.name.is_some() && same_but_case(b, name)) =>
             {
                 return Call::Unknown
             }
@@ -239,6 +239,12 @@ fn parse_overrides(text: &str) -> Result<BTreeMap<String, Override>, String> {
     Ok(overrides)
 }
 
+/// Whether `a` and `b` differ at most by case, in ASCII or beyond it.
+fn same_but_case(a: &str, b: &str) -> bool {
+    a.eq_ignore_ascii_case(b)
+        || (!a.is_ascii() || !b.is_ascii()) && a.to_lowercase() == b.to_lowercase()
+}
+
 /// The backend's own tool names, read by the proxy for the view (SPEC section 16): after
 /// each handshake, each `tools/list_changed` of the backend and each new view, page by page.
 #[derive(Debug, Default)]
@@ -257,6 +263,16 @@ impl BackendTools {
     pub(crate) fn changed(&mut self) -> bool {
         self.known = None;
         self.reading.replace(BTreeSet::new()).is_none()
+    }
+
+    /// Neither known nor being read: a read's request could not be queued.
+    pub(crate) fn unread(&self) -> bool {
+        self.known.is_none() && self.reading.is_none()
+    }
+
+    /// The read under way stopped before the list was whole (its request was not queued).
+    pub(crate) fn abandon(&mut self) {
+        self.reading = None;
     }
 
     /// The backend exited: nothing is known, nothing is being read.
@@ -350,6 +366,13 @@ mod tests {
         assert_eq!(v.call("echo"), Call::Unknown);
         assert_eq!(v.call("other"), Call::Shown("other"));
         assert_eq!(v.call("Sleep"), Call::Unknown);
+        // A renamed tool's own name in another case, beyond ASCII too.
+        let v = view(&[], r#"{"toolsOverride":{"größe":{"name":"size"}}}"#);
+        assert_eq!(v.call("size"), Call::Shown("größe"));
+        // (ß as SS is case folding, not lowercase: the backend list's check refuses it.)
+        assert_eq!(v.call("GRÖSSE"), Call::Shown("GRÖSSE"));
+        assert_eq!(v.call("GRÖßE"), Call::Unknown);
+        assert_eq!(v.call("Größe"), Call::Unknown);
         // echo -> sleep alone shadows the backend's own sleep.
         let v = view(&[], r#"{"toolsOverride":{"echo":{"name":"sleep"}}}"#);
         assert_eq!(v.call("sleep"), Call::Shown("echo"));

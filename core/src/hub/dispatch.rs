@@ -47,6 +47,7 @@ impl Hub {
             Routed::Updated { uri, message } => self.updated(now, uri.as_deref(), message),
             Routed::ListChanged { method, message } => {
                 if method == "notifications/tools/list_changed" {
+                    self.modern.tools.forget();
                     read_backend_tools(reader!(self), now);
                 }
                 self.list_changed(now, &method, &message)
@@ -106,6 +107,9 @@ impl Hub {
         {
             self.backend.release(now, &mut self.outputs, false);
         }
+        // A page of the backend's tool list, as the backend wrote it, before any caller's
+        // view of it: the tools' `Mcp-Param-*` headers (SPEC section 13).
+        (self.modern).learn_tools(&RequestKey::routed(session), (&message, result.clone()));
         let owner = owner_of((&self.sessions, &self.modern), &session);
         let hidden;
         (message, id, hidden) = match (mark, &owner) {
@@ -293,8 +297,9 @@ fn owner_of((sessions, modern): (&Sessions, &ModernRequests), key: &SessionId) -
 }
 
 /// A `tasks/list` answer for `owner` (SPEC section 15): its result keeps only the owner's
-/// tasks and a cursor minted for it; an error is passed on; a result that cannot be
-/// filtered is not. Returns the message, where its id now is, and how many tasks it hides.
+/// tasks and a cursor minted for it; an error keeps only its code (see [`list_error`]); a
+/// result that cannot be filtered is not passed on. Returns the message, where its id now
+/// is, and how many tasks it hides.
 fn tasks_listed(
     tasks: &mut Tasks,
     now: Instant,
@@ -303,7 +308,9 @@ fn tasks_listed(
     id: Range<usize>,
 ) -> (Vec<u8>, Range<usize>, u64) {
     let Some(result) = crate::message::parse_backend_result(&message) else {
-        return (message, id, 0);
+        let error = list_error(&message);
+        let (line, id) = answered_as(&message, id, ("error", &error));
+        return (line, id, 0);
     };
     let (line, hidden) = match tasks.list_for(now, owner, result) {
         Some(listed) => (
@@ -316,6 +323,28 @@ fn tasks_listed(
         }
     };
     (line.0, line.1, hidden)
+}
+
+/// The proxy's own error for a backend error answering a `tasks/list`: the same code, the
+/// protocol's words for it. The backend's message and data are not passed on: the cursor it
+/// was sent is the backend's, which may be another caller's task id (server-everything
+/// pages by the last id and says `Invalid cursor: <id>` once that task is gone).
+fn list_error(message: &[u8]) -> String {
+    let code = serde_json::from_slice::<serde_json::Value>(message)
+        .ok()
+        .and_then(|answer| answer["error"]["code"].as_i64())
+        .and_then(|code| i32::try_from(code).ok())
+        .unwrap_or(-32603);
+    let text = match code {
+        -32700 => "Parse error",
+        -32600 => "Invalid Request",
+        -32601 => "Method not found",
+        // A task list's one parameter is its cursor.
+        -32602 => "Invalid cursor",
+        -32603 => "Internal error",
+        _ => "Task list unavailable",
+    };
+    format!(r#"{{"code":{code},"message":"{text}"}}"#)
 }
 
 /// The answer at `message` (its id at `id`) rebuilt with `member` as its result or error:
@@ -352,7 +381,7 @@ macro_rules! reader {
             &$hub.settings,
             &mut $hub.router,
             &mut $hub.backend,
-            &mut $hub.backend_tools,
+            (&mut $hub.backend_tools, &mut $hub.modern.tools),
             &mut $hub.outputs,
         )
     };
@@ -364,46 +393,65 @@ pub(super) type Reader<'a> = (
     &'a crate::settings::Settings,
     &'a mut crate::router::Router,
     &'a mut super::backend::BackendProcess,
-    &'a mut crate::tools::BackendTools,
+    (
+        &'a mut crate::tools::BackendTools,
+        &'a mut crate::modern::ToolHeaders,
+    ),
     &'a mut std::collections::VecDeque<crate::output::Output>,
 );
 
 /// The backend's tool list may have changed: with a tool view configured, the proxy reads
 /// it again, under its own id, page by page (SPEC section 16).
 pub(super) fn read_backend_tools(
-    (settings, router, backend, tools, outputs): Reader<'_>,
+    (settings, router, backend, (tools, _), outputs): Reader<'_>,
     now: Instant,
 ) {
     if settings.tool_view.is_some() && tools.changed() {
-        read_page((router, backend, outputs), now, None);
+        read_page((router, backend, tools, outputs), now, None);
     }
 }
 
-/// The proxy's request for a page of the backend's tool list (after `cursor`), queued.
+/// A call through the operator's view found the backend's tool list unread and no read
+/// under way (the last one's request could not be queued): it is read now, so that calls
+/// are checked against the backend's own names again (SPEC section 16).
+pub(super) fn read_unread_tools(reader: Reader<'_>, now: Instant) {
+    let (settings, router, _, (tools, _), _) = &reader;
+    if settings.tool_view.is_some() && tools.unread() && router.handshake_result().is_some() {
+        read_backend_tools(reader, now);
+    }
+}
+
+/// The proxy's request for a page of the backend's tool list (after `cursor`), queued; a
+/// request that cannot be (the backend is down, its queue full) ends the read, so that
+/// the next reason to read starts one.
 fn read_page(
-    (router, backend, outputs): (
+    (router, backend, tools, outputs): (
         &mut crate::router::Router,
         &mut super::backend::BackendProcess,
+        &mut crate::tools::BackendTools,
         &mut std::collections::VecDeque<crate::output::Output>,
     ),
     now: Instant,
     cursor: Option<&str>,
 ) {
     let line = router.read_tools(cursor);
-    if backend.queue(LineFrom::Proxy, line) {
-        backend.release(now, outputs, false);
+    match backend.queue(LineFrom::Proxy, line) {
+        true => backend.release(now, outputs, false),
+        false => tools.abandon(),
     }
 }
 
-/// A page of the backend's tool list the proxy read: the next one is read, or the list is
-/// whole (its names the view did not find logged once).
+/// A page of the backend's tool list the proxy read: what it annotates is learned
+/// (SPEC section 13's `Mcp-Param-*`), the next one is read, or the list is whole (its names
+/// the view did not find logged once).
 fn tools_page(
-    (settings, router, backend, tools, outputs): Reader<'_>,
+    (settings, router, backend, (tools, headers), outputs): Reader<'_>,
     now: Instant,
     result: Option<&str>,
 ) {
+    headers.learn(result);
     match tools.page(result) {
-        Ok(Some(cursor)) => read_page((router, backend, outputs), now, Some(&cursor)),
+        Ok(Some(cursor)) => read_page((router, backend, tools, outputs), now, Some(&cursor)),
         Ok(None) => {
             let view = settings.tool_view.as_deref();
             let names = (view.zip(tools.known())).map(|(v, known)| v.unmatched(known));

@@ -70,6 +70,7 @@ impl Hub {
         // Its tasks went with it (SPEC section 15), and its tool list.
         self.tasks.clear();
         self.backend_tools.forget();
+        self.modern.tools.forget();
         if let Phase::Stopping { status, .. } = self.backend.phase() {
             self.router.backend_exited(false);
             return self.backend.exit(status, &mut self.outputs);

@@ -69,7 +69,7 @@ impl ModernPost {
     pub(super) fn prepare(
         req: Request,
         instance: Option<&Instance>,
-        tools: &ToolHeaders,
+        tools: (&ToolHeaders, Option<&crate::tools::ToolView>),
     ) -> Result<ModernPost, Result<Response, Rejection>> {
         if matches!(req.body, Body::TooLarge) {
             return Err(Err(Rejection::BodyTooLarge));
@@ -107,7 +107,7 @@ pub(crate) struct ModernRequests {
     /// a principal's bursts never count as several sharers; idle lanes go past
     /// [`MAX_LANES`].
     lanes: BTreeMap<Principal, Lane>,
-    /// The `Mcp-Param-*` annotations of the backend's last `tools/list`.
+    /// The `Mcp-Param-*` annotations of the backend's tools, from its own lists.
     pub(crate) tools: ToolHeaders,
     /// The backend's `serverInfo`, read once from the `initialize` result it came from
     /// (every answer carries it).
@@ -115,6 +115,28 @@ pub(crate) struct ModernRequests {
 }
 
 impl ModernRequests {
+    /// The backend answered the modern request under `key` with `message` (its result at
+    /// `result` when the router found it), as the backend wrote it: a page of its tool list
+    /// teaches the tools' headers.
+    pub(super) fn learn_tools(
+        &mut self,
+        key: &RequestKey,
+        (message, result): (&[u8], Option<Range<usize>>),
+    ) {
+        if self
+            .waiting
+            .get(key)
+            .is_none_or(|w| w.method != "tools/list")
+        {
+            return;
+        }
+        let result = match result {
+            Some(at) => std::str::from_utf8(&message[at]).ok(),
+            None => crate::message::parse_backend_result(message),
+        };
+        self.tools.learn(result);
+    }
+
     fn insert(&mut self, key: RequestKey, waiting: Waiting, lane: Lane) {
         *self
             .per_principal
@@ -323,8 +345,8 @@ fn answered_here(
 impl ModernRequests {
     /// The answer to the modern request under `key` from the backend's `message` (its id
     /// the client's, `raw_id`), as section 13 completes it, and its HTTP status; `None`
-    /// when no modern request waits under `key`. A `tools/list` result teaches the
-    /// headers, the `initialize` result `init` the server's info.
+    /// when no modern request waits under `key`. The `initialize` result `init` gives the
+    /// server's info.
     fn completed(
         &mut self,
         key: &RequestKey,
@@ -336,10 +358,6 @@ impl ModernRequests {
         Some(match waiting.method.as_str() {
             "server/discover" => discovered(raw_id, message),
             method => {
-                if method == "tools/list" {
-                    let result = crate::message::parse_backend_result(message);
-                    self.tools = ToolHeaders::learn(result.unwrap_or_default());
-                }
                 let info = server_info(&mut self.server_info, init);
                 modern::complete(method, (message, result), waiting.filtered, info)
             }

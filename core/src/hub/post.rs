@@ -57,6 +57,7 @@ impl Prepared {
     ) -> Result<Result<Prepared, Response>, Rejection> {
         Ok(Ok(match req.endpoint {
             Endpoint::McpPost if super::modern::is_modern(&req, settings) => {
+                let tools = (tools, settings.tool_view.as_deref());
                 match ModernPost::prepare(req, settings.instance.as_ref(), tools) {
                     Ok(post) => Prepared::Modern(post),
                     Err(Ok(answer)) => return Ok(Err(answer)),
@@ -315,6 +316,7 @@ impl Hub {
         };
         let parts = (&mut self.exchanges, &self.settings);
         auditing::described(parts, request, prepared.message());
+        super::dispatch::read_unread_tools(super::dispatch::reader!(self), now);
         if let Some(tool) = prepared.show_tools(&self.settings, self.backend_tools.known()) {
             self.exchanges.called_as(request, tool);
         }

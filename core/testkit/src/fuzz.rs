@@ -874,7 +874,8 @@ fn justify_delivery(world: &World<'_>, m: &Members<'_>, session: &SessionId, mes
 }
 
 /// SPEC section 15: the answer to `session`'s `tasks/list` (`rest` its routed id past the
-/// mark). An error is passed on as any answer; a result keeps only entries naming a task
+/// mark). An error keeps its code and none of the backend's words (they may quote a
+/// cursor that is another caller's task id); a result keeps only entries naming a task
 /// the session owns, each as the backend wrote it, every other member as it was, and a
 /// `nextCursor` that is not the backend's (a task id, maybe someone else's); a result
 /// that cannot be filtered becomes -32603.
@@ -895,7 +896,8 @@ fn check_task_list(
             );
             check_id_restored(d, &["id"], rest);
         } else {
-            check_restored(m, d, &["id"], rest);
+            check_id_restored(d, &["id"], rest);
+            check_list_error(m, d);
         }
         return;
     }
@@ -991,6 +993,43 @@ pub(crate) fn is_routed_form(value: &str, session: &SessionId, original: &str) -
 
 /// The delivered `d` is the line `m` with the routed value at `path` restored from `rest`
 /// (`n:<digits>` or `s:<string>`) and nothing else changed.
+/// A backend error answering a `tasks/list`, delivered as the proxy's: its code (an
+/// integer one, else -32603) and a message of the proxy's own, nothing else.
+fn check_list_error(m: &Members<'_>, d: &Members<'_>) {
+    let code_of = |answer: &Members<'_>| -> Option<i64> {
+        let error = answer.get("error").and_then(|e| members(e.get()))?;
+        error.get("code")?.get().parse().ok()
+    };
+    let backend = code_of(m).filter(|c| i32::try_from(*c).is_ok());
+    assert_eq!(
+        code_of(d),
+        Some(backend.unwrap_or(-32603)),
+        "a task list error's code"
+    );
+    let error = d
+        .get("error")
+        .and_then(|e| members(e.get()))
+        .expect("an error");
+    assert_eq!(
+        error.len(),
+        2,
+        "a task list error carries only code and message"
+    );
+    let words = [
+        "Parse error",
+        "Invalid Request",
+        "Method not found",
+        "Invalid cursor",
+    ];
+    let text = error.get("message").and_then(|t| strict_string_of(t));
+    assert!(
+        (text.as_deref()).is_some_and(|t| words.contains(&t)
+            || t == "Internal error"
+            || t == "Task list unavailable"),
+        "a task list error's message is the proxy's: {text:?}"
+    );
+}
+
 fn check_restored(m: &Members<'_>, d: &Members<'_>, path: &[&str], rest: &str) {
     check_id_restored(d, path, rest);
     let mut before = Canon::Object(m.iter().map(|(k, v)| (k.clone(), canon(v, 0))).collect());
