@@ -23,6 +23,11 @@ pub(crate) const MAX_INITIALIZE_WAITERS: usize = 4096;
 /// its own table, so no flood of subscribes can evict a health ping: SPEC section 13).
 const MAX_PROXY_REQUESTS: usize = 256;
 
+/// The subscribes of listen streams awaiting the backend's answer, at most: a listen that
+/// would go past it is refused before any is sent (SPEC section 13), so that one listen's
+/// uris never push out another's subscribe still awaited.
+pub(crate) const MAX_PENDING_SUBSCRIBES: usize = 4096;
+
 /// Prefix of the ids the proxy mints for its own requests. Not a UUID, so it can never be
 /// mistaken for a session's routed id.
 const PROXY_ID_PREFIX: &str = "switchboard|";
@@ -620,7 +625,11 @@ impl Router {
         let n = self.next_proxy_request;
         self.next_proxy_request += 1;
         let awaited = self.proxy_requests.entry(kind).or_default();
-        if awaited.len() >= MAX_PROXY_REQUESTS {
+        let most = match kind {
+            ProxyRequest::Subscribe => MAX_PENDING_SUBSCRIBES,
+            _ => MAX_PROXY_REQUESTS,
+        };
+        if awaited.len() >= most {
             awaited.pop_first();
         }
         awaited.insert(n);

@@ -57,22 +57,24 @@ pub(crate) enum LineFrom {
 
 /// `line` from `from` queued for stdin, as the hub queues every line: counted (a client's
 /// as a rewrite, the proxy's as a reply), handed on if the window lets it, or dropped and
-/// counted when it does not fit.
+/// counted when it does not fit (false).
 pub(super) fn queued(
     (metrics, backend, outputs): (&mut Metrics, &mut BackendProcess, &mut VecDeque<Output>),
     now: Instant,
     line: Vec<u8>,
     from: LineFrom,
-) {
+) -> bool {
     match from {
         LineFrom::Client(_) | LineFrom::Request(..) => metrics.rewrites += 1,
         LineFrom::Proxy => metrics.replies += 1,
         LineFrom::Cancellation => {}
     }
-    match backend.queue(from, line) {
+    let queued = backend.queue(from, line);
+    match queued {
         true => backend.release(now, outputs, false),
         false => super::dropped((metrics, outputs), DropReason::BackendQueueFull, None),
     }
+    queued
 }
 
 #[derive(Debug)]

@@ -22,7 +22,7 @@ use crate::http::{self, Grant};
 use crate::message::Checked;
 use crate::metrics::Metrics;
 use crate::output::{Frame, Output, RequestId, StreamId};
-use crate::router::Router;
+use crate::router::{Router, MAX_PENDING_SUBSCRIBES};
 use crate::sse;
 
 /// The `_meta` key that names the listen every frame of its stream belongs to.
@@ -141,6 +141,34 @@ impl Listeners {
         std::mem::take(&mut self.subscribing)
             .into_values()
             .collect()
+    }
+
+    /// Listen `stream` opened (acknowledged by `ack_by` at the latest): each of `uris` is
+    /// subscribed under the proxy's id, and once the backend answered them all it is
+    /// acknowledged.
+    fn start(
+        &mut self,
+        (router, backend, metrics, outputs): Upstream<'_>,
+        now: Instant,
+        (stream, listen, ack_by): (StreamId, Listen, Option<Instant>),
+        uris: Vec<String>,
+    ) {
+        self.open.insert(stream, listen);
+        self.keepalives.set(stream, now + self.keepalive);
+        if let Some(at) = ack_by {
+            self.ack_timers.set(stream, at);
+        }
+        for uri in uris {
+            let (n, line) = router.subscribe(&uri);
+            self.awaits(n, stream, uri);
+            if !queued((metrics, backend, outputs), now, line, LineFrom::Proxy) {
+                // Never sent: the backend holds nothing for it.
+                self.subscribed(now, n, false, outputs);
+            }
+        }
+        if self.open[&stream].awaiting == 0 {
+            self.acknowledge(now, stream, outputs);
+        }
     }
 
     /// The proxy's subscribe number `n` of `uri` is for `stream`.
@@ -517,6 +545,10 @@ pub(super) fn open(
         .into_iter()
         .filter(|uri| (hub.decisions).may_read(policy, (&principal, &grant), uri))
         .collect();
+    if hub.listeners.subscribing.len() + uris.len() > MAX_PENDING_SUBSCRIBES {
+        let refused = admission::Refused::BackendBusy.refusal(Some(msg.raw_id()), None);
+        return hub.respond(now, request, refused.into());
+    }
     let stream = StreamId(hub.mint());
     // Its observation ends as its stream opens: that is the proxy's answer.
     let started = hub.exchanges.take_started(request);
@@ -527,22 +559,9 @@ pub(super) fn open(
         hub.settle(now, (None, Entry::unforwarded(started, now)), answered);
     }
     hub.sessions.listen_opened(&principal);
-    let listeners = &mut hub.listeners;
-    listeners
-        .open
-        .insert(stream, Listen::new(principal, &msg, lists, now));
-    listeners.keepalives.set(stream, now + listeners.keepalive);
-    if let Some(timeout) = hub.settings.request_timeout {
-        listeners.ack_timers.set(stream, now + timeout);
-    }
-    for uri in uris {
-        let (n, line) = hub.router.subscribe(&uri);
-        hub.listeners.awaits(n, stream, uri);
-        hub.queue_line(now, line, LineFrom::Proxy);
-    }
-    if hub.listeners.open[&stream].awaiting == 0 {
-        hub.listeners.acknowledge(now, stream, &mut hub.outputs);
-    }
+    let listen = Listen::new(principal, &msg, lists, now);
+    let ack_by = hub.settings.request_timeout.map(|timeout| now + timeout);
+    (hub.listeners).start(upstream!(hub), now, (stream, listen, ack_by), uris);
 }
 
 /// Unsubscribes each of `uris` (no listen holds them any more) that no session watches
@@ -1085,6 +1104,49 @@ mod tests {
         assert!(bench
             .listen("bob", 8, &many_uris(0, MAX_LISTEN_URIS))
             .is_some());
+    }
+
+    #[test]
+    fn one_listen_never_pushes_out_anothers_subscribe() {
+        let mut bench = Bench::new(Settings::default(), CAPABILITIES);
+        let filter = r#"{"resourceSubscriptions":["file:///x"]}"#;
+        let victim = bench.listen("bob", 7, filter).expect("a stream");
+        let subscribe = to_backend(&bench.take()).pop().expect("its subscribe");
+        let id = subscribe
+            .split(r#""id":"#)
+            .nth(1)
+            .and_then(|r| r.split(',').next());
+        let id = id.expect("the subscribe's id").to_owned();
+        // Before the backend answers, another caller asks for 256 made-up uris.
+        let flood = many_uris(0, MAX_LISTEN_URIS);
+        assert!(bench.listen("mallory", 8, &flood).is_some());
+        bench.take();
+        bench.backend(&format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#));
+        let (messages, _) = on_stream(&bench.take(), victim);
+        assert_eq!(
+            messages,
+            [format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{{"notifications":{{"resourceSubscriptions":["file:///x"]}},{META_7}}}}}"#
+            )]
+        );
+        // Past the subscribes that may be awaited at once, a listen is refused (503) and
+        // sends nothing; a listen within them still opens.
+        let room = MAX_PENDING_SUBSCRIBES / MAX_LISTEN_URIS - 1;
+        for i in 0..room {
+            let uris = many_uris((i + 1) * MAX_LISTEN_URIS, MAX_LISTEN_URIS);
+            let id = 100 + u32::try_from(i).expect("small");
+            assert!(bench.listen("mallory", id, &uris).is_some());
+        }
+        bench.take();
+        assert_eq!(bench.listen("mallory", 99, &many_uris(0, 1)), None);
+        let outputs = bench.take();
+        let refused = outputs.iter().find_map(|o| match o {
+            Output::Respond { response, .. } => Some(response),
+            _ => None,
+        });
+        assert_eq!(refused.expect("an answer").status, 503);
+        assert_eq!(to_backend(&outputs), Vec::<String>::new());
+        assert!(bench.listen("mallory", 98, "{}").is_some());
     }
 
     #[test]
