@@ -53,6 +53,11 @@ pub(crate) enum LineFrom {
     /// The cancellation of a request the backend was given: always (each is owed for a
     /// request in flight, so there are never more than requests in flight).
     Cancellation,
+    /// A client's `resources/unsubscribe` (forwarded when no one else holds its uri): in
+    /// the proxy's own order, within the proxy's room. In its session's lane it could wait
+    /// behind that session's lines while another caller's later subscribe of the uri went
+    /// ahead, and then end that subscription at the backend.
+    Unsubscribe,
 }
 
 /// `line` from `from` queued for stdin, as the hub queues every line: counted (a client's
@@ -65,7 +70,9 @@ pub(super) fn queued(
     from: LineFrom,
 ) -> bool {
     match from {
-        LineFrom::Client(_) | LineFrom::Request(..) => metrics.rewrites += 1,
+        LineFrom::Client(_) | LineFrom::Request(..) | LineFrom::Unsubscribe => {
+            metrics.rewrites += 1
+        }
         LineFrom::Proxy => metrics.replies += 1,
         LineFrom::Cancellation => {}
     }
@@ -344,7 +351,9 @@ impl BackendProcess {
     pub(crate) fn queue(&mut self, from: LineFrom, line: Vec<u8>) -> bool {
         let fits = match &from {
             LineFrom::Client(session) | LineFrom::Request(session, _) => self.fits(Some(*session)),
-            LineFrom::Proxy => self.owners.len() + self.held_proxy.len() < 2 * self.stdin_queue,
+            LineFrom::Proxy | LineFrom::Unsubscribe => {
+                self.owners.len() + self.held_proxy.len() < 2 * self.stdin_queue
+            }
             LineFrom::Cancellation => true,
         };
         if !fits
@@ -361,7 +370,7 @@ impl BackendProcess {
         let (session, slot) = match from {
             LineFrom::Client(session) => (session, None),
             LineFrom::Request(session, slot) => (session, Some(slot)),
-            LineFrom::Proxy | LineFrom::Cancellation => {
+            LineFrom::Proxy | LineFrom::Cancellation | LineFrom::Unsubscribe => {
                 self.held_proxy.push_back(line);
                 return true;
             }

@@ -653,8 +653,12 @@ fn subscription(
 }
 
 /// How a client line of session `number` (routed under `sid`) is queued: a request (not
-/// the handshake, which goes under the proxy's own id) takes a place in the backend window.
+/// the handshake, which goes under the proxy's own id) takes a place in the backend window;
+/// an unsubscribe goes in the proxy's own order ([`LineFrom::Unsubscribe`]).
 pub(super) fn client_line(number: SessionNumber, sid: SessionId, msg: &Checked) -> LineFrom {
+    if msg.kind == message::Kind::Request && msg.method == "resources/unsubscribe" {
+        return LineFrom::Unsubscribe;
+    }
     match (&msg.id, msg.kind) {
         (Some(id), message::Kind::Request) if msg.method != "initialize" => {
             LineFrom::Request(number.into(), (sid, id.key.clone()))
