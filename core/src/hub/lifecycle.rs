@@ -192,7 +192,8 @@ impl Hub {
         for number in live {
             self.end_session(now, number, reason);
         }
-        (self.listeners).end_all(now, &mut self.sessions, &mut self.outputs);
+        let parts = (&mut self.sessions, &mut self.outputs);
+        (self.listeners).end_where(now, parts, |_| true);
         self.sessions.close_all();
         self.in_flight.clear();
         self.streams.clear();

@@ -324,16 +324,21 @@ impl Listeners {
         Some((listen.principal, released))
     }
 
-    /// Ends every stream at the proxy's end (shutdown, or the backend gone with its
-    /// sessions): a last result under each listen's id, then the end (SPEC section 13);
-    /// each gives its session's room back.
-    pub(super) fn end_all(
+    /// Ends at the proxy's end every stream of a principal `ended` names (all of them at
+    /// shutdown or when the backend went with its sessions; a reload's revoked principals'):
+    /// a last result under each listen's id, then the end (SPEC section 13); each gives its
+    /// session's room back. Returns the uris no listen holds any more.
+    pub(super) fn end_where(
         &mut self,
         now: Instant,
-        sessions: &mut Sessions,
-        out: &mut impl Extend<Output>,
-    ) {
-        let streams: Vec<StreamId> = self.open.keys().copied().collect();
+        (sessions, out): (&mut Sessions, &mut impl Extend<Output>),
+        ended: impl Fn(&Principal) -> bool,
+    ) -> Vec<String> {
+        let streams: Vec<StreamId> = (self.open.iter())
+            .filter(|(_, listen)| ended(&listen.principal))
+            .map(|(stream, _)| *stream)
+            .collect();
+        let mut released = Vec::new();
         for stream in streams {
             let raw_id = &self.open[&stream].raw_id;
             let last = format!(
@@ -341,10 +346,12 @@ impl Listeners {
             );
             self.send(now, stream, last.as_bytes(), out);
             out.extend([Output::EndStream { stream }]);
-            if let Some((principal, _)) = self.close(stream) {
+            if let Some((principal, uris)) = self.close(stream) {
                 sessions.listen_ended(&principal);
+                released.extend(uris);
             }
         }
+        released
     }
 
     /// The client closed listen `stream` (or its queue overflowed): its session's room is
@@ -566,7 +573,7 @@ pub(super) fn open(
 
 /// Unsubscribes each of `uris` (no listen holds them any more) that no session watches
 /// either.
-fn unsubscribe_unwatched(
+pub(super) fn unsubscribe_unwatched(
     sessions: &Sessions,
     (router, backend, metrics, outputs): Upstream<'_>,
     now: Instant,

@@ -62,6 +62,11 @@ impl Hub {
         for number in revoked {
             self.end_session(now, number, CloseReason::Revoked);
         }
+        // Their listen streams too: each counts as a session (SPEC sections 10 and 13).
+        let parts = (&mut self.sessions, &mut self.outputs);
+        let released = (self.listeners).end_where(now, parts, |p| !principals.contains(p));
+        let upstream = super::listen::upstream!(self);
+        super::listen::unsubscribe_unwatched(&self.sessions, upstream, now, released);
     }
 
     /// A reload was refused (a file missing or invalid): the running configuration stays
