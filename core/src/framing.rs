@@ -212,6 +212,12 @@ pub fn check_head<'a>(
                 return Err(FramingError::Duplicated(SINGLE[i]));
             }
         } else if name.eq_ignore_ascii_case(b"content-length") {
+            // After a `Transfer-Encoding` it is not read (the body is chunked and the
+            // connection closes after it), as hyper does not: both binaries alike.
+            if has_te {
+                length.get_or_insert(0);
+                continue;
+            }
             let n = decimal(value).ok_or(FramingError::InvalidContentLength)?;
             if length.is_some_and(|before| before != n) {
                 return Err(FramingError::InvalidContentLength);
@@ -230,6 +236,8 @@ pub fn check_head<'a>(
     }
     let body = if has_te {
         check_codings(minor, &codings)?;
+        // Both say how long the body is: it is chunked (RFC 9112 section 6.3), and nothing
+        // after it is read as another request.
         if length.is_some() {
             keep_alive = false;
         }
@@ -452,14 +460,24 @@ fn size_line(input: &[u8]) -> Result<Option<(usize, u64)>, FramingError> {
 }
 
 /// A complete trailer section (possibly empty) at the start of `input`: its length, or
-/// `None` while it is incomplete.
+/// `None` while it is incomplete. Its lines end in CRLF, as a chunk-size line must: a bare
+/// LF that ended it here would not end it for hyper (or a front proxy), which would read
+/// what follows as trailers, not as the next request.
 fn trailers(input: &[u8], limits: &Limits) -> Result<Option<usize>, FramingError> {
     let mut headers = vec![httparse::EMPTY_HEADER; limits.max_headers];
     match httparse::parse_headers(input, &mut headers) {
+        Ok(httparse::Status::Complete((used, _))) if bare_lf(&input[..used]) => {
+            Err(FramingError::InvalidChunk)
+        }
         Ok(httparse::Status::Complete((used, _))) => Ok(Some(used)),
         Ok(httparse::Status::Partial) if input.len() <= limits.max_head => Ok(None),
         _ => Err(FramingError::InvalidChunk),
     }
+}
+
+/// Whether a line of `text` ends in a LF with no CR before it.
+fn bare_lf(text: &[u8]) -> bool {
+    memchr::memchr_iter(b'\n', text).any(|at| at == 0 || text[at - 1] != b'\r')
 }
 
 #[cfg(test)]
@@ -524,12 +542,18 @@ mod tests {
             check(0, &[("Transfer-Encoding", "chunked")]),
             Err(FramingError::InvalidTransferEncoding)
         );
-        let both = check(
-            1,
-            &[("Content-Length", "5"), ("Transfer-Encoding", "chunked")],
-        )
-        .unwrap();
-        assert_eq!((both.body, both.keep_alive), (BodyLength::Chunked, false));
+        // With a Content-Length, before or after it (then not even read, as hyper does):
+        // chunked, and the connection closes.
+        for both in [
+            [("Content-Length", "5"), ("Transfer-Encoding", "chunked")],
+            [("Transfer-Encoding", "chunked"), ("Content-Length", "abc")],
+        ] {
+            let framing = check(1, &both).unwrap();
+            assert_eq!(
+                (framing.body, framing.keep_alive),
+                (BodyLength::Chunked, false)
+            );
+        }
     }
 
     #[test]
@@ -587,6 +611,9 @@ mod tests {
             b"0\r\n folded\r\n\r\n",
             b"0\r\nbad name: 1\r\n\r\n",
             b"5;\x01\r\nhello\r\n",
+            // Trailers end in CRLF like every other line of the body.
+            b"0\r\n\nPOST / HTTP/1.1\r\n",
+            b"0\r\nX-T: 1\n\r\n",
         ] {
             assert_eq!(
                 decode(bad).map(|_| ()),

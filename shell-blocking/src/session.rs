@@ -54,8 +54,10 @@ pub fn channel(stream: StreamId, budget: usize) -> (Queue, StreamBody) {
 /// is over.
 pub fn serve(mut socket: TcpStream, head: &Response, body: &StreamBody, closed: &Sender<StreamId>) {
     let _ = socket.set_nodelay(true);
-    // A stream may stay unread for a while: the slow-consumer rule ends it, not a timeout.
-    let _ = socket.set_write_timeout(None);
+    // A stream may stay unread for a while: the slow-consumer rule ends its session. But a
+    // write that moves nothing for [`STALLED_WRITE`] ends the connection, or a client that
+    // never reads would keep it (and a thread) after its session was ended.
+    let _ = socket.set_write_timeout(Some(switchboard_shell::STALLED_WRITE));
     let _ = socket.shutdown(Shutdown::Read);
     let _ = stream_frames(&mut socket, head, body);
     // The connection ends with the stream: a request pipelined behind gets nothing on it.

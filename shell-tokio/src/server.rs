@@ -16,6 +16,7 @@
 
 use std::borrow::Cow;
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -145,6 +146,7 @@ impl Server {
             },
             io: stream,
             reads: reads.clone(),
+            stalled: None,
         };
         let server = self.clone();
         let service = hyper::service::service_fn(move |req| {
@@ -238,7 +240,7 @@ impl Server {
                     .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
                 let drained = !expects_continue
                     && matches!(
-                        read_limited(body, front.max_body).await,
+                        read_limited(body, front.max_body, front.framing.header_timeout).await,
                         Ok(Payload::Bytes(_))
                     );
                 if !drained {
@@ -249,13 +251,15 @@ impl Server {
                 return full(response);
             }
         };
-        let body = match read_limited(body, front.max_body).await {
+        let body = match read_limited(body, front.max_body, front.framing.header_timeout).await {
             Ok(body) => body,
-            Err(Some(refused)) => {
+            Err(Unread::Misframed(refused)) => {
                 return self.misframed(peer, refused, front.gate.asked(&head)).await
             }
             // The client left mid-body, as the blocking shell sees it: nothing to audit.
-            Err(None) => return full(FramingError::InvalidChunk.response()),
+            Err(Unread::Left) => return full(FramingError::InvalidChunk.response()),
+            // Or went silent in it: the connection closes, as the blocking shell closes it.
+            Err(Unread::Silent) => return silent(),
         };
         let Some(request) = into_request(admitted, body).await else {
             return full(Rejection::BackendDown.response());
@@ -406,19 +410,44 @@ pub(crate) async fn into_request(admitted: Admitted, body: Payload) -> Option<Bo
     tokio::task::spawn_blocking(admit).await.ok()
 }
 
+/// Why a request's body was not read whole.
+enum Unread {
+    /// hyper could not decode it (a bad chunk, trailers that do not parse).
+    Misframed(FramingError),
+    /// The client closed the connection in it.
+    Left,
+    /// Nothing of it came for as long as a request head may take (`--header-timeout`).
+    Silent,
+}
+
 /// The body, or [`Payload::TooLarge`] past `limit` (by header, or counted as it arrives
-/// for chunked bodies): no more than `limit` bytes are ever held. A body hyper could not
-/// decode (a bad chunk, trailers that do not parse; `None`: the client gone) is refused: a
-/// request is forwarded only once its whole body was framed correctly.
-async fn read_limited(mut body: Incoming, limit: usize) -> Result<Payload, Option<FramingError>> {
+/// for chunked bodies): no more than `limit` bytes are ever held, and no read waits longer
+/// than `idle` (so a client that sends a head and then nothing holds no connection). A
+/// body not read whole is refused: a request is forwarded only once its whole body was
+/// framed correctly.
+async fn read_limited(mut body: Incoming, limit: usize, idle: Duration) -> Result<Payload, Unread> {
     use hyper::body::Body as _;
     if body.size_hint().lower() > limit as u64 {
         return Ok(Payload::TooLarge);
     }
     let mut buf = Vec::new();
-    while let Some(frame) = body.frame().await {
-        let frame = frame
-            .map_err(|e| (!e.is_incomplete_message()).then_some(FramingError::InvalidChunk))?;
+    loop {
+        // A frame already here (a small body comes with its head) needs no timer.
+        let mut next = std::pin::pin!(body.frame());
+        let polled = std::future::poll_fn(|cx| Poll::Ready(next.as_mut().poll(cx))).await;
+        let next = match polled {
+            Poll::Ready(next) => next,
+            Poll::Pending => {
+                (tokio::time::timeout(idle, next).await).map_err(|_| Unread::Silent)?
+            }
+        };
+        let Some(frame) = next else {
+            break;
+        };
+        let frame = frame.map_err(|e| match e.is_incomplete_message() {
+            true => Unread::Left,
+            false => Unread::Misframed(FramingError::InvalidChunk),
+        })?;
         if let Ok(data) = frame.into_data() {
             if buf.len() + data.len() > limit {
                 return Ok(Payload::TooLarge);
@@ -445,12 +474,44 @@ struct Counted {
     prefix: Bytes,
     io: TcpStream,
     reads: Arc<Reads>,
+    /// Since when writes have moved nothing (armed only when one must wait): past
+    /// [`STALLED_WRITE`](switchboard_shell::STALLED_WRITE) the connection ends, or a client
+    /// that never reads an answer or a stream would keep it for ever.
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl Counted {
     fn wrote(&self) {
         let reads = self.reads.reads.load(Ordering::Acquire);
         self.reads.at_answer.store(reads, Ordering::Release);
+    }
+}
+
+impl Counted {
+    /// A write's outcome, `polled`, with the stall rule: one that went through disarms
+    /// it; one that must wait fails once writes have moved nothing for the stall time.
+    fn progress(
+        &mut self,
+        polled: Poll<std::io::Result<usize>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::io::Result<usize>> {
+        match polled {
+            Poll::Ready(Ok(n)) => {
+                self.stalled = None;
+                self.wrote();
+                Poll::Ready(Ok(n))
+            }
+            Poll::Pending => {
+                let stalled = switchboard_shell::STALLED_WRITE;
+                let since =
+                    (self.stalled).get_or_insert_with(|| Box::pin(tokio::time::sleep(stalled)));
+                match since.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Err(std::io::ErrorKind::TimedOut.into())),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+            failed => failed,
+        }
     }
 }
 
@@ -485,10 +546,7 @@ impl AsyncWrite for Counted {
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
         let polled = Pin::new(&mut self.io).poll_write(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(_))) {
-            self.wrote();
-        }
-        polled
+        self.progress(polled, cx)
     }
 
     fn poll_write_vectored(
@@ -497,10 +555,7 @@ impl AsyncWrite for Counted {
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
         let polled = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
-        if matches!(polled, Poll::Ready(Ok(_))) {
-            self.wrote();
-        }
-        polled
+        self.progress(polled, cx)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -517,6 +572,14 @@ impl AsyncWrite for Counted {
 }
 
 /// A core response, copied onto the wire (constants are borrowed, not copied).
+/// The answer to a request whose body stopped coming: 408, and the connection closes.
+fn silent() -> Response<ResponseBody> {
+    let mut response = Response::new(UnsyncBoxBody::new(Full::new(Bytes::new())));
+    *response.status_mut() = StatusCode::REQUEST_TIMEOUT;
+    (response.headers_mut()).insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
 fn full(response: http::Response) -> Response<ResponseBody> {
     answer(response, 0)
 }
@@ -566,4 +629,35 @@ pub(crate) fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    /// A client that reads nothing: writes to it fail once they have moved nothing for the
+    /// stall time (the clock is paused and moves on by itself while all waits).
+    #[tokio::test(start_paused = true)]
+    async fn a_write_that_moves_nothing_fails_after_the_stall_time() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let client = TcpStream::connect(listener.local_addr().expect("addr")).await;
+        let (io, _) = listener.accept().await.expect("accept");
+        let mut counted = Counted {
+            prefix: Bytes::new(),
+            io,
+            reads: Arc::default(),
+            stalled: None,
+        };
+        let started = tokio::time::Instant::now();
+        let chunk = vec![b'x'; 64 * 1024];
+        let failed = loop {
+            if let Err(error) = counted.write(&chunk).await {
+                break error;
+            }
+        };
+        assert_eq!(failed.kind(), std::io::ErrorKind::TimedOut);
+        assert!(started.elapsed() >= switchboard_shell::STALLED_WRITE);
+        drop(client);
+    }
 }

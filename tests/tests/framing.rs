@@ -132,6 +132,18 @@ fn shapes(target: &str, host: &str) -> Vec<Shape> {
         Some(202),
         true,
     );
+    // As hyper reads it: a Content-Length after the Transfer-Encoding is not read.
+    add(
+        "Transfer-Encoding: chunked with an unparsable Content-Length after it",
+        &|i| {
+            post(
+                "Transfer-Encoding: chunked\r\nContent-Length: abc\r\n",
+                &chunked(i),
+            )
+        },
+        Some(202),
+        true,
+    );
     for (name, coding, status) in [
         ("Transfer-Encoding: identity", "identity", 400),
         ("Transfer-Encoding: xchunked", "xchunked", 400),
@@ -504,6 +516,30 @@ fn a_half_sent_head_is_cut_after_the_header_timeout(target: Target) {
     let closed = idle.read_to_end(&mut received).is_ok();
     assert!(closed, "{target:?} held an idle keep-alive connection");
     assert_eq!(statuses(&received), [200]);
+    // So is a head whose body never comes.
+    let mut silent = TcpStream::connect(p.addr).expect("connect");
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 100\r\n\r\n",
+        p.addr
+    );
+    silent.write_all(head.as_bytes()).expect("send a head");
+    silent.set_read_timeout(Some(WAIT)).expect("timeout");
+    let started = Instant::now();
+    let mut received = Vec::new();
+    let closed = match silent.read_to_end(&mut received) {
+        Ok(_) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    };
+    assert!(
+        closed,
+        "{target:?} held a head whose body never came for {:?}",
+        started.elapsed()
+    );
+    assert!(
+        statuses(&received).iter().all(|&s| s == 408),
+        "{target:?} answered a body that never came: {:?}",
+        String::from_utf8_lossy(&received)
+    );
 }
 
 /// Sends `n` marked POSTs in one write; returns the statuses read until the server closes

@@ -22,3 +22,8 @@ mod shared;
 pub use entropy::entropy;
 pub use owner::{Input, Owner, Perform, Process, StreamQueue};
 pub use shared::Shared;
+
+/// How long a write to a client's stream may move nothing before the connection is ended:
+/// a client that never reads would otherwise keep it (a task and its queued frames, or a
+/// thread) after the slow-consumer rule ended its session.
+pub const STALLED_WRITE: std::time::Duration = std::time::Duration::from_secs(60);
