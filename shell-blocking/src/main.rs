@@ -151,6 +151,10 @@ fn run(
         closed,
         busy: AtomicUsize::new(0),
         stopping: AtomicBool::new(false),
+        connections: AtomicUsize::new(0),
+        // A thread for each session's stream, and half the threads kept for everything
+        // else for the POSTs beside them: the other half stays for the process.
+        max_connections: budget + (SESSION_COST.reserved_threads / 2) as usize,
     });
     if let Err(e) = memory::start() {
         tracing::warn!("cannot start the thread that trims free memory: {e}");

@@ -67,6 +67,22 @@ pub struct Server {
     pub busy: AtomicUsize,
     /// Set once the proxy stops accepting: connections close after their answer.
     pub stopping: AtomicBool,
+    /// Connections served (a thread each).
+    pub connections: AtomicUsize,
+    /// Connections served at once, at most: within the host's threads (a thread each, some
+    /// kept for the loop, the backend and key fetches). Past it a new connection is answered
+    /// 503 and closed, and the process can still start the threads a backend restart or a
+    /// key fetch needs.
+    pub max_connections: usize,
+}
+
+/// A connection's place in [`Server::connections`], given back when its thread ends.
+struct Place(Arc<Server>);
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// The listening socket, shared by the accept thread and whoever stops it.
@@ -113,12 +129,20 @@ impl Listening {
             }
             let _ = socket.set_nodelay(true);
             let server = self.server.clone();
+            let served = server.connections.fetch_add(1, Ordering::AcqRel);
+            let place = Place(server.clone());
+            if served >= server.max_connections {
+                drop(place);
+                self.unserved(socket);
+                continue;
+            }
             // The socket goes to the thread once it runs, so that a failed start still has it.
             let (give, take) = crossbeam_channel::bounded::<TcpStream>(1);
             let spawned = thread::Builder::new()
                 .name("conn".into())
                 .stack_size(CONNECTION_STACK)
                 .spawn(move || {
+                    let _place = place;
                     if let Ok(socket) = take.recv() {
                         Connection::new(&server, socket, peer).run();
                     }

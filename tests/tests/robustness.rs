@@ -7,6 +7,7 @@
 //! once they are back; neither another client's large bodies nor another session's flood of
 //! requests holds up a session's calls.
 
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -530,6 +531,55 @@ fn a_flooding_session_does_not_delay_another(target: Target) {
     );
 }
 
+/// The blocking binary serves at most its session budget plus 128 connections at once (a
+/// thread each): past it a connection is answered 503 at once, the threads the process
+/// keeps for itself stay free, and once the idle connections go it serves again. The tokio
+/// binary spends no thread per connection.
+fn connections_past_the_thread_budget_get_503(target: Target) {
+    if target == Target::Tokio {
+        return;
+    }
+    let limit = threads_in_use() + 256 + 40;
+    let p = Proxy::builder(target)
+        .backend([BACKEND])
+        .nproc_limit(limit)
+        .args(["--header-timeout", "30s"])
+        .start();
+    let most = session_budget(&p) + 128;
+    let idle: Vec<TcpStream> = (0..most)
+        .map(|_| TcpStream::connect(p.addr).expect("connect"))
+        .collect();
+    let health = |what: &str| {
+        let mut socket = TcpStream::connect(p.addr).expect("connect");
+        socket.set_read_timeout(Some(WAIT)).expect("timeout");
+        let request = format!(
+            "GET /health HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            p.addr
+        );
+        socket.write_all(request.as_bytes()).expect("send");
+        let mut answer = String::new();
+        let _ = socket.read_to_string(&mut answer);
+        let status = answer.split(' ').nth(1).unwrap_or_default().to_owned();
+        println!("{what}: {status}");
+        status
+    };
+    // The accept thread may not have taken every idle connection yet: it will in turn.
+    let deadline = Instant::now() + WAIT;
+    while health("past the budget") != "503" {
+        assert!(
+            Instant::now() < deadline,
+            "never refused past {most} connections"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(idle);
+    let deadline = Instant::now() + WAIT;
+    while health("after the idle ones went") != "200" {
+        assert!(Instant::now() < deadline, "never served again");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// The session budget the blocking binary logged at start.
 fn session_budget(p: &Proxy) -> usize {
     p.log()
@@ -555,4 +605,5 @@ suite!(
     burst_of_streams_after_load_and_beside_busy_ones,
     sessions_past_max_sessions_get_503,
     sessions_past_the_thread_limit_get_503,
+    connections_past_the_thread_budget_get_503,
 );
