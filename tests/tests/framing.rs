@@ -482,31 +482,9 @@ fn a_half_sent_head_is_cut_after_the_header_timeout(target: Target) {
         .backend([BACKEND])
         .args(["--header-timeout", "1s"])
         .start();
-    let mut socket = TcpStream::connect(p.addr).expect("connect");
-    socket
-        .write_all(format!("POST /messages HTTP/1.1\r\nHost: {}\r\nX-Half: ", p.addr).as_bytes())
-        .expect("send half a head");
-    socket.set_read_timeout(Some(WAIT)).expect("timeout");
-    let started = Instant::now();
-    let mut received = Vec::new();
-    let closed = match socket.read_to_end(&mut received) {
-        Ok(_) => true,
-        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
-    };
-    assert!(
-        closed,
-        "{target:?} held a half-sent head for {:?}",
-        started.elapsed()
-    );
-    assert!(
-        statuses(&received).iter().all(|&s| s == 408),
-        "{target:?} answered a half-sent head: {:?}",
-        String::from_utf8_lossy(&received)
-    );
-    println!(
-        "{target:?}: a half-sent head was cut after {:?}",
-        started.elapsed()
-    );
+    let half = format!("POST /messages HTTP/1.1\r\nHost: {}\r\nX-Half: ", p.addr);
+    let took = cut_after(&p, &half, "a half-sent head");
+    println!("{target:?}: a half-sent head was cut after {took:?}");
     // An idle connection after an answer is cut the same way.
     let mut idle = TcpStream::connect(p.addr).expect("connect");
     idle.write_all(format!("GET /health HTTP/1.1\r\nHost: {}\r\n\r\n", p.addr).as_bytes())
@@ -517,29 +495,33 @@ fn a_half_sent_head_is_cut_after_the_header_timeout(target: Target) {
     assert!(closed, "{target:?} held an idle keep-alive connection");
     assert_eq!(statuses(&received), [200]);
     // So is a head whose body never comes.
-    let mut silent = TcpStream::connect(p.addr).expect("connect");
     let head = format!(
         "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 100\r\n\r\n",
         p.addr
     );
-    silent.write_all(head.as_bytes()).expect("send a head");
-    silent.set_read_timeout(Some(WAIT)).expect("timeout");
+    cut_after(&p, &head, "a head whose body never came");
+}
+
+/// Sends `bytes` and then nothing: the proxy must close the connection (with a 408 at
+/// most). Returns how long it took.
+fn cut_after(p: &Proxy, bytes: &str, what: &str) -> Duration {
+    let target = p.target;
+    let mut socket = TcpStream::connect(p.addr).expect("connect");
+    socket.write_all(bytes.as_bytes()).expect("send");
+    socket.set_read_timeout(Some(WAIT)).expect("timeout");
     let started = Instant::now();
     let mut received = Vec::new();
-    let closed = match silent.read_to_end(&mut received) {
+    let closed = match socket.read_to_end(&mut received) {
         Ok(_) => true,
         Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
     };
-    assert!(
-        closed,
-        "{target:?} held a head whose body never came for {:?}",
-        started.elapsed()
-    );
+    assert!(closed, "{target:?} held {what} for {:?}", started.elapsed());
     assert!(
         statuses(&received).iter().all(|&s| s == 408),
-        "{target:?} answered a body that never came: {:?}",
+        "{target:?} answered {what}: {:?}",
         String::from_utf8_lossy(&received)
     );
+    started.elapsed()
 }
 
 /// Sends `n` marked POSTs in one write; returns the statuses read until the server closes
