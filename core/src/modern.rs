@@ -114,6 +114,9 @@ pub(crate) struct ToolHeaders {
     tools: BTreeMap<String, Vec<(String, String)>>,
 }
 
+/// Tools whose headers are known at once, at most (a list of more keeps the first).
+const MAX_ANNOTATED_TOOLS: usize = 4096;
+
 impl ToolHeaders {
     /// Learns what a page of the backend's `tools/list` (its result's JSON text; `None`: an
     /// error, which says nothing) annotates: each tool it lists replaces what was known of
@@ -134,10 +137,11 @@ impl ToolHeaders {
                     Some((header.to_ascii_lowercase(), param.clone()))
                 })
                 .collect();
-            match headers.is_empty() {
-                true => self.tools.remove(name),
-                false => self.tools.insert(name.to_owned(), headers),
-            };
+            if headers.is_empty() {
+                self.tools.remove(name);
+            } else if self.tools.len() < MAX_ANNOTATED_TOOLS || self.tools.contains_key(name) {
+                self.tools.insert(name.to_owned(), headers);
+            }
         }
     }
 
