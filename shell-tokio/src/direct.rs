@@ -11,9 +11,7 @@
 //! rules, refuses alike and audits alike, so the rules live in one place.
 
 use std::borrow::Cow;
-use std::future::Future;
 use std::net::SocketAddr;
-use std::task::Poll;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -314,18 +312,13 @@ async fn stream(socket: TcpStream, head: http::Response, mut body: StreamBody, b
 }
 
 /// Writes `bytes` to a stream's client; false if it failed, or moved nothing for
-/// [`STALLED_WRITE`](switchboard_shell::STALLED_WRITE) (a write that goes through at once,
-/// the usual case, takes no timer).
+/// [`STALLED_WRITE`](switchboard_shell::STALLED_WRITE).
 async fn written(writer: &mut tokio::net::tcp::OwnedWriteHalf, bytes: &[u8]) -> bool {
-    let mut write = std::pin::pin!(writer.write_all(bytes));
-    let polled = std::future::poll_fn(|cx| Poll::Ready(write.as_mut().poll(cx))).await;
-    match polled {
-        Poll::Ready(result) => result.is_ok(),
-        Poll::Pending => {
-            let stalled = switchboard_shell::STALLED_WRITE;
-            matches!(tokio::time::timeout(stalled, write).await, Ok(Ok(())))
-        }
-    }
+    let stalled = switchboard_shell::STALLED_WRITE;
+    matches!(
+        crate::server::within(stalled, writer.write_all(bytes)).await,
+        Some(Ok(()))
+    )
 }
 
 #[cfg(test)]

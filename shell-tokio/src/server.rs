@@ -410,6 +410,16 @@ pub(crate) async fn into_request(admitted: Admitted, body: Payload) -> Option<Bo
     tokio::task::spawn_blocking(admit).await.ok()
 }
 
+/// `work`'s output, or `None` if it took longer than `limit`. Work done at once (the usual
+/// case: a body that came with its head, a write the socket takes) arms no timer.
+pub(crate) async fn within<F: Future>(limit: Duration, work: F) -> Option<F::Output> {
+    let mut work = std::pin::pin!(work);
+    match std::future::poll_fn(|cx| Poll::Ready(work.as_mut().poll(cx))).await {
+        Poll::Ready(output) => Some(output),
+        Poll::Pending => tokio::time::timeout(limit, work).await.ok(),
+    }
+}
+
 /// Why a request's body was not read whole.
 enum Unread {
     /// hyper could not decode it (a bad chunk, trailers that do not parse).
@@ -433,14 +443,7 @@ async fn read_limited(mut body: Incoming, limit: usize, idle: Duration) -> Resul
     let mut buf = Vec::new();
     loop {
         // A frame already here (a small body comes with its head) needs no timer.
-        let mut next = std::pin::pin!(body.frame());
-        let polled = std::future::poll_fn(|cx| Poll::Ready(next.as_mut().poll(cx))).await;
-        let next = match polled {
-            Poll::Ready(next) => next,
-            Poll::Pending => {
-                (tokio::time::timeout(idle, next).await).map_err(|_| Unread::Silent)?
-            }
-        };
+        let next = within(idle, body.frame()).await.ok_or(Unread::Silent)?;
         let Some(frame) = next else {
             break;
         };

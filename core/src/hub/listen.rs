@@ -381,7 +381,10 @@ impl Listeners {
             let (n, line) = router.subscribe(&uri);
             self.subscribing.insert(n, (stream, uri));
             let parts = (&mut *metrics, &mut *backend, &mut *outputs);
-            queued(parts, now, line, LineFrom::Proxy);
+            if !queued(parts, now, line, LineFrom::Proxy) {
+                // Never sent, as when a listen opens: the backend holds nothing for it.
+                self.subscribed(now, n, false, outputs);
+            }
         }
     }
 
