@@ -197,43 +197,18 @@ pub fn check_head<'a>(
     if target_len > limits.max_target {
         return Err(FramingError::TargetTooLong);
     }
-    let mut seen = [false; SINGLE.len()];
-    let mut length: Option<u64> = None;
-    let mut codings: Vec<&[u8]> = Vec::new();
-    let mut has_te = false;
-    let mut keep_alive = minor == 1;
-    let mut expect_continue = false;
+    let mut read = HeadRead::new(minor);
     for (name, value) in headers {
-        if let Some(i) = SINGLE
-            .iter()
-            .position(|s| name.eq_ignore_ascii_case(s.as_bytes()))
-        {
-            if std::mem::replace(&mut seen[i], true) {
-                return Err(FramingError::Duplicated(SINGLE[i]));
-            }
-        } else if name.eq_ignore_ascii_case(b"content-length") {
-            // After a `Transfer-Encoding` it is not read (the body is chunked and the
-            // connection closes after it), as hyper does not: both binaries alike.
-            if has_te {
-                length.get_or_insert(0);
-                continue;
-            }
-            let n = decimal(value).ok_or(FramingError::InvalidContentLength)?;
-            if length.is_some_and(|before| before != n) {
-                return Err(FramingError::InvalidContentLength);
-            }
-            length = Some(n);
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            has_te = true;
-            codings.extend(list(value));
-        } else if name.eq_ignore_ascii_case(b"connection") {
-            if list(value).any(|t| t.eq_ignore_ascii_case(b"close")) {
-                keep_alive = false;
-            }
-        } else if name.eq_ignore_ascii_case(b"expect") {
-            expect_continue = trim(value).eq_ignore_ascii_case(b"100-continue");
-        }
+        read.line(name, value)?;
     }
+    let HeadRead {
+        length,
+        codings,
+        has_te,
+        mut keep_alive,
+        expect_continue,
+        ..
+    } = read;
     let body = if has_te {
         check_codings(minor, &codings)?;
         // Both say how long the body is: it is chunked (RFC 9112 section 6.3), and nothing
@@ -250,6 +225,62 @@ pub fn check_head<'a>(
         keep_alive,
         expect_continue,
     })
+}
+
+/// What a head's lines said so far about its framing.
+struct HeadRead<'a> {
+    seen: [bool; SINGLE.len()],
+    length: Option<u64>,
+    codings: Vec<&'a [u8]>,
+    has_te: bool,
+    keep_alive: bool,
+    expect_continue: bool,
+}
+
+impl<'a> HeadRead<'a> {
+    fn new(minor: u8) -> Self {
+        Self {
+            seen: [false; SINGLE.len()],
+            length: None,
+            codings: Vec::new(),
+            has_te: false,
+            keep_alive: minor == 1,
+            expect_continue: false,
+        }
+    }
+
+    fn line(&mut self, name: &[u8], value: &'a [u8]) -> Result<(), FramingError> {
+        if let Some(i) = SINGLE
+            .iter()
+            .position(|s| name.eq_ignore_ascii_case(s.as_bytes()))
+        {
+            if std::mem::replace(&mut self.seen[i], true) {
+                return Err(FramingError::Duplicated(SINGLE[i]));
+            }
+        } else if name.eq_ignore_ascii_case(b"content-length") {
+            // After a `Transfer-Encoding` it is not read (the body is chunked and the
+            // connection closes after it), as hyper does not: both binaries alike.
+            if self.has_te {
+                self.length.get_or_insert(0);
+                return Ok(());
+            }
+            let n = decimal(value).ok_or(FramingError::InvalidContentLength)?;
+            if self.length.is_some_and(|before| before != n) {
+                return Err(FramingError::InvalidContentLength);
+            }
+            self.length = Some(n);
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            self.has_te = true;
+            self.codings.extend(list(value));
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            if list(value).any(|t| t.eq_ignore_ascii_case(b"close")) {
+                self.keep_alive = false;
+            }
+        } else if name.eq_ignore_ascii_case(b"expect") {
+            self.expect_continue = trim(value).eq_ignore_ascii_case(b"100-continue");
+        }
+        Ok(())
+    }
 }
 
 /// A `Transfer-Encoding` the proxy reads: HTTP/1.1, `chunked` once and last, nothing
