@@ -36,6 +36,25 @@ const NOTIFICATIONS: [&str; 3] = [
     "initialize",
 ];
 
+/// Other methods MCP names, which a label may carry: the server's requests and the
+/// client's notifications the proxy forwards or answers.
+const OTHERS: [&str; 5] = [
+    "sampling/createMessage",
+    "elicitation/create",
+    "roots/list",
+    "notifications/progress",
+    "notifications/roots/list_changed",
+];
+
+/// `method` as one of the names MCP defines, for a bounded label.
+pub(crate) fn named(method: &str) -> Option<&'static str> {
+    (REQUESTS.iter().chain(&MODERN_REQUESTS))
+        .chain(&NOTIFICATIONS[..2])
+        .chain(&OTHERS)
+        .find(|m| **m == method)
+        .copied()
+}
+
 /// Whether a client request of `method` is one of MCP's, in its era.
 pub(crate) fn is_request(method: &str, modern: bool) -> bool {
     REQUESTS.contains(&method) || (modern && MODERN_REQUESTS.contains(&method))
@@ -65,5 +84,12 @@ mod tests {
         }
         assert!(is_notification("notifications/cancelled"));
         assert!(!is_notification("notifications/roots/list_changed"));
+        assert_eq!(named("tasks/get"), Some("tasks/get"));
+        assert_eq!(
+            named("notifications/initialized"),
+            Some("notifications/initialized")
+        );
+        assert_eq!(named("initialize"), Some("initialize"));
+        assert_eq!(named("foo/bar"), None);
     }
 }

@@ -410,42 +410,12 @@ pub struct Measurement {
     pub attributes: Option<Vec<(&'static str, Label)>>,
 }
 
-/// MCP's method names: any other method is labelled `_OTHER`.
-const MCP_METHODS: [&str; 22] = [
-    "initialize",
-    "ping",
-    "tools/list",
-    "tools/call",
-    "prompts/list",
-    "prompts/get",
-    "resources/list",
-    "resources/templates/list",
-    "resources/read",
-    "resources/subscribe",
-    "resources/unsubscribe",
-    "completion/complete",
-    "logging/setLevel",
-    "sampling/createMessage",
-    "elicitation/create",
-    "roots/list",
-    "notifications/initialized",
-    "notifications/cancelled",
-    "notifications/progress",
-    "notifications/roots/list_changed",
-    "server/discover",
-    "subscriptions/listen",
-];
-
 /// The label for anything outside its bounded set.
 const OTHER: &str = "_OTHER";
 
-/// The bounded `mcp.method.name` of `method`.
+/// The bounded `mcp.method.name` of `method`: one MCP defines, else `_OTHER`.
 pub(crate) fn method_label(method: &str) -> &'static str {
-    MCP_METHODS
-        .iter()
-        .find(|m| **m == method)
-        .copied()
-        .unwrap_or(OTHER)
+    crate::methods::named(method).unwrap_or(OTHER)
 }
 
 /// The bounded `mcp.protocol.version` of a version a client named.
@@ -700,6 +670,8 @@ mod tests {
             "{text}"
         );
         assert_eq!(method_label("made/up"), "_OTHER");
+        // The 2025-11-25 task methods are MCP's too (they read `_OTHER` before).
+        assert_eq!(method_label("tasks/result"), "tasks/result");
         assert_eq!(version_label("1999-01-01"), "_OTHER");
     }
 
