@@ -247,10 +247,33 @@ fn same_but_case(a: &str, b: &str) -> bool {
 
 /// The backend's own tool names, read by the proxy for the view (SPEC section 16): after
 /// each handshake, each `tools/list_changed` of the backend and each new view, page by page.
+/// Each reason to read starts a read afresh; a page answering an older read's request is
+/// ignored, so that no list from before a change is taken as the backend's.
 #[derive(Debug, Default)]
 pub(crate) struct BackendTools {
     known: Option<BTreeSet<String>>,
-    reading: Option<BTreeSet<String>>,
+    reading: Option<Reading>,
+}
+
+/// A read under way: the names of its pages so far, and the request its next page answers.
+#[derive(Debug, Default)]
+struct Reading {
+    names: BTreeSet<String>,
+    /// The number of the proxy's request for the next page (`None`: not asked yet).
+    awaiting: Option<u64>,
+}
+
+/// What a page of the proxy's read did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Page {
+    /// It answers no request of the read under way (one from before a change): ignored.
+    Stale,
+    /// An error, or no result: the read stops.
+    Failed,
+    /// Read on, after this cursor.
+    Next(String),
+    /// The list is whole.
+    Whole,
 }
 
 impl BackendTools {
@@ -259,10 +282,18 @@ impl BackendTools {
         self.known.as_ref()
     }
 
-    /// The backend's list may have changed: read it again (true: start reading now).
-    pub(crate) fn changed(&mut self) -> bool {
+    /// The backend's list may have changed: it is read again from its first page, and any
+    /// read under way is left (its pages are ignored).
+    pub(crate) fn changed(&mut self) {
         self.known = None;
-        self.reading.replace(BTreeSet::new()).is_none()
+        self.reading = Some(Reading::default());
+    }
+
+    /// The request for the read's next page went out, numbered `request`.
+    pub(crate) fn asked(&mut self, request: u64) {
+        if let Some(reading) = self.reading.as_mut() {
+            reading.awaiting = Some(request);
+        }
     }
 
     /// Neither known nor being read: a read's request could not be queued.
@@ -280,27 +311,28 @@ impl BackendTools {
         (self.known, self.reading) = (None, None);
     }
 
-    /// A page of the list, its result's JSON text (`None`: an error, the read stops):
-    /// `Ok(Some(cursor))` to read on, `Ok(None)` when the list is whole.
-    pub(crate) fn page(&mut self, result: Option<&str>) -> Result<Option<String>, ()> {
-        let value: Option<Value> = result.and_then(|r| serde_json::from_str(r).ok());
-        let (Some(value), Some(reading)) = (value, self.reading.as_mut()) else {
+    /// The answer to the proxy's request `request` for a page, its result's JSON text
+    /// (`None`: an error).
+    pub(crate) fn page(&mut self, request: u64, result: Option<&str>) -> Page {
+        let Some(reading) = (self.reading.as_mut()).filter(|r| r.awaiting == Some(request)) else {
+            return Page::Stale;
+        };
+        let Some(value) = result.and_then(|r| serde_json::from_str::<Value>(r).ok()) else {
             self.reading = None;
-            return Err(());
+            return Page::Failed;
         };
         let tools = value.get("tools").and_then(Value::as_array);
         let names = tools
             .into_iter()
             .flatten()
             .filter_map(|t| t.get("name")?.as_str());
-        reading.extend(names.map(str::to_owned));
-        match value.get("nextCursor").and_then(Value::as_str) {
-            Some(cursor) => Ok(Some(cursor.to_owned())),
-            None => {
-                self.known = self.reading.take();
-                Ok(None)
-            }
+        reading.names.extend(names.map(str::to_owned));
+        reading.awaiting = None;
+        if let Some(cursor) = value.get("nextCursor").and_then(Value::as_str) {
+            return Page::Next(cursor.into());
         }
+        self.known = self.reading.take().map(|r| r.names);
+        Page::Whole
     }
 }
 
@@ -442,12 +474,34 @@ mod tests {
         let lonely: BTreeSet<String> = ["sleep"].map(String::from).into();
         assert_eq!(v.unmatched(&lonely), ["echo"]);
         let mut tools = BackendTools::default();
-        assert!(tools.changed());
+        tools.changed();
+        tools.asked(1);
         assert_eq!(
-            tools.page(Some(r#"{"tools":[{"name":"a"}],"nextCursor":"c"}"#)),
-            Ok(Some("c".into()))
+            tools.page(1, Some(r#"{"tools":[{"name":"a"}],"nextCursor":"c"}"#)),
+            Page::Next("c".into())
         );
-        assert_eq!(tools.page(Some(r#"{"tools":[{"name":"b"}]}"#)), Ok(None));
+        tools.asked(2);
+        assert_eq!(
+            tools.page(2, Some(r#"{"tools":[{"name":"b"}]}"#)),
+            Page::Whole
+        );
         assert_eq!(tools.known(), Some(&["a", "b"].map(String::from).into()));
+    }
+
+    #[test]
+    fn a_change_starts_a_read_afresh() {
+        let mut tools = BackendTools::default();
+        // A change while page 1 is out: its answer is an older read's, ignored.
+        tools.changed();
+        tools.asked(101);
+        tools.changed();
+        tools.asked(102);
+        assert_eq!(tools.page(101, Some(r#"{"tools":[]}"#)), Page::Stale);
+        assert_eq!(
+            tools.page(102, Some(r#"{"tools":[{"name":"b"}]}"#)),
+            Page::Whole
+        );
+        assert_eq!(tools.known(), Some(&["b"].map(String::from).into()));
+        assert_eq!(tools.page(102, Some(r#"{"tools":[]}"#)), Page::Stale);
     }
 }

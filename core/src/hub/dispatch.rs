@@ -18,6 +18,7 @@ use crate::output::{Frame, StreamId};
 use crate::routed_id::{Mark, SessionId};
 use crate::router::{self, Answer, Routed};
 use crate::sse;
+use crate::tools::Page;
 
 impl Hub {
     /// Carries out the router's decision on one backend line.
@@ -46,13 +47,12 @@ impl Hub {
             }
             Routed::Updated { uri, message } => self.updated(now, uri.as_deref(), message),
             Routed::ListChanged { method, message } => {
-                if method == "notifications/tools/list_changed" {
-                    self.modern.tools.forget();
-                    read_backend_tools(reader!(self), now);
-                }
+                tools_changed(reader!(self), now, &method);
                 self.list_changed(now, &method, &message)
             }
-            Routed::ToolsRead { result } => tools_page(reader!(self), now, result.as_deref()),
+            Routed::ToolsRead { request, result } => {
+                tools_page(reader!(self), now, request, result)
+            }
             Routed::Answer {
                 line,
                 reason,
@@ -401,14 +401,27 @@ pub(super) type Reader<'a> = (
 );
 
 /// The backend's tool list may have changed: with a tool view configured, the proxy reads
-/// it again, under its own id, page by page (SPEC section 16).
+/// it again, under its own id, page by page (SPEC section 16), from its first page even if
+/// a read is under way (that one's pages may be from before the change).
 pub(super) fn read_backend_tools(
     (settings, router, backend, (tools, _), outputs): Reader<'_>,
     now: Instant,
 ) {
-    if settings.tool_view.is_some() && tools.changed() {
+    if settings.tool_view.is_some() {
+        tools.changed();
         read_page((router, backend, tools, outputs), now, None);
     }
+}
+
+/// The backend's `method` said a list changed: if its tools, what they annotate is
+/// forgotten (SPEC section 13) and, with a view, they are read again.
+fn tools_changed(reader: Reader<'_>, now: Instant, method: &str) {
+    if method != "notifications/tools/list_changed" {
+        return;
+    }
+    let (settings, router, backend, (tools, headers), outputs) = reader;
+    headers.forget();
+    read_backend_tools((settings, router, backend, (tools, headers), outputs), now);
 }
 
 /// A call through the operator's view found the backend's tool list unread and no read
@@ -434,25 +447,34 @@ fn read_page(
     now: Instant,
     cursor: Option<&str>,
 ) {
-    let line = router.read_tools(cursor);
+    let (request, line) = router.read_tools(cursor);
     match backend.queue(LineFrom::Proxy, line) {
-        true => backend.release(now, outputs, false),
+        true => {
+            tools.asked(request);
+            backend.release(now, outputs, false)
+        }
         false => tools.abandon(),
     }
 }
 
-/// A page of the backend's tool list the proxy read: what it annotates is learned
-/// (SPEC section 13's `Mcp-Param-*`), the next one is read, or the list is whole (its names
-/// the view did not find logged once).
+/// A page of the backend's tool list the proxy read (the answer to its request `request`):
+/// unless it is an older read's, what it annotates is learned (SPEC section 13's
+/// `Mcp-Param-*`), and the next one is read, or the list is whole (its names the view did
+/// not find logged once).
 fn tools_page(
     (settings, router, backend, (tools, headers), outputs): Reader<'_>,
     now: Instant,
-    result: Option<&str>,
+    request: u64,
+    result: Option<String>,
 ) {
-    headers.learn(result);
-    match tools.page(result) {
-        Ok(Some(cursor)) => read_page((router, backend, tools, outputs), now, Some(&cursor)),
-        Ok(None) => {
+    let result = result.as_deref();
+    let page = tools.page(request, result);
+    if page != Page::Stale {
+        headers.learn(result);
+    }
+    match page {
+        Page::Next(cursor) => read_page((router, backend, tools, outputs), now, Some(&cursor)),
+        Page::Whole => {
             let view = settings.tool_view.as_deref();
             let names = (view.zip(tools.known())).map(|(v, known)| v.unmatched(known));
             if let Some(names) = names.filter(|n| !n.is_empty()) {
@@ -460,6 +482,6 @@ fn tools_page(
                 outputs.push_back(crate::output::Output::Log(event));
             }
         }
-        Err(()) => {}
+        Page::Stale | Page::Failed => {}
     }
 }
