@@ -259,9 +259,14 @@ pub(crate) struct BackendTools {
 #[derive(Debug, Default)]
 struct Reading {
     names: BTreeSet<String>,
+    pages: usize,
     /// The number of the proxy's request for the next page (`None`: not asked yet).
     awaiting: Option<u64>,
 }
+
+/// Pages one read takes at most: a backend that keeps answering with a cursor would
+/// otherwise be read for ever. Past it, the names read so far are the backend's.
+pub(crate) const MAX_READ_PAGES: usize = 100;
 
 /// What a page of the proxy's read did.
 #[derive(Debug, PartialEq, Eq)]
@@ -274,6 +279,8 @@ pub(crate) enum Page {
     Next(String),
     /// The list is whole.
     Whole,
+    /// The list was cut at [`MAX_READ_PAGES`]: the names read so far are kept.
+    Cut,
 }
 
 impl BackendTools {
@@ -327,12 +334,14 @@ impl BackendTools {
             .flatten()
             .filter_map(|t| t.get("name")?.as_str());
         reading.names.extend(names.map(str::to_owned));
-        reading.awaiting = None;
-        if let Some(cursor) = value.get("nextCursor").and_then(Value::as_str) {
-            return Page::Next(cursor.into());
-        }
+        (reading.pages, reading.awaiting) = (reading.pages + 1, None);
+        let page = match value.get("nextCursor").and_then(Value::as_str) {
+            Some(cursor) if reading.pages < MAX_READ_PAGES => return Page::Next(cursor.into()),
+            Some(_) => Page::Cut,
+            None => Page::Whole,
+        };
         self.known = self.reading.take().map(|r| r.names);
-        Page::Whole
+        page
     }
 }
 
@@ -489,8 +498,20 @@ mod tests {
     }
 
     #[test]
-    fn a_change_starts_a_read_afresh() {
+    fn a_read_is_bounded_and_a_change_starts_it_afresh() {
         let mut tools = BackendTools::default();
+        tools.changed();
+        let endless = r#"{"tools":[{"name":"a"}],"nextCursor":"again"}"#;
+        for request in 1..MAX_READ_PAGES as u64 {
+            tools.asked(request);
+            assert_eq!(
+                tools.page(request, Some(endless)),
+                Page::Next("again".into())
+            );
+        }
+        tools.asked(100);
+        assert_eq!(tools.page(100, Some(endless)), Page::Cut);
+        assert_eq!(tools.known(), Some(&["a"].map(String::from).into()));
         // A change while page 1 is out: its answer is an older read's, ignored.
         tools.changed();
         tools.asked(101);

@@ -460,7 +460,7 @@ fn read_page(
 /// A page of the backend's tool list the proxy read (the answer to its request `request`):
 /// unless it is an older read's, what it annotates is learned (SPEC section 13's
 /// `Mcp-Param-*`), and the next one is read, or the list is whole (its names the view did
-/// not find logged once).
+/// not find logged once) or cut at its bound of pages (logged).
 fn tools_page(
     (settings, router, backend, (tools, headers), outputs): Reader<'_>,
     now: Instant,
@@ -481,6 +481,12 @@ fn tools_page(
                 let event = crate::output::Event::ToolsUnmatched { names };
                 outputs.push_back(crate::output::Output::Log(event));
             }
+        }
+        Page::Cut => {
+            let event = crate::output::Event::ToolsReadCut {
+                pages: crate::tools::MAX_READ_PAGES,
+            };
+            outputs.push_back(crate::output::Output::Log(event));
         }
         Page::Stale | Page::Failed => {}
     }
