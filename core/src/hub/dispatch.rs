@@ -360,16 +360,22 @@ fn answered_as(
 }
 
 /// A `tools/list` answer as the operator shows it (SPEC section 16): renamed and filtered by
-/// `view`; any other answer (an error, another list) as it is.
+/// `view`; an error as it is; a result that cannot be shown (its `tools` no array) is not
+/// passed on, as the policy's filter does not pass one on.
 fn tools_shown(
     view: &crate::tools::ToolView,
     message: Vec<u8>,
     id: Range<usize>,
 ) -> (Vec<u8>, Range<usize>) {
-    let shown = crate::message::parse_backend_result(&message).and_then(|r| view.list(r));
-    match shown {
+    let Some(result) = crate::message::parse_backend_result(&message) else {
+        return (message, id);
+    };
+    match view.list(result) {
         Some(result) => answered_as(&message, id, ("result", &result)),
-        None => (message, id),
+        None => {
+            let error = r#"{"code":-32603,"message":"list result could not be filtered"}"#;
+            answered_as(&message, id, ("error", error))
+        }
     }
 }
 
@@ -489,5 +495,32 @@ fn tools_page(
             outputs.push_back(crate::output::Output::Log(event));
         }
         Page::Stale | Page::Failed => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tools_list_that_cannot_be_shown_is_not_passed_on() {
+        let view = crate::tools::ToolView::new(&["say".into()], None)
+            .unwrap()
+            .unwrap();
+        let shown = |line: &str| {
+            let id = line.find("\"x\"").map(|at| at..at + 3).unwrap();
+            String::from_utf8(tools_shown(&view, line.as_bytes().to_vec(), id).0).unwrap()
+        };
+        let refused = r#"{"jsonrpc":"2.0","id":"x","error":{"code":-32603,"message":"list result could not be filtered"}}"#;
+        let not_an_array = r#"{"jsonrpc":"2.0","id":"x","result":{"tools":{"name":"secret"}}}"#;
+        assert_eq!(shown(not_an_array), refused);
+        let error = r#"{"jsonrpc":"2.0","id":"x","error":{"code":1,"message":"no"}}"#;
+        assert_eq!(shown(error), error);
+        let listed =
+            r#"{"jsonrpc":"2.0","id":"x","result":{"tools":[{"name":"say"},{"name":"secret"}]}}"#;
+        assert_eq!(
+            shown(listed),
+            r#"{"jsonrpc":"2.0","id":"x","result":{"tools":[{"name":"say"}]}}"#
+        );
     }
 }
