@@ -90,16 +90,31 @@ impl ToolView {
     }
 
     /// What a call of `name` reaches: the backend tool shown under exactly that name, one
-    /// of `backend`'s tools when the backend's own list has been read.
+    /// of `backend`'s tools when the backend's own list has been read. Until it is, a
+    /// variant of a name the view speaks of is refused: at a backend that ignores case or
+    /// spaces it might reach a tool the view hides.
     pub(crate) fn call_of<'a>(
         &'a self,
         name: &'a str,
         backend: Option<&BTreeSet<String>>,
     ) -> Call<'a> {
-        match self.call(name) {
-            Call::Shown(tool) if backend.is_some_and(|b| !b.contains(tool)) => Call::Unknown,
-            call => call,
+        match (self.call(name), backend) {
+            (Call::Shown(tool), Some(b)) if !b.contains(tool) => Call::Unknown,
+            (Call::Shown(_), None) if self.varies_a_named_tool(name) => Call::Unknown,
+            (call, _) => call,
         }
+    }
+
+    /// Whether `name` is none of the names the view speaks of (shown names, renamed tools'
+    /// backend names, shadowed names) but one of them in another case or with spaces
+    /// around it.
+    fn varies_a_named_tool(&self, name: &str) -> bool {
+        let named = || {
+            (self.renamed_to.keys())
+                .chain(self.overrides.keys())
+                .chain(self.allowed.iter().flatten())
+        };
+        !named().any(|n| n == name) && named().any(|n| same_but_case(n.trim(), name.trim()))
     }
 
     /// What a call of `name` reaches: the backend tool shown under exactly that name.
@@ -472,6 +487,10 @@ mod tests {
         assert!(edited.text.contains(r#""arguments":{"name":"keep"}"#));
         assert!(call("other").shown_call(&v, None).unwrap().is_none());
         assert!(call("echo").shown_call(&v, None).is_err());
+        // Until the backend's own list is read, variants of the names the view speaks of.
+        for variant in ["SLEEP", "sleep ", " Nap", "ECHO"] {
+            assert!(call(variant).shown_call(&v, None).is_err(), "{variant}");
+        }
         // Once the backend's own list is read, a name it lacks is no shown name.
         let backend: BTreeSet<String> = ["echo", "sleep"].map(String::from).into();
         assert!(call("other").shown_call(&v, Some(&backend)).is_err());
