@@ -374,6 +374,12 @@ pub enum Event {
         /// The names.
         names: Vec<String>,
     },
+    /// The proxy's read of the backend's tool list stopped at its bound of pages: the
+    /// names on the pages read are taken as the backend's (SPEC section 16).
+    ToolsReadCut {
+        /// The pages read.
+        pages: usize,
+    },
 }
 
 /// Log levels the hub asks for.
@@ -410,6 +416,7 @@ impl Event {
             | Event::KeysFailed { .. }
             | Event::ReloadFailed { .. }
             | Event::ToolsUnmatched { .. }
+            | Event::ToolsReadCut { .. }
             | Event::AuditDropped => Level::Warn,
             Event::Reloaded { ignored } if !ignored.is_empty() => Level::Warn,
             Event::Dropped {
@@ -496,9 +503,10 @@ impl fmt::Display for Event {
                 write!(f, "the metadata at {metadata} names the key set {jwks}")
             }
             Event::KeysFailed { url, why } => write!(f, "cannot use {url}: {why}"),
-            Event::Reloaded { .. } | Event::ReloadFailed { .. } | Event::ToolsUnmatched { .. } => {
-                self.fmt_configuration(f)
-            }
+            Event::Reloaded { .. }
+            | Event::ReloadFailed { .. }
+            | Event::ToolsUnmatched { .. }
+            | Event::ToolsReadCut { .. } => self.fmt_configuration(f),
         }
     }
 }
@@ -522,6 +530,11 @@ impl Event {
                 f,
                 "--tools / --tools-override name tools the backend does not list: {}",
                 names.join(", ")
+            ),
+            Event::ToolsReadCut { pages } => write!(
+                f,
+                "the backend's tool list still had a cursor after {pages} pages: the tools \
+                 on later pages are not shown"
             ),
             _ => Ok(()),
         }

@@ -149,8 +149,12 @@ pub(crate) enum Routed {
     Subscribed { subscribe: u64, accepted: bool },
     /// The answer to one of the proxy's unsubscribes: nothing to do.
     Consumed,
-    /// A page of the backend's tool list the proxy read (its result; `None`: an error).
-    ToolsRead { result: Option<String> },
+    /// A page of the backend's tool list the proxy read: the number of its request, and
+    /// its result (`None`: an error).
+    ToolsRead {
+        request: u64,
+        result: Option<String>,
+    },
     /// The answer to a list the proxy fetched: one answer for each caller that waited
     /// for it, as the backend's would be routed.
     Listed { answers: Vec<Routed> },
@@ -483,16 +487,16 @@ impl Router {
     }
 
     /// The proxy's own `tools/list` (a page of it, after `cursor`), read for the operator's
-    /// tool view (SPEC section 16).
-    pub(crate) fn read_tools(&mut self, cursor: Option<&str>) -> Vec<u8> {
+    /// tool view (SPEC section 16): its number and the line.
+    pub(crate) fn read_tools(&mut self, cursor: Option<&str>) -> (u64, Vec<u8>) {
         let n = self.next_proxy_id(ProxyRequest::Tools);
         let params =
             cursor.map(|c| format!(r#","params":{{"cursor":{}}}"#, serde_json::Value::from(c)));
-        format!(
+        let line = format!(
             "{{\"jsonrpc\":\"2.0\",\"id\":\"{PROXY_ID_PREFIX}tools:{n}\",\"method\":\"tools/list\"{}}}\n",
             params.unwrap_or_default()
-        )
-        .into_bytes()
+        );
+        (n, line.into_bytes())
     }
 
     /// The proxy's health ping: its number and the line.
@@ -594,6 +598,7 @@ impl Router {
             // The answer to an unsubscribe after the last subscriber left.
             ProxyRequest::Unsubscribe => Routed::Consumed,
             ProxyRequest::Tools => Routed::ToolsRead {
+                request: n,
                 result: msg.result.map(|r| r.get().to_owned()),
             },
             ProxyRequest::List => {

@@ -90,16 +90,31 @@ impl ToolView {
     }
 
     /// What a call of `name` reaches: the backend tool shown under exactly that name, one
-    /// of `backend`'s tools when the backend's own list has been read.
+    /// of `backend`'s tools when the backend's own list has been read. Until it is, a
+    /// variant of a name the view speaks of is refused: at a backend that ignores case or
+    /// spaces it might reach a tool the view hides.
     pub(crate) fn call_of<'a>(
         &'a self,
         name: &'a str,
         backend: Option<&BTreeSet<String>>,
     ) -> Call<'a> {
-        match self.call(name) {
-            Call::Shown(tool) if backend.is_some_and(|b| !b.contains(tool)) => Call::Unknown,
-            call => call,
+        match (self.call(name), backend) {
+            (Call::Shown(tool), Some(b)) if !b.contains(tool) => Call::Unknown,
+            (Call::Shown(_), None) if self.varies_a_named_tool(name) => Call::Unknown,
+            (call, _) => call,
         }
+    }
+
+    /// Whether `name` is none of the names the view speaks of (shown names, renamed tools'
+    /// backend names, shadowed names) but one of them in another case or with spaces
+    /// around it.
+    fn varies_a_named_tool(&self, name: &str) -> bool {
+        let named = || {
+            (self.renamed_to.keys())
+                .chain(self.overrides.keys())
+                .chain(self.allowed.iter().flatten())
+        };
+        !named().any(|n| n == name) && named().any(|n| same_but_case(n.trim(), name.trim()))
     }
 
     /// What a call of `name` reaches: the backend tool shown under exactly that name.
@@ -247,10 +262,40 @@ fn same_but_case(a: &str, b: &str) -> bool {
 
 /// The backend's own tool names, read by the proxy for the view (SPEC section 16): after
 /// each handshake, each `tools/list_changed` of the backend and each new view, page by page.
+/// Each reason to read starts a read afresh; a page answering an older read's request is
+/// ignored, so that no list from before a change is taken as the backend's.
 #[derive(Debug, Default)]
 pub(crate) struct BackendTools {
     known: Option<BTreeSet<String>>,
-    reading: Option<BTreeSet<String>>,
+    reading: Option<Reading>,
+}
+
+/// A read under way: the names of its pages so far, and the request its next page answers.
+#[derive(Debug, Default)]
+struct Reading {
+    names: BTreeSet<String>,
+    pages: usize,
+    /// The number of the proxy's request for the next page (`None`: not asked yet).
+    awaiting: Option<u64>,
+}
+
+/// Pages one read takes at most: a backend that keeps answering with a cursor would
+/// otherwise be read for ever. Past it, the names read so far are the backend's.
+pub(crate) const MAX_READ_PAGES: usize = 100;
+
+/// What a page of the proxy's read did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Page {
+    /// It answers no request of the read under way (one from before a change): ignored.
+    Stale,
+    /// An error, or no result: the read stops.
+    Failed,
+    /// Read on, after this cursor.
+    Next(String),
+    /// The list is whole.
+    Whole,
+    /// The list was cut at [`MAX_READ_PAGES`]: the names read so far are kept.
+    Cut,
 }
 
 impl BackendTools {
@@ -259,10 +304,18 @@ impl BackendTools {
         self.known.as_ref()
     }
 
-    /// The backend's list may have changed: read it again (true: start reading now).
-    pub(crate) fn changed(&mut self) -> bool {
+    /// The backend's list may have changed: it is read again from its first page, and any
+    /// read under way is left (its pages are ignored).
+    pub(crate) fn changed(&mut self) {
         self.known = None;
-        self.reading.replace(BTreeSet::new()).is_none()
+        self.reading = Some(Reading::default());
+    }
+
+    /// The request for the read's next page went out, numbered `request`.
+    pub(crate) fn asked(&mut self, request: u64) {
+        if let Some(reading) = self.reading.as_mut() {
+            reading.awaiting = Some(request);
+        }
     }
 
     /// Neither known nor being read: a read's request could not be queued.
@@ -280,27 +333,30 @@ impl BackendTools {
         (self.known, self.reading) = (None, None);
     }
 
-    /// A page of the list, its result's JSON text (`None`: an error, the read stops):
-    /// `Ok(Some(cursor))` to read on, `Ok(None)` when the list is whole.
-    pub(crate) fn page(&mut self, result: Option<&str>) -> Result<Option<String>, ()> {
-        let value: Option<Value> = result.and_then(|r| serde_json::from_str(r).ok());
-        let (Some(value), Some(reading)) = (value, self.reading.as_mut()) else {
+    /// The answer to the proxy's request `request` for a page, its result's JSON text
+    /// (`None`: an error).
+    pub(crate) fn page(&mut self, request: u64, result: Option<&str>) -> Page {
+        let Some(reading) = (self.reading.as_mut()).filter(|r| r.awaiting == Some(request)) else {
+            return Page::Stale;
+        };
+        let Some(value) = result.and_then(|r| serde_json::from_str::<Value>(r).ok()) else {
             self.reading = None;
-            return Err(());
+            return Page::Failed;
         };
         let tools = value.get("tools").and_then(Value::as_array);
         let names = tools
             .into_iter()
             .flatten()
             .filter_map(|t| t.get("name")?.as_str());
-        reading.extend(names.map(str::to_owned));
-        match value.get("nextCursor").and_then(Value::as_str) {
-            Some(cursor) => Ok(Some(cursor.to_owned())),
-            None => {
-                self.known = self.reading.take();
-                Ok(None)
-            }
-        }
+        reading.names.extend(names.map(str::to_owned));
+        (reading.pages, reading.awaiting) = (reading.pages + 1, None);
+        let page = match value.get("nextCursor").and_then(Value::as_str) {
+            Some(cursor) if reading.pages < MAX_READ_PAGES => return Page::Next(cursor.into()),
+            Some(_) => Page::Cut,
+            None => Page::Whole,
+        };
+        self.known = self.reading.take().map(|r| r.names);
+        page
     }
 }
 
@@ -431,6 +487,10 @@ mod tests {
         assert!(edited.text.contains(r#""arguments":{"name":"keep"}"#));
         assert!(call("other").shown_call(&v, None).unwrap().is_none());
         assert!(call("echo").shown_call(&v, None).is_err());
+        // Until the backend's own list is read, variants of the names the view speaks of.
+        for variant in ["SLEEP", "sleep ", " Nap", "ECHO"] {
+            assert!(call(variant).shown_call(&v, None).is_err(), "{variant}");
+        }
         // Once the backend's own list is read, a name it lacks is no shown name.
         let backend: BTreeSet<String> = ["echo", "sleep"].map(String::from).into();
         assert!(call("other").shown_call(&v, Some(&backend)).is_err());
@@ -442,12 +502,46 @@ mod tests {
         let lonely: BTreeSet<String> = ["sleep"].map(String::from).into();
         assert_eq!(v.unmatched(&lonely), ["echo"]);
         let mut tools = BackendTools::default();
-        assert!(tools.changed());
+        tools.changed();
+        tools.asked(1);
         assert_eq!(
-            tools.page(Some(r#"{"tools":[{"name":"a"}],"nextCursor":"c"}"#)),
-            Ok(Some("c".into()))
+            tools.page(1, Some(r#"{"tools":[{"name":"a"}],"nextCursor":"c"}"#)),
+            Page::Next("c".into())
         );
-        assert_eq!(tools.page(Some(r#"{"tools":[{"name":"b"}]}"#)), Ok(None));
+        tools.asked(2);
+        assert_eq!(
+            tools.page(2, Some(r#"{"tools":[{"name":"b"}]}"#)),
+            Page::Whole
+        );
         assert_eq!(tools.known(), Some(&["a", "b"].map(String::from).into()));
+    }
+
+    #[test]
+    fn a_read_is_bounded_and_a_change_starts_it_afresh() {
+        let mut tools = BackendTools::default();
+        tools.changed();
+        let endless = r#"{"tools":[{"name":"a"}],"nextCursor":"again"}"#;
+        for request in 1..MAX_READ_PAGES as u64 {
+            tools.asked(request);
+            assert_eq!(
+                tools.page(request, Some(endless)),
+                Page::Next("again".into())
+            );
+        }
+        tools.asked(100);
+        assert_eq!(tools.page(100, Some(endless)), Page::Cut);
+        assert_eq!(tools.known(), Some(&["a"].map(String::from).into()));
+        // A change while page 1 is out: its answer is an older read's, ignored.
+        tools.changed();
+        tools.asked(101);
+        tools.changed();
+        tools.asked(102);
+        assert_eq!(tools.page(101, Some(r#"{"tools":[]}"#)), Page::Stale);
+        assert_eq!(
+            tools.page(102, Some(r#"{"tools":[{"name":"b"}]}"#)),
+            Page::Whole
+        );
+        assert_eq!(tools.known(), Some(&["b"].map(String::from).into()));
+        assert_eq!(tools.page(102, Some(r#"{"tools":[]}"#)), Page::Stale);
     }
 }

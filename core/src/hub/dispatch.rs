@@ -18,6 +18,7 @@ use crate::output::{Frame, StreamId};
 use crate::routed_id::{Mark, SessionId};
 use crate::router::{self, Answer, Routed};
 use crate::sse;
+use crate::tools::Page;
 
 impl Hub {
     /// Carries out the router's decision on one backend line.
@@ -46,13 +47,12 @@ impl Hub {
             }
             Routed::Updated { uri, message } => self.updated(now, uri.as_deref(), message),
             Routed::ListChanged { method, message } => {
-                if method == "notifications/tools/list_changed" {
-                    self.modern.tools.forget();
-                    read_backend_tools(reader!(self), now);
-                }
+                tools_changed(reader!(self), now, &method);
                 self.list_changed(now, &method, &message)
             }
-            Routed::ToolsRead { result } => tools_page(reader!(self), now, result.as_deref()),
+            Routed::ToolsRead { request, result } => {
+                tools_page(reader!(self), now, request, result)
+            }
             Routed::Answer {
                 line,
                 reason,
@@ -360,16 +360,22 @@ fn answered_as(
 }
 
 /// A `tools/list` answer as the operator shows it (SPEC section 16): renamed and filtered by
-/// `view`; any other answer (an error, another list) as it is.
+/// `view`; an error as it is; a result that cannot be shown (its `tools` no array) is not
+/// passed on, as the policy's filter does not pass one on.
 fn tools_shown(
     view: &crate::tools::ToolView,
     message: Vec<u8>,
     id: Range<usize>,
 ) -> (Vec<u8>, Range<usize>) {
-    let shown = crate::message::parse_backend_result(&message).and_then(|r| view.list(r));
-    match shown {
+    let Some(result) = crate::message::parse_backend_result(&message) else {
+        return (message, id);
+    };
+    match view.list(result) {
         Some(result) => answered_as(&message, id, ("result", &result)),
-        None => (message, id),
+        None => {
+            let error = r#"{"code":-32603,"message":"list result could not be filtered"}"#;
+            answered_as(&message, id, ("error", error))
+        }
     }
 }
 
@@ -401,14 +407,27 @@ pub(super) type Reader<'a> = (
 );
 
 /// The backend's tool list may have changed: with a tool view configured, the proxy reads
-/// it again, under its own id, page by page (SPEC section 16).
+/// it again, under its own id, page by page (SPEC section 16), from its first page even if
+/// a read is under way (that one's pages may be from before the change).
 pub(super) fn read_backend_tools(
     (settings, router, backend, (tools, _), outputs): Reader<'_>,
     now: Instant,
 ) {
-    if settings.tool_view.is_some() && tools.changed() {
+    if settings.tool_view.is_some() {
+        tools.changed();
         read_page((router, backend, tools, outputs), now, None);
     }
+}
+
+/// The backend's `method` said a list changed: if its tools, what they annotate is
+/// forgotten (SPEC section 13) and, with a view, they are read again.
+fn tools_changed(reader: Reader<'_>, now: Instant, method: &str) {
+    if method != "notifications/tools/list_changed" {
+        return;
+    }
+    let (settings, router, backend, (tools, headers), outputs) = reader;
+    headers.forget();
+    read_backend_tools((settings, router, backend, (tools, headers), outputs), now);
 }
 
 /// A call through the operator's view found the backend's tool list unread and no read
@@ -434,25 +453,34 @@ fn read_page(
     now: Instant,
     cursor: Option<&str>,
 ) {
-    let line = router.read_tools(cursor);
+    let (request, line) = router.read_tools(cursor);
     match backend.queue(LineFrom::Proxy, line) {
-        true => backend.release(now, outputs, false),
+        true => {
+            tools.asked(request);
+            backend.release(now, outputs, false)
+        }
         false => tools.abandon(),
     }
 }
 
-/// A page of the backend's tool list the proxy read: what it annotates is learned
-/// (SPEC section 13's `Mcp-Param-*`), the next one is read, or the list is whole (its names
-/// the view did not find logged once).
+/// A page of the backend's tool list the proxy read (the answer to its request `request`):
+/// unless it is an older read's, what it annotates is learned (SPEC section 13's
+/// `Mcp-Param-*`), and the next one is read, or the list is whole (its names the view did
+/// not find logged once) or cut at its bound of pages (logged).
 fn tools_page(
     (settings, router, backend, (tools, headers), outputs): Reader<'_>,
     now: Instant,
-    result: Option<&str>,
+    request: u64,
+    result: Option<String>,
 ) {
-    headers.learn(result);
-    match tools.page(result) {
-        Ok(Some(cursor)) => read_page((router, backend, tools, outputs), now, Some(&cursor)),
-        Ok(None) => {
+    let result = result.as_deref();
+    let page = tools.page(request, result);
+    if page != Page::Stale {
+        headers.learn(result);
+    }
+    match page {
+        Page::Next(cursor) => read_page((router, backend, tools, outputs), now, Some(&cursor)),
+        Page::Whole => {
             let view = settings.tool_view.as_deref();
             let names = (view.zip(tools.known())).map(|(v, known)| v.unmatched(known));
             if let Some(names) = names.filter(|n| !n.is_empty()) {
@@ -460,6 +488,39 @@ fn tools_page(
                 outputs.push_back(crate::output::Output::Log(event));
             }
         }
-        Err(()) => {}
+        Page::Cut => {
+            let event = crate::output::Event::ToolsReadCut {
+                pages: crate::tools::MAX_READ_PAGES,
+            };
+            outputs.push_back(crate::output::Output::Log(event));
+        }
+        Page::Stale | Page::Failed => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tools_list_that_cannot_be_shown_is_not_passed_on() {
+        let view = crate::tools::ToolView::new(&["say".into()], None)
+            .unwrap()
+            .unwrap();
+        let shown = |line: &str| {
+            let id = line.find("\"x\"").map(|at| at..at + 3).unwrap();
+            String::from_utf8(tools_shown(&view, line.as_bytes().to_vec(), id).0).unwrap()
+        };
+        let refused = r#"{"jsonrpc":"2.0","id":"x","error":{"code":-32603,"message":"list result could not be filtered"}}"#;
+        let not_an_array = r#"{"jsonrpc":"2.0","id":"x","result":{"tools":{"name":"secret"}}}"#;
+        assert_eq!(shown(not_an_array), refused);
+        let error = r#"{"jsonrpc":"2.0","id":"x","error":{"code":1,"message":"no"}}"#;
+        assert_eq!(shown(error), error);
+        let listed =
+            r#"{"jsonrpc":"2.0","id":"x","result":{"tools":[{"name":"say"},{"name":"secret"}]}}"#;
+        assert_eq!(
+            shown(listed),
+            r#"{"jsonrpc":"2.0","id":"x","result":{"tools":[{"name":"say"}]}}"#
+        );
     }
 }
