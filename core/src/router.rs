@@ -103,6 +103,10 @@ pub(crate) enum Routed {
         result: Option<Range<usize>>,
         /// The task its result created (a `CreateTaskResult`, SPEC section 15).
         task: Option<CreatedTask>,
+        /// Answered from the list cache or a fetch of the proxy's, not by the backend to
+        /// the request routed under this id: it frees no place in the backend window
+        /// (another request of the caller's may hold one under the same id).
+        cached: bool,
     },
     /// `notifications/tasks/status` for task `task` (SPEC section 15): to its owner only.
     TaskStatus {
@@ -568,6 +572,7 @@ impl Router {
             failed: msg.error.is_some(),
             result,
             task: msg.result.and_then(CreatedTask::of),
+            cached: false,
         }
     }
 
@@ -762,6 +767,7 @@ fn listed(
         failed,
         result: None,
         task: None,
+        cached: true,
     }
 }
 
