@@ -587,6 +587,10 @@ fn own_answer(
     msg: &Checked,
     (forbidden, grant): (bool, &crate::http::Grant),
 ) -> Own {
+    // A notification is never answered: one naming a tool not shown goes nowhere.
+    if msg.unknown_tool && msg.kind == message::Kind::Notification {
+        return Own::Dropped;
+    }
     if msg.unknown_tool {
         let answer = crate::tools::unknown_tool(msg);
         return Own::Answer(answer, Outcome::Denied, Count::Rejected("unknown_tool"));
