@@ -6,7 +6,7 @@
 //! backend answer is. A miss is fetched under the proxy's own id, shared by concurrent
 //! callers; one caller's cancel or hang-up ends only its own wait.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::message::{self, Checked, Kind};
@@ -59,6 +59,12 @@ const MAX_FETCHES: usize = 128;
 /// holds no more than [`MAX_FETCHES`] × this many.
 const MAX_WAITERS: usize = 256;
 
+/// The longest cursor (its JSON text) a list is kept or shared under: a cursor is the
+/// client's text, up to `--max-body`, and a backend that answers every unknown cursor
+/// with its whole list would otherwise have the cache hold each one; past it a list
+/// request goes to the backend as any request does. A backend's own cursors are short.
+const MAX_CURSOR: usize = 1024;
+
 /// Counters for `/metrics`: by method, hits, misses, shared.
 pub(crate) type Counts = BTreeMap<&'static str, [u64; 3]>;
 
@@ -70,9 +76,14 @@ pub(crate) struct Lists {
     budget: usize,
     /// Which kinds the backend declared `listChanged` for (tools, prompts, resources).
     declared: [bool; 3],
-    entries: BTreeMap<Key, Arc<str>>,
-    /// Least recently used first.
-    order: VecDeque<Key>,
+    /// Each kept result, with the use that last read it (its place in `order`).
+    entries: BTreeMap<Key, (Arc<str>, u64)>,
+    /// The kept keys by their last use, least recently used first: a hit moves one in
+    /// O(log n), not a scan.
+    order: BTreeMap<u64, Key>,
+    /// Uses counted so far (each hit and each kept result takes the next).
+    uses: u64,
+    /// What the kept entries hold, counted against the budget: results and keys.
     bytes: usize,
     fetches: BTreeMap<u64, Fetch>,
     /// The fetch each key waits for.
@@ -103,6 +114,8 @@ impl Lists {
             self.order.clear();
             self.bytes = 0;
         }
+        // A smaller budget holds no more than itself from now on, not from the next list.
+        self.trim(0);
     }
 
     /// The backend's `initialize` result: which kinds it declared `listChanged` for.
@@ -133,9 +146,13 @@ impl Lists {
             return Listed::Pass;
         };
         let count = self.counts.entry(key.0).or_default();
-        if let Some(result) = self.entries.get(&key).cloned() {
+        if let Some((result, used)) = self.entries.get_mut(&key) {
             count[0] += 1;
-            self.touch(&key);
+            let result = result.clone();
+            self.uses += 1;
+            let key = (self.order.remove(used)).expect("every entry is in the order");
+            *used = self.uses;
+            self.order.insert(self.uses, key);
             return Listed::Hit(result);
         }
         if let Some(fetch) = self.pending.get(&key).and_then(|n| self.fetches.get_mut(n)) {
@@ -165,7 +182,7 @@ impl Lists {
     }
 
     /// The key of a list request the cache serves: a cached kind the backend declared,
-    /// no params but a cursor (and `_meta`).
+    /// no params but a cursor (and `_meta`), the cursor no longer than [`MAX_CURSOR`].
     fn key_of(&self, msg: &Checked) -> Option<Key> {
         if !self.on || msg.kind != Kind::Request {
             return None;
@@ -183,17 +200,13 @@ impl Lists {
                     return None;
                 }
                 let cursor = params.iter().find(|(k, _)| k == "cursor");
-                cursor.map(|(_, c)| (*c).to_owned()).filter(|c| c != "null")
+                match cursor {
+                    Some((_, c)) if c.len() > MAX_CURSOR => return None,
+                    cursor => cursor.map(|(_, c)| (*c).to_owned()).filter(|c| c != "null"),
+                }
             }
         };
         Some((method, cursor))
-    }
-
-    fn touch(&mut self, key: &Key) {
-        if let Some(at) = self.order.iter().position(|k| k == key) {
-            let key = self.order.remove(at).expect("found");
-            self.order.push_back(key);
-        }
     }
 
     /// The backend answered fetch `fetch` with `result` (`None`: an error, never kept):
@@ -213,20 +226,28 @@ impl Lists {
     }
 
     fn keep(&mut self, key: Key, result: &str) {
-        if !self.on || result.len() > self.budget {
+        let size = held(&key, result);
+        if !self.on || size > self.budget {
             return;
         }
-        while self.bytes + result.len() > self.budget {
-            let Some(old) = self.order.pop_front() else {
+        self.forget(&key);
+        self.trim(size);
+        self.bytes += size;
+        self.uses += 1;
+        self.order.insert(self.uses, key.clone());
+        self.entries.insert(key, (Arc::from(result), self.uses));
+    }
+
+    /// The least recently used go until `room` more bytes fit in the budget.
+    fn trim(&mut self, room: usize) {
+        while self.bytes + room > self.budget {
+            let Some((_, old)) = self.order.pop_first() else {
                 break;
             };
-            if let Some(gone) = self.entries.remove(&old) {
-                self.bytes -= gone.len();
+            if let Some((gone, _)) = self.entries.remove(&old) {
+                self.bytes -= held(&old, &gone);
             }
         }
-        self.bytes += result.len();
-        self.order.push_back(key.clone());
-        self.entries.insert(key, Arc::from(result));
     }
 
     /// The backend's `notifications/<kind>/list_changed`: that kind's lists go; a fetch of
@@ -266,10 +287,10 @@ impl Lists {
     }
 
     fn forget(&mut self, key: &Key) {
-        if let Some(gone) = self.entries.remove(key) {
-            self.bytes -= gone.len();
+        if let Some((gone, used)) = self.entries.remove(key) {
+            self.bytes -= held(key, &gone);
+            self.order.remove(&used);
         }
-        self.order.retain(|k| k != key);
     }
 
     /// Everything goes: the backend exited (its fetches with it), or the shown tools
@@ -289,6 +310,12 @@ impl Lists {
             self.pending.clear();
         }
     }
+}
+
+/// The bytes an entry holds, as the budget counts them: its result, and its cursor twice
+/// (the entry's key and its place in the order each hold one).
+fn held(key: &Key, result: &str) -> usize {
+    result.len() + 2 * key.1.as_ref().map_or(0, String::len)
 }
 
 #[cfg(test)]

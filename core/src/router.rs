@@ -77,10 +77,22 @@ pub(crate) enum Forward {
     Waiting,
     /// A list answered from the list cache: its answer, as the backend's would be routed.
     Cached(Box<Routed>),
-    /// A list the proxy fetches for the cache, under its own id (a line of the proxy's).
-    Fetch(Vec<u8>),
+    /// A list the proxy fetches for the cache, under its own id.
+    Fetch(ListFetch),
     /// A handshake notification: accepted and not forwarded.
     Absorbed,
+}
+
+/// A list the proxy fetches for the cache (SPEC section 16).
+#[derive(Debug)]
+pub(crate) struct ListFetch {
+    /// Its number (the proxy's id).
+    pub(crate) fetch: u64,
+    /// The proxy's request for it (a line of the proxy's).
+    pub(crate) line: Vec<u8>,
+    /// The caller's request routed as with the cache off: it goes instead if the proxy's
+    /// line finds no room (see [`Router::unfetched`]).
+    pub(crate) plain: Vec<u8>,
 }
 
 /// Where a backend line goes (SPEC section 3's table).
@@ -103,6 +115,10 @@ pub(crate) enum Routed {
         result: Option<Range<usize>>,
         /// The task its result created (a `CreateTaskResult`, SPEC section 15).
         task: Option<CreatedTask>,
+        /// Answered from the list cache or a fetch of the proxy's, not by the backend to
+        /// the request routed under this id: it frees no place in the backend window
+        /// (another request of the caller's may hold one under the same id).
+        cached: bool,
     },
     /// `notifications/tasks/status` for task `task` (SPEC section 15): to its owner only.
     TaskStatus {
@@ -387,14 +403,20 @@ impl Router {
             // `initialized`, or an `initialize` sent without an id, goes no further.
             (Kind::Notification, "notifications/initialized" | "initialize") => Forward::Absorbed,
             (Kind::Request, _) if crate::lists::is_list(&msg.method) => self
-                .list(sid, msg, mark)
-                .unwrap_or_else(|| self.routed(sid, msg, mark, more)),
-            _ => self.routed(sid, msg, mark, more),
+                .list(sid, msg, mark, more)
+                .unwrap_or_else(|| Forward::Line(self.routed(sid, msg, mark, more))),
+            _ => Forward::Line(self.routed(sid, msg, mark, more)),
         }
     }
 
     /// A list request through the list cache: `None` when the cache does not serve it.
-    fn list(&mut self, sid: SessionId, msg: &Checked, mark: Mark) -> Option<Forward> {
+    fn list(
+        &mut self,
+        sid: SessionId,
+        msg: &Checked,
+        mark: Mark,
+        more: &[(Range<usize>, Vec<u8>)],
+    ) -> Option<Forward> {
         let raw_id = msg.raw_id().to_owned();
         let waiter = crate::lists::Waiter {
             session: sid,
@@ -418,8 +440,35 @@ impl Router {
                     key.0,
                     params.unwrap_or_default()
                 );
-                Some(Forward::Fetch(line.into_bytes()))
+                let (line, plain) = (line.into_bytes(), self.routed(sid, msg, mark, more));
+                Some(Forward::Fetch(ListFetch { fetch, line, plain }))
             }
+        }
+    }
+
+    /// The line of fetch `fetch` found no room in the backend's stdin queue: the fetch
+    /// ends (its one caller's request goes as with the cache off), so nobody joins a
+    /// fetch the backend never got.
+    pub(crate) fn unfetched(&mut self, fetch: u64) {
+        if let Some(awaited) = self.proxy_requests.get_mut(&ProxyRequest::List) {
+            awaited.remove(&fetch);
+        }
+        let waiters = self.lists.fetched(fetch, None);
+        debug_assert!(waiters.len() <= 1, "a fetch is queued as it is made");
+    }
+
+    /// The line of the proxy's own handshake found no room in the backend's stdin queue:
+    /// no handshake is under way, so the next request that needs one sends it.
+    pub(crate) fn handshake_unsent(&mut self) {
+        if let Init::InFlight {
+            request, waiting, ..
+        } = &self.init
+        {
+            debug_assert!(waiting.is_empty(), "a handshake is queued as it is made");
+            if let Some(awaited) = self.proxy_requests.get_mut(&ProxyRequest::Initialize) {
+                awaited.remove(request);
+            }
+            self.init = Init::Idle;
         }
     }
 
@@ -430,7 +479,7 @@ impl Router {
         msg: &Checked,
         mark: Mark,
         more: &[(Range<usize>, Vec<u8>)],
-    ) -> Forward {
+    ) -> Vec<u8> {
         // SPEC 6.2: every id, progress token and cancelled request id a client sends
         // carries its own sid.
         let mut edits = Edits::default();
@@ -446,7 +495,7 @@ impl Router {
         for (span, bytes) in more {
             edits.push(span.clone(), Patch::Text(bytes));
         }
-        Forward::Line(splice(&msg.text, edits, true))
+        splice(&msg.text, edits, true)
     }
 
     fn client_initialize(&mut self, sid: SessionId, msg: &Checked) -> Forward {
@@ -572,6 +621,7 @@ impl Router {
             failed: msg.error.is_some(),
             result,
             task: msg.result.and_then(CreatedTask::of),
+            cached: false,
         }
     }
 
@@ -767,6 +817,7 @@ fn listed(
         failed,
         result: None,
         task: None,
+        cached: true,
     }
 }
 

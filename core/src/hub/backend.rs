@@ -27,6 +27,7 @@ use crate::message::IdKey;
 use crate::metrics::{DropReason, Metrics};
 use crate::output::{BackendId, Event, Output, RequestId};
 use crate::routed_id::{Mark, SessionId};
+use crate::router::{ListFetch, Router};
 use crate::settings::Restart;
 use crate::settings::EXIT_DRAIN;
 use crate::supervise::{AfterExit, Exit, Signal, Supervisor};
@@ -80,6 +81,50 @@ pub(super) fn queued(
     match queued {
         true => backend.release(now, outputs, false),
         false => super::dropped((metrics, outputs), DropReason::BackendQueueFull, None),
+    }
+    queued
+}
+
+/// What queues the proxy's lines for a request: the hub's upstream parts (as
+/// `listen::upstream!` takes them).
+type Upstream<'a> = (
+    &'a mut Router,
+    &'a mut BackendProcess,
+    &'a mut Metrics,
+    &'a mut VecDeque<Output>,
+);
+
+/// A list fetch for the cache (SPEC section 16) queued as the proxy's line. When the
+/// queue has no room for it, the fetch ends and the caller's own request goes instead
+/// (from `from`), as with the cache off: nobody waits on a line the backend never got.
+pub(super) fn fetch_queued(
+    (router, backend, metrics, outputs): Upstream<'_>,
+    now: Instant,
+    fetch: ListFetch,
+    from: LineFrom,
+) {
+    if !queued(
+        (metrics, backend, outputs),
+        now,
+        fetch.line,
+        LineFrom::Proxy,
+    ) {
+        router.unfetched(fetch.fetch);
+        queued((metrics, backend, outputs), now, fetch.plain, from);
+    }
+}
+
+/// The proxy's own handshake (SPEC section 13) queued as the proxy's line: `false` when
+/// the queue has no room for it, and then none is under way (the next request that needs
+/// one sends it again; nobody waits on a line the backend never got).
+pub(super) fn handshake_queued(
+    (router, backend, metrics, outputs): Upstream<'_>,
+    now: Instant,
+) -> bool {
+    let line = router.own_handshake();
+    let queued = queued((metrics, backend, outputs), now, line, LineFrom::Proxy);
+    if !queued {
+        router.handshake_unsent();
     }
     queued
 }

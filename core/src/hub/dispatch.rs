@@ -82,10 +82,10 @@ impl Hub {
         }
     }
 
-    /// The backend answered a client's request: its place in the backend window is free,
-    /// a list result is shown only what its caller may see (SPEC sections 10 and 15), a task
-    /// it created becomes its creator's, and it is delivered with its outcome (an error or
-    /// a success, for the audit log).
+    /// The backend (or the list cache) answered a client's request: the place the backend
+    /// gave it in the backend window is free, a list result is shown only what its caller
+    /// may see (SPEC sections 10 and 15), a task it created becomes its creator's, and it is
+    /// delivered with its outcome (an error or a success, for the audit log).
     fn backend_answered(&mut self, now: Instant, answer: Routed) {
         let Routed::Response {
             session,
@@ -96,13 +96,13 @@ impl Hub {
             failed,
             result,
             task,
+            cached,
         } = answer
         else {
             return;
         };
-        // Answered: its place in the backend window is free.
-        if key
-            .clone()
+        // Answered by the backend: its place in the backend window is free.
+        if (key.clone().filter(|_| !cached))
             .is_some_and(|key| self.backend.answered(&(session, key)))
         {
             self.backend.release(now, &mut self.outputs, false);

@@ -7,10 +7,11 @@ use std::collections::{BTreeMap, VecDeque};
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
-use super::backend::LineFrom;
+use super::backend::{fetch_queued, LineFrom};
 use super::delivery::Delivery;
 use super::exchanges::{Answer, Sender};
 use super::in_flight::{Caller, Entry, InFlight, RequestKey, Settlement, Waiting};
+use super::listen::upstream;
 use super::sessions::Lane;
 use super::streams::Streams;
 use super::tasks::{Asked, Owner, Tasks};
@@ -264,14 +265,12 @@ fn forward(
     };
     let hop = (&mut hub.router, &mut hub.in_flight, hub.settings.tracing);
     let route = *key.route();
+    let from = match outbound.method.as_str() {
+        "initialize" => LineFrom::Client(lane),
+        _ => LineFrom::Request(lane, (route, id.clone())),
+    };
     match super::spans::forward(hop, (route, Caller::Modern(key), now), &outbound, mark) {
-        Forward::Line(line) => {
-            let from = match outbound.method.as_str() {
-                "initialize" => LineFrom::Client(lane),
-                _ => LineFrom::Request(lane, (route, id)),
-            };
-            hub.queue_line(now, line, from);
-        }
+        Forward::Line(line) => hub.queue_line(now, line, from),
         Forward::Answer(answer) => {
             let at = crate::router::RESPONSE_ID_AT;
             let (key, id) = (Some(id), at..at + outbound.raw_id().len());
@@ -284,7 +283,7 @@ fn forward(
             hub.deliver(now, route, answer, what);
         }
         Forward::Cached(answer) => hub.dispatch(now, *answer),
-        Forward::Fetch(line) => hub.queue_line(now, line, LineFrom::Proxy),
+        Forward::Fetch(fetch) => fetch_queued(upstream!(hub), now, fetch, from),
         Forward::Waiting | Forward::Absorbed => {}
     }
 }

@@ -7,10 +7,11 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use super::auditing::{self, Happened};
-use super::backend::{BackendProcess, LineFrom};
+use super::backend::{fetch_queued, handshake_queued, BackendProcess, LineFrom};
 use super::delivery::Delivery;
 use super::exchanges::{Answer, Sender, Started};
 use super::in_flight::{Entry, Expired, InFlight, Settlement};
+use super::listen::upstream;
 use super::mcp::{self, McpPost};
 use super::modern::ModernPost;
 use super::sessions::{Kind, Lane, SessionNumber, Sessions};
@@ -340,9 +341,9 @@ impl Hub {
         };
         let parts = (&self.settings, &self.backend, &self.router);
         let (waits, unshaken) = readiness(parts, &post.prepared);
-        if unshaken && self.router.is_idle() {
-            let line = self.router.own_handshake();
-            self.queue_line(now, line, LineFrom::Proxy);
+        // A handshake the queue has no room for: refused as a full queue refuses a request.
+        if unshaken && self.router.is_idle() && !handshake_queued(upstream!(self), now) {
+            return Err(Rejection::BackendBusy);
         }
         // Client lines may go to the backend: it runs and owes no handshake.
         if self.backend.is_up() && self.router.is_ready() && !unshaken {
@@ -459,11 +460,10 @@ impl Hub {
             Own::Forward(rewritten, mark) => {
                 let msg = rewritten.as_deref().unwrap_or(msg);
                 let mark = marked(&mut self.in_flight, number, msg, mark);
+                let from = client_line(number, sid, msg);
                 let hop = (&mut self.router, &mut self.in_flight, self.settings.tracing);
                 match spans::forward(hop, (sid, number.into(), now), msg, mark) {
-                    Forward::Line(line) => {
-                        return self.queue_line(now, line, client_line(number, sid, msg))
-                    }
+                    Forward::Line(line) => return self.queue_line(now, line, from),
                     Forward::Answer(answer) => {
                         let outcome = Outcome::of_answer(&answer);
                         if outcome == Outcome::Success && msg.is_request("initialize") {
@@ -472,7 +472,7 @@ impl Hub {
                         (answer, outcome)
                     }
                     Forward::Cached(answer) => return self.dispatch(now, *answer),
-                    Forward::Fetch(line) => return self.queue_line(now, line, LineFrom::Proxy),
+                    Forward::Fetch(f) => return fetch_queued(upstream!(self), now, f, from),
                     Forward::Waiting | Forward::Absorbed => return,
                 }
             }
@@ -587,6 +587,10 @@ fn own_answer(
     msg: &Checked,
     (forbidden, grant): (bool, &crate::http::Grant),
 ) -> Own {
+    // A notification is never answered: one naming a tool not shown goes nowhere.
+    if msg.unknown_tool && msg.kind == message::Kind::Notification {
+        return Own::Dropped;
+    }
     if msg.unknown_tool {
         let answer = crate::tools::unknown_tool(msg);
         return Own::Answer(answer, Outcome::Denied, Count::Rejected("unknown_tool"));
