@@ -21,6 +21,10 @@ pub(crate) const MAX_TASK_ID: usize = 256;
 /// Cursors of `tasks/list` remembered per owner (the oldest forgotten first).
 const MAX_CURSORS: usize = 64;
 
+/// The `_meta` key by which a message says which task it belongs to; a backend routes the
+/// message (and what answers it) into that task.
+const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+
 /// Owners the table holds at once: past it, a new owner's task is nobody's. Sessions are
 /// bounded by `--max-sessions`; this bounds the principals of 2026-07-28 requests.
 const MAX_OWNERS: usize = 65_536;
@@ -69,8 +73,9 @@ pub(crate) enum Asked {
     Rewritten(Box<Checked>),
     /// The proxy answers with this response (counted by the reason).
     Answer(Vec<u8>, DropReason),
-    /// A client notification the backend is not given: accepted and dropped.
-    Dropped,
+    /// A client notification the backend is not given: accepted and dropped (counted by
+    /// the reason).
+    Dropped(DropReason),
 }
 
 impl Asked {
@@ -247,8 +252,36 @@ impl Tasks {
     /// operator forwards although MCP does not define them: a task it does not own and a
     /// method nobody passed are answered here; a notification nobody passed is dropped;
     /// `logging/setLevel` is answered `{}`; a `tasks/list` is marked for filtering (its
-    /// cursor, if one was minted for this owner, mapped back).
+    /// cursor, if one was minted for this owner, mapped back). A message that would be
+    /// forwarded but names, in `params._meta`, a related task it does not own is answered
+    /// as a foreign `tasks/get` is (a notification dropped): the backend would file it,
+    /// and what answers it, under that task.
     pub(crate) fn ask(
+        &mut self,
+        now: Instant,
+        owner: &Owner,
+        msg: &Checked,
+        passed: &std::collections::BTreeSet<String>,
+    ) -> Asked {
+        let asked = self.decide(now, owner, msg, passed);
+        if !matches!(asked, Asked::Forward(_) | Asked::Rewritten(_)) {
+            return asked;
+        }
+        match related_task(msg) {
+            Some(task) if !task.as_deref().is_some_and(|id| self.owns(now, owner, id)) => {
+                match msg.kind {
+                    Kind::Request => {
+                        Asked::Answer(msg.error(-32602, "Task not found"), DropReason::ForeignTask)
+                    }
+                    _ => Asked::Dropped(DropReason::ForeignTask),
+                }
+            }
+            _ => asked,
+        }
+    }
+
+    /// [`Tasks::ask`] by method alone.
+    fn decide(
         &mut self,
         now: Instant,
         owner: &Owner,
@@ -259,7 +292,7 @@ impl Tasks {
         if msg.kind != Kind::Request {
             return match methods::is_notification(method) || passed.contains(method) {
                 true => Asked::Forward(Mark::Plain),
-                false => Asked::Dropped,
+                false => Asked::Dropped(DropReason::ClientNotification),
             };
         }
         let modern = msg.modern.is_some();
@@ -316,6 +349,20 @@ impl Tasks {
             .map(|h| h.tasks.values().cloned().collect())
             .unwrap_or_default()
     }
+}
+
+/// The task `msg` names in `params._meta` (keys read as decoded, so escapes cannot hide
+/// it): `None` when it names none, `Some(None)` when its `taskId` is not a string (or
+/// missing). A 2026-07-28 request has none: its reserved keys were removed.
+fn related_task(msg: &Checked) -> Option<Option<String>> {
+    let meta = &msg.text[msg.meta.clone()?];
+    let (_, related) = message::members(meta)?
+        .into_iter()
+        .find(|(k, _)| k == RELATED_TASK)?;
+    let id = message::members(related)
+        .and_then(|m| m.into_iter().find(|(k, _)| k == "taskId"))
+        .and_then(|(_, id)| serde_json::from_str::<String>(id).ok());
+    Some(id)
 }
 
 /// The raw text of `params.cursor` in message `text`, unless missing or `null`.
