@@ -322,6 +322,7 @@ fn backend_seeds() -> Vec<(&'static str, String)> {
         ("updated-a", r#"{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///a"}}"#.into()),
         ("updated-b", r#"{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///b","title":"x"}}"#.into()),
         ("updated-closed-d", r#"{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///d"}}"#.into()),
+        ("updated-a-meta", r#"{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"_meta":{"io.modelcontextprotocol/related-task":{"taskId":"t"}},"uri":"file:\/\/\/a"}}"#.into()),
         ("log-message", r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"secret"}}"#.into()),
         ("ping-request", r#"{"jsonrpc":"2.0","id":42,"method":"ping"}"#.into()),
         ("ping-request-object-id", "{\"jsonrpc\":\"2.0\",\"id\":{\"a\":\r\n[1]},\"method\":\"ping\"}".into()),
