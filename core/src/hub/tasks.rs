@@ -104,10 +104,17 @@ impl Tasks {
         }
     }
 
-    /// `--max-tasks-per-owner` after a reload (the tables keep what they hold until it
-    /// is next added to).
+    /// `--max-tasks-per-owner` after a reload: an owner past a lowered bound forgets its
+    /// oldest tasks at once, down to it.
     pub(crate) fn set_max(&mut self, max_per_owner: usize) {
         self.max_per_owner = max_per_owner.max(1);
+        for holdings in self.owners.values_mut() {
+            while holdings.tasks.len() > self.max_per_owner {
+                if let Some((_, oldest)) = holdings.tasks.pop_first() {
+                    self.tasks.remove(&oldest);
+                }
+            }
+        }
     }
 
     /// `owner` was delivered the result that created `task`: the task is its own, the
@@ -431,6 +438,22 @@ mod tests {
         assert_eq!(tasks.sizes(), (2, 1));
         tasks.clear();
         assert_eq!(tasks.sizes(), (0, 0));
+    }
+
+    #[test]
+    fn a_lowered_bound_trims_every_owner_at_once() {
+        let now = origin();
+        let (a, b) = (session(1), session(2));
+        let mut tasks = Tasks::new(3);
+        for id in ["a1", "a2", "a3"] {
+            tasks.created(now, a.clone(), &created(id, None));
+        }
+        tasks.created(now, b.clone(), &created("b1", None));
+        tasks.set_max(1);
+        assert_eq!(tasks.of(&a), ["a3"].map(String::from).into());
+        assert_eq!(tasks.of(&b), ["b1"].map(String::from).into());
+        assert!(!tasks.owns(now, &a, "a1") && !tasks.owns(now, &a, "a2"));
+        assert_eq!(tasks.sizes(), (2, 2));
     }
 
     #[test]
