@@ -25,8 +25,10 @@ const MAX_CURSORS: usize = 64;
 /// message (and what answers it) into that task.
 const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 
-/// Owners the table holds at once: past it, a new owner's task is nobody's. Sessions are
-/// bounded by `--max-sessions`; this bounds the principals of 2026-07-28 requests.
+/// Owners the table holds at once. Sessions are bounded by `--max-sessions` and forgotten
+/// when they end; the principals of 2026-07-28 requests never end, so a new owner past it
+/// takes the place of the principal owner used least recently (its tasks and cursors
+/// forgotten); only when every owner is a session is a new owner's task nobody's.
 const MAX_OWNERS: usize = 65_536;
 
 /// Who a task belongs to: the 2025 session whose request created it, or the principal
@@ -52,6 +54,9 @@ struct Holdings {
     tasks: BTreeMap<u64, String>,
     /// (minted cursor, the backend's cursor), oldest first.
     cursors: VecDeque<(String, String)>,
+    /// When the owner last created, listed or named a task (the table's counter then):
+    /// the least recent principal gives way when the table is full.
+    used: u64,
 }
 
 /// The task table: task id → owner, and each owner's tasks and cursors.
@@ -119,18 +124,19 @@ impl Tasks {
 
     /// `owner` was delivered the result that created `task`: the task is its own, the
     /// owner's oldest forgotten past `--max-tasks-per-owner`. A task id over
-    /// [`MAX_TASK_ID`] bytes, one already held, or one past [`MAX_OWNERS`], stays
-    /// nobody's.
+    /// [`MAX_TASK_ID`] bytes, one already held, or one with no room in [`MAX_OWNERS`],
+    /// stays nobody's.
     pub(crate) fn created(&mut self, now: Instant, owner: Owner, task: &CreatedTask) {
         if task.id.len() > MAX_TASK_ID || self.tasks.contains_key(&task.id) {
             return;
         }
-        if !self.owners.contains_key(&owner) && self.owners.len() >= MAX_OWNERS {
+        if !self.make_room(&owner) {
             return;
         }
         let seq = self.next;
         self.next += 1;
         let holdings = self.owners.entry(owner.clone()).or_default();
+        holdings.used = seq;
         holdings.tasks.insert(seq, task.id.clone());
         let evicted = (holdings.tasks.len() > self.max_per_owner)
             .then(|| holdings.tasks.pop_first())
@@ -174,7 +180,8 @@ impl Tasks {
         }
     }
 
-    /// The owner ended (its session closed): its tasks and cursors are forgotten.
+    /// The owner ended (its session closed, or a principal gave its place up): its tasks
+    /// and cursors are forgotten.
     pub(crate) fn owner_ended(&mut self, owner: &Owner) {
         if let Some(holdings) = self.owners.remove(owner) {
             for id in holdings.tasks.values() {
@@ -240,14 +247,35 @@ impl Tasks {
         })
     }
 
+    /// Whether `owner` has a place in the table: it holds one, there is room, or the
+    /// principal owner used least recently gave its place up (a scan, only when full).
+    /// A live session's place is never taken.
+    fn make_room(&mut self, owner: &Owner) -> bool {
+        if self.owners.contains_key(owner) || self.owners.len() < MAX_OWNERS {
+            return true;
+        }
+        let idle = (self.owners.iter())
+            .filter(|(owner, _)| matches!(owner, Owner::Principal(_)))
+            .min_by_key(|(_, holdings)| holdings.used)
+            .map(|(owner, _)| owner.clone());
+        match idle {
+            Some(idle) => {
+                self.owner_ended(&idle);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// A cursor for `owner` standing for the backend's `backend`.
     fn mint_cursor(&mut self, owner: &Owner, backend: String) -> Option<String> {
-        if !self.owners.contains_key(owner) && self.owners.len() >= MAX_OWNERS {
+        if !self.make_room(owner) {
             return None;
         }
         let minted = format!("switchboard-tasks-{}", self.next);
-        self.next += 1;
         let holdings = self.owners.entry(owner.clone()).or_default();
+        holdings.used = self.next;
+        self.next += 1;
         if holdings.cursors.len() >= MAX_CURSORS {
             holdings.cursors.pop_front();
         }
@@ -270,6 +298,9 @@ impl Tasks {
         msg: &Checked,
         passed: &std::collections::BTreeSet<String>,
     ) -> Asked {
+        if let Some(holdings) = self.owners.get_mut(owner) {
+            holdings.used = self.next;
+        }
         let asked = self.decide(now, owner, msg, passed);
         if !matches!(asked, Asked::Forward(_) | Asked::Rewritten(_)) {
             return asked;
@@ -454,6 +485,28 @@ mod tests {
         assert_eq!(tasks.of(&b), ["b1"].map(String::from).into());
         assert!(!tasks.owns(now, &a, "a1") && !tasks.owns(now, &a, "a2"));
         assert_eq!(tasks.sizes(), (2, 2));
+    }
+
+    #[test]
+    fn a_full_table_gives_the_least_recently_used_principals_place_to_a_new_owner() {
+        let now = origin();
+        let principal = |n: usize| Owner::Principal(Principal::new(&format!("p{n}")));
+        let mut tasks = Tasks::new(10);
+        tasks.created(now, session(1), &created("s", None));
+        for n in 1..MAX_OWNERS {
+            tasks.created(now, principal(n), &created(&format!("t{n}"), None));
+        }
+        assert_eq!(tasks.sizes(), (MAX_OWNERS, MAX_OWNERS));
+        // p1 asks about its task: p2 is now the least recently used.
+        let get = r#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"t1"}}"#;
+        let get = Checked::admit(get.into()).unwrap();
+        let asked = tasks.ask(now, &principal(1), &get, &Default::default());
+        assert!(matches!(asked, Asked::Forward(_)));
+        tasks.created(now, principal(0), &created("new", None));
+        assert!(tasks.owns(now, &principal(0), "new"));
+        assert!(!tasks.owns(now, &principal(2), "t2"));
+        assert!(tasks.owns(now, &principal(1), "t1") && tasks.owns(now, &session(1), "s"));
+        assert_eq!(tasks.sizes(), (MAX_OWNERS, MAX_OWNERS));
     }
 
     #[test]
