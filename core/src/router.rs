@@ -132,7 +132,8 @@ pub(crate) enum Routed {
         /// Where the restored token is in `message`.
         token: Range<usize>,
     },
-    /// `notifications/resources/updated` for whoever watches `uri`.
+    /// `notifications/resources/updated` for whoever watches `uri`, rebuilt from `uri`
+    /// alone (empty when it has none: it reaches nobody).
     Updated {
         uri: Option<String>,
         message: Vec<u8>,
@@ -861,16 +862,26 @@ fn backend_notification(msg: &Message<'_>) -> Routed {
                 .map(|s| s.into_owned()),
             message: splice(msg.text, Edits::default(), false),
         },
-        "notifications/resources/updated" => Routed::Updated {
-            uri: msg
-                .params
-                .uri
+        "notifications/resources/updated" => {
+            let uri = (msg.params.uri)
                 .and_then(message::string_value)
-                .map(|s| s.into_owned()),
-            message: splice(msg.text, Edits::default(), false),
-        },
+                .map(|s| s.into_owned());
+            let message = uri.as_deref().map(updated).unwrap_or_default();
+            Routed::Updated { uri, message }
+        }
         _ => dropped(DropReason::UnroutableNotification, Some(method)),
     }
+}
+
+/// `notifications/resources/updated` of `uri`, rebuilt from its uri alone: it reaches every
+/// subscriber, so nothing else the backend put in it travels (a `_meta` naming a related
+/// task would tell every subscriber that task's id).
+fn updated(uri: &str) -> Vec<u8> {
+    let uri = serde_json::Value::from(uri);
+    let text = format!(
+        r#"{{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{{"uri":{uri}}}}}"#
+    );
+    text.into_bytes()
 }
 
 /// A request from the backend: a `ping` is answered `{}`, anything else -32601, since a

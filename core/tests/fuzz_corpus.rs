@@ -269,6 +269,14 @@ fn client_seeds() -> Vec<(&'static str, String)> {
         ("tabs", "{\"jsonrpc\":\"2.0\",\t\"id\":2,\t\"method\":\"tools/list\"}".into()),
         ("deep-params", format!(r#"{{"jsonrpc":"2.0","id":1,"method":"x","params":{}1{}}}"#, "[".repeat(100), "]".repeat(100))),
         ("huge-exponent", r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"n":1e400}}"#.into()),
+        ("related-task-call", r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","_meta":{"io.modelcontextprotocol/related-task":{"taskId":"task-A"}}}}"#.into()),
+        ("related-task-escaped", r#"{"jsonrpc":"2.0","id":2,"method":"ping","params":{"_meta":{"io.modelcontextprotocol\/related-t\u0061sk":{"taskId":7}}}}"#.into()),
+        ("related-task-list", r#"{"jsonrpc":"2.0","id":3,"method":"tasks/list","params":{"_meta":{"io.modelcontextprotocol/related-task":{"taskId":"task-A"}}}}"#.into()),
+        ("related-task-initialize", r#"{"jsonrpc":"2.0","id":4,"method":"initialize","params":{"capabilities":{},"_meta":{"io.modelcontextprotocol/related-task":{}}}}"#.into()),
+        ("related-task-unsubscribe", r#"{"jsonrpc":"2.0","id":5,"method":"resources/unsubscribe","params":{"uri":"file:///shared","_meta":{"io.modelcontextprotocol/related-task":{"taskId":"t"}}}}"#.into()),
+        ("related-task-set-level", r#"{"jsonrpc":"2.0","id":6,"method":"logging/setLevel","params":{"level":"debug","_meta":{"io.modelcontextprotocol/related-task":{"taskId":"t"}}}}"#.into()),
+        ("related-task-cancelled", r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"_meta":{"io.modelcontextprotocol/related-task":{"taskId":"task-A"}}}}"#.into()),
+        ("related-task-initialized", r#"{"jsonrpc":"2.0","method":"notifications/initialized","params":{"_meta":{"io.modelcontextprotocol/related-task":{"taskId":"task-A"}}}}"#.into()),
     ]
 }
 
@@ -314,6 +322,7 @@ fn backend_seeds() -> Vec<(&'static str, String)> {
         ("updated-a", r#"{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///a"}}"#.into()),
         ("updated-b", r#"{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///b","title":"x"}}"#.into()),
         ("updated-closed-d", r#"{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///d"}}"#.into()),
+        ("updated-a-meta", r#"{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"_meta":{"io.modelcontextprotocol/related-task":{"taskId":"t"}},"uri":"file:\/\/\/a"}}"#.into()),
         ("log-message", r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"secret"}}"#.into()),
         ("ping-request", r#"{"jsonrpc":"2.0","id":42,"method":"ping"}"#.into()),
         ("ping-request-object-id", "{\"jsonrpc\":\"2.0\",\"id\":{\"a\":\r\n[1]},\"method\":\"ping\"}".into()),

@@ -327,7 +327,7 @@ fn answered_here(
     }
     let owner = Owner::Principal(principal.clone());
     match tasks.ask(now, &owner, &msg, &settings.pass_methods) {
-        Asked::Forward(_) | Asked::Dropped => Ok(msg),
+        Asked::Forward(_) | Asked::Dropped(_) => Ok(msg),
         Asked::Rewritten(checked) => Ok(*checked),
         Asked::Answer(answer, reason) => {
             super::dropped((metrics, outputs), reason, Some(&msg.method));

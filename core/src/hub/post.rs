@@ -454,9 +454,7 @@ impl Hub {
                 counted.record((&mut self.metrics, &mut self.outputs), &msg.method);
                 (answer, outcome)
             }
-            Own::Dropped => {
-                return self.drop_message(DropReason::ClientNotification, Some(&msg.method))
-            }
+            Own::Dropped(reason) => return self.drop_message(reason, Some(&msg.method)),
             Own::Forward(rewritten, mark) => {
                 let msg = rewritten.as_deref().unwrap_or(msg);
                 let mark = marked(&mut self.in_flight, number, msg, mark);
@@ -544,8 +542,9 @@ fn marked(in_flight: &mut InFlight, number: SessionNumber, msg: &Checked, mark: 
 enum Own {
     /// It answers with this, the outcome, and how it is counted.
     Answer(Vec<u8>, Outcome, Count),
-    /// A client notification not passed: dropped.
-    Dropped,
+    /// A client notification not passed (or naming a task not its own): dropped, counted
+    /// by the reason.
+    Dropped(DropReason),
     /// The message (or what replaces it) goes to the router with this mark.
     Forward(Option<Box<Checked>>, Mark),
 }
@@ -600,7 +599,7 @@ fn own_answer(
         return Own::Answer(answer, Outcome::Denied, Count::Policy);
     }
     let Some(session) = sessions.get(number) else {
-        return Own::Dropped;
+        return Own::Dropped(DropReason::ClientNotification);
     };
     let owner = Owner::Session(session.id);
     let (rewritten, mark) = match tasks.ask(now, &owner, msg, &settings.pass_methods) {
@@ -611,7 +610,7 @@ fn own_answer(
             };
             return Own::Answer(answer, outcome, Count::Drop(reason));
         }
-        Asked::Dropped => return Own::Dropped,
+        Asked::Dropped(reason) => return Own::Dropped(reason),
         Asked::Rewritten(checked) => (Some(checked), Mark::Tasks),
         Asked::Forward(mark) => (None, mark),
     };

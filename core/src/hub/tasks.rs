@@ -21,8 +21,14 @@ pub(crate) const MAX_TASK_ID: usize = 256;
 /// Cursors of `tasks/list` remembered per owner (the oldest forgotten first).
 const MAX_CURSORS: usize = 64;
 
-/// Owners the table holds at once: past it, a new owner's task is nobody's. Sessions are
-/// bounded by `--max-sessions`; this bounds the principals of 2026-07-28 requests.
+/// The `_meta` key by which a message says which task it belongs to; a backend routes the
+/// message (and what answers it) into that task.
+const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+
+/// Owners the table holds at once. Sessions are bounded by `--max-sessions` and forgotten
+/// when they end; the principals of 2026-07-28 requests never end, so a new owner past it
+/// takes the place of the principal owner used least recently (its tasks and cursors
+/// forgotten); only when every owner is a session is a new owner's task nobody's.
 const MAX_OWNERS: usize = 65_536;
 
 /// Who a task belongs to: the 2025 session whose request created it, or the principal
@@ -48,6 +54,9 @@ struct Holdings {
     tasks: BTreeMap<u64, String>,
     /// (minted cursor, the backend's cursor), oldest first.
     cursors: VecDeque<(String, String)>,
+    /// When the owner last created, listed or named a task (the table's counter then):
+    /// the least recent principal gives way when the table is full.
+    used: u64,
 }
 
 /// The task table: task id → owner, and each owner's tasks and cursors.
@@ -69,8 +78,9 @@ pub(crate) enum Asked {
     Rewritten(Box<Checked>),
     /// The proxy answers with this response (counted by the reason).
     Answer(Vec<u8>, DropReason),
-    /// A client notification the backend is not given: accepted and dropped.
-    Dropped,
+    /// A client notification the backend is not given: accepted and dropped (counted by
+    /// the reason).
+    Dropped(DropReason),
 }
 
 impl Asked {
@@ -99,26 +109,34 @@ impl Tasks {
         }
     }
 
-    /// `--max-tasks-per-owner` after a reload (the tables keep what they hold until it
-    /// is next added to).
+    /// `--max-tasks-per-owner` after a reload: an owner past a lowered bound forgets its
+    /// oldest tasks at once, down to it.
     pub(crate) fn set_max(&mut self, max_per_owner: usize) {
         self.max_per_owner = max_per_owner.max(1);
+        for holdings in self.owners.values_mut() {
+            while holdings.tasks.len() > self.max_per_owner {
+                if let Some((_, oldest)) = holdings.tasks.pop_first() {
+                    self.tasks.remove(&oldest);
+                }
+            }
+        }
     }
 
     /// `owner` was delivered the result that created `task`: the task is its own, the
     /// owner's oldest forgotten past `--max-tasks-per-owner`. A task id over
-    /// [`MAX_TASK_ID`] bytes, one already held, or one past [`MAX_OWNERS`], stays
-    /// nobody's.
+    /// [`MAX_TASK_ID`] bytes, one already held, or one with no room in [`MAX_OWNERS`],
+    /// stays nobody's.
     pub(crate) fn created(&mut self, now: Instant, owner: Owner, task: &CreatedTask) {
         if task.id.len() > MAX_TASK_ID || self.tasks.contains_key(&task.id) {
             return;
         }
-        if !self.owners.contains_key(&owner) && self.owners.len() >= MAX_OWNERS {
+        if !self.make_room(&owner) {
             return;
         }
         let seq = self.next;
         self.next += 1;
         let holdings = self.owners.entry(owner.clone()).or_default();
+        holdings.used = seq;
         holdings.tasks.insert(seq, task.id.clone());
         let evicted = (holdings.tasks.len() > self.max_per_owner)
             .then(|| holdings.tasks.pop_first())
@@ -162,7 +180,8 @@ impl Tasks {
         }
     }
 
-    /// The owner ended (its session closed): its tasks and cursors are forgotten.
+    /// The owner ended (its session closed, or a principal gave its place up): its tasks
+    /// and cursors are forgotten.
     pub(crate) fn owner_ended(&mut self, owner: &Owner) {
         if let Some(holdings) = self.owners.remove(owner) {
             for id in holdings.tasks.values() {
@@ -228,14 +247,35 @@ impl Tasks {
         })
     }
 
+    /// Whether `owner` has a place in the table: it holds one, there is room, or the
+    /// principal owner used least recently gave its place up (a scan, only when full).
+    /// A live session's place is never taken.
+    fn make_room(&mut self, owner: &Owner) -> bool {
+        if self.owners.contains_key(owner) || self.owners.len() < MAX_OWNERS {
+            return true;
+        }
+        let idle = (self.owners.iter())
+            .filter(|(owner, _)| matches!(owner, Owner::Principal(_)))
+            .min_by_key(|(_, holdings)| holdings.used)
+            .map(|(owner, _)| owner.clone());
+        match idle {
+            Some(idle) => {
+                self.owner_ended(&idle);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// A cursor for `owner` standing for the backend's `backend`.
     fn mint_cursor(&mut self, owner: &Owner, backend: String) -> Option<String> {
-        if !self.owners.contains_key(owner) && self.owners.len() >= MAX_OWNERS {
+        if !self.make_room(owner) {
             return None;
         }
         let minted = format!("switchboard-tasks-{}", self.next);
-        self.next += 1;
         let holdings = self.owners.entry(owner.clone()).or_default();
+        holdings.used = self.next;
+        self.next += 1;
         if holdings.cursors.len() >= MAX_CURSORS {
             holdings.cursors.pop_front();
         }
@@ -247,8 +287,39 @@ impl Tasks {
     /// operator forwards although MCP does not define them: a task it does not own and a
     /// method nobody passed are answered here; a notification nobody passed is dropped;
     /// `logging/setLevel` is answered `{}`; a `tasks/list` is marked for filtering (its
-    /// cursor, if one was minted for this owner, mapped back).
+    /// cursor, if one was minted for this owner, mapped back). A message that would be
+    /// forwarded but names, in `params._meta`, a related task it does not own is answered
+    /// as a foreign `tasks/get` is (a notification dropped): the backend would file it,
+    /// and what answers it, under that task.
     pub(crate) fn ask(
+        &mut self,
+        now: Instant,
+        owner: &Owner,
+        msg: &Checked,
+        passed: &std::collections::BTreeSet<String>,
+    ) -> Asked {
+        if let Some(holdings) = self.owners.get_mut(owner) {
+            holdings.used = self.next;
+        }
+        let asked = self.decide(now, owner, msg, passed);
+        if !matches!(asked, Asked::Forward(_) | Asked::Rewritten(_)) {
+            return asked;
+        }
+        match related_task(msg) {
+            Some(task) if !task.as_deref().is_some_and(|id| self.owns(now, owner, id)) => {
+                match msg.kind {
+                    Kind::Request => {
+                        Asked::Answer(msg.error(-32602, "Task not found"), DropReason::ForeignTask)
+                    }
+                    _ => Asked::Dropped(DropReason::ForeignTask),
+                }
+            }
+            _ => asked,
+        }
+    }
+
+    /// [`Tasks::ask`] by method alone.
+    fn decide(
         &mut self,
         now: Instant,
         owner: &Owner,
@@ -259,7 +330,7 @@ impl Tasks {
         if msg.kind != Kind::Request {
             return match methods::is_notification(method) || passed.contains(method) {
                 true => Asked::Forward(Mark::Plain),
-                false => Asked::Dropped,
+                false => Asked::Dropped(DropReason::ClientNotification),
             };
         }
         let modern = msg.modern.is_some();
@@ -316,6 +387,20 @@ impl Tasks {
             .map(|h| h.tasks.values().cloned().collect())
             .unwrap_or_default()
     }
+}
+
+/// The task `msg` names in `params._meta` (keys read as decoded, so escapes cannot hide
+/// it): `None` when it names none, `Some(None)` when its `taskId` is not a string (or
+/// missing). A 2026-07-28 request has none: its reserved keys were removed.
+fn related_task(msg: &Checked) -> Option<Option<String>> {
+    let meta = &msg.text[msg.meta.clone()?];
+    let (_, related) = message::members(meta)?
+        .into_iter()
+        .find(|(k, _)| k == RELATED_TASK)?;
+    let id = message::members(related)
+        .and_then(|m| m.into_iter().find(|(k, _)| k == "taskId"))
+        .and_then(|(_, id)| serde_json::from_str::<String>(id).ok());
+    Some(id)
 }
 
 /// The raw text of `params.cursor` in message `text`, unless missing or `null`.
@@ -384,6 +469,44 @@ mod tests {
         assert_eq!(tasks.sizes(), (2, 1));
         tasks.clear();
         assert_eq!(tasks.sizes(), (0, 0));
+    }
+
+    #[test]
+    fn a_lowered_bound_trims_every_owner_at_once() {
+        let now = origin();
+        let (a, b) = (session(1), session(2));
+        let mut tasks = Tasks::new(3);
+        for id in ["a1", "a2", "a3"] {
+            tasks.created(now, a.clone(), &created(id, None));
+        }
+        tasks.created(now, b.clone(), &created("b1", None));
+        tasks.set_max(1);
+        assert_eq!(tasks.of(&a), ["a3"].map(String::from).into());
+        assert_eq!(tasks.of(&b), ["b1"].map(String::from).into());
+        assert!(!tasks.owns(now, &a, "a1") && !tasks.owns(now, &a, "a2"));
+        assert_eq!(tasks.sizes(), (2, 2));
+    }
+
+    #[test]
+    fn a_full_table_gives_the_least_recently_used_principals_place_to_a_new_owner() {
+        let now = origin();
+        let principal = |n: usize| Owner::Principal(Principal::new(&format!("p{n}")));
+        let mut tasks = Tasks::new(10);
+        tasks.created(now, session(1), &created("s", None));
+        for n in 1..MAX_OWNERS {
+            tasks.created(now, principal(n), &created(&format!("t{n}"), None));
+        }
+        assert_eq!(tasks.sizes(), (MAX_OWNERS, MAX_OWNERS));
+        // p1 asks about its task: p2 is now the least recently used.
+        let get = r#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"t1"}}"#;
+        let get = Checked::admit(get.into()).unwrap();
+        let asked = tasks.ask(now, &principal(1), &get, &Default::default());
+        assert!(matches!(asked, Asked::Forward(_)));
+        tasks.created(now, principal(0), &created("new", None));
+        assert!(tasks.owns(now, &principal(0), "new"));
+        assert!(!tasks.owns(now, &principal(2), "t2"));
+        assert!(tasks.owns(now, &principal(1), "t1") && tasks.owns(now, &session(1), "s"));
+        assert_eq!(tasks.sizes(), (MAX_OWNERS, MAX_OWNERS));
     }
 
     #[test]

@@ -67,6 +67,28 @@ pub(crate) fn answered_before_routing(method: &str) -> Option<(&'static str, &'s
     }
 }
 
+/// What the proxy answers itself before the router (SPEC section 15) for the request `m`
+/// of `method` from a session that owns no task, `_meta` considered: a request it would
+/// forward that names a related task (necessarily another's) is answered as a foreign
+/// `tasks/get` is.
+fn answered_for(method: &str, m: &Members<'_>) -> Option<(&'static str, &'static str)> {
+    match answered_before_routing(method) {
+        Some(answer) if method != "tasks/list" || has_cursor(m) => Some(answer),
+        _ => names_related_task(m)
+            .then_some(("error", r#"{"code":-32602,"message":"Task not found"}"#)),
+    }
+}
+
+/// Whether a client message names, in `params._meta`, the task it relates to (SPEC
+/// section 15: the fixtures' poster owns none, so such a message never reaches the backend).
+fn names_related_task(m: &Members<'_>) -> bool {
+    at(
+        m,
+        &["params", "_meta", "io.modelcontextprotocol/related-task"],
+    )
+    .is_some()
+}
+
 /// Whether a `tasks/list` names a cursor (one the proxy never minted, in the fixtures).
 fn has_cursor(m: &Members<'_>) -> bool {
     at(m, &["params", "cursor"]).is_some_and(|c| c.get() != "null")
@@ -235,12 +257,15 @@ impl ClientFixture {
                     id.is_some() || method == "notifications/cancelled",
                     "a client notification other than a cancellation reached the backend"
                 );
-                // SPEC section 15: a method MCP does not define never reaches the backend.
+                // SPEC section 15: a method MCP does not define never reaches the backend,
+                // nor a message naming a task its poster does not own.
                 assert!(
-                    id.is_none()
-                        || answered_before_routing(&method).is_none()
-                        || (method == "tasks/list" && !has_cursor(&m)),
+                    id.is_none() || answered_for(&method, &m).is_none(),
                     "{method} reached the backend"
+                );
+                assert!(
+                    !names_related_task(&m),
+                    "{method} naming another's task reached the backend"
                 );
                 let first_initialize =
                     self.init == InitState::Idle && method == "initialize" && id.is_some();
@@ -250,6 +275,15 @@ impl ClientFixture {
             Accepted::Answered => self.check_answered(&method, id, &m, &actions),
             Accepted::Absorbed => {
                 assert!(id.is_none(), "absorbed a request");
+                if names_related_task(&m) {
+                    // Dropped, as another's task (or, not passed, as any notification).
+                    let [Action::Drop { reason, .. }] = &actions[..] else {
+                        panic!("absorbed {method} naming a task with {actions:?}");
+                    };
+                    let reasons = [DropReason::ForeignTask, DropReason::ClientNotification];
+                    assert!(reasons.contains(reason), "{method} dropped as {reason:?}");
+                    return;
+                }
                 match method.as_str() {
                     "notifications/initialized" | "initialize" => {
                         assert!(actions.is_empty(), "absorbed with {actions:?}")
@@ -281,7 +315,9 @@ impl ClientFixture {
         actions: &[Action],
     ) {
         let id = id.expect("only requests are answered");
+        let task_refused = answered_for(method, m).filter(|_| names_related_task(m));
         let expected = match (method, self.init) {
+            _ if task_refused.is_some() => return self.check_refused(id, actions, task_refused),
             ("initialize", InitState::InFlight) => {
                 assert!(actions.is_empty(), "a waiting initialize got {actions:?}");
                 // The backend answers the first client's initialize: this one is answered too.
@@ -315,21 +351,8 @@ impl ClientFixture {
                 );
                 "{}"
             }
-            _ => match answered_before_routing(method) {
-                Some((member, expected)) => {
-                    // Counted as the proxy's answer, then delivered.
-                    let [Action::Drop { .. }, Action::Deliver {
-                        session,
-                        message,
-                        what,
-                    }] = actions
-                    else {
-                        panic!("an answered {method} produced {actions:?}");
-                    };
-                    assert_eq!(*session, self.poster, "an answer went to another session");
-                    check_delivery_span(message, what);
-                    return check_answer(message, id, member, expected);
-                }
+            _ => match answered_for(method, m) {
+                Some(answer) => return self.check_refused(id, actions, Some(answer)),
                 None => panic!(
                     "{method} was answered by the proxy in state {:?}",
                     self.init
@@ -347,6 +370,28 @@ impl ClientFixture {
         assert_eq!(*session, self.poster, "an answer went to another session");
         check_delivery_span(message, what);
         check_answer(message, id, "result", expected);
+    }
+
+    /// The proxy's own `answer` (SPEC section 15) to the poster's request `id`: counted,
+    /// then delivered to the poster.
+    fn check_refused(
+        &self,
+        id: &RawValue,
+        actions: &[Action],
+        answer: Option<(&'static str, &'static str)>,
+    ) {
+        let (member, expected) = answer.expect("an answer");
+        let [Action::Drop { .. }, Action::Deliver {
+            session,
+            message,
+            what,
+        }] = actions
+        else {
+            panic!("an answered request produced {actions:?}");
+        };
+        assert_eq!(*session, self.poster, "an answer went to another session");
+        check_delivery_span(message, what);
+        check_answer(message, id, member, expected);
     }
 
     /// The backend echoes what the rewrite routed: the poster gets its own id (and
@@ -863,10 +908,15 @@ fn justify_delivery(world: &World<'_>, m: &Members<'_>, session: &SessionId, mes
                 .as_ref()
                 .is_some_and(|u| world.subs.get(session).is_some_and(|s| s.contains(u)));
             assert!(watched, "update of {uri:?} delivered to {session}");
+            // Rebuilt from its uri alone: nothing else the backend wrote travels.
+            let uri = serde_json::Value::from(uri.expect("watched"));
+            let rebuilt = format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{{"uri":{uri}}}}}"#
+            );
             assert_eq!(
                 canon_text(std::str::from_utf8(message).expect("checked")),
-                canon_members(m),
-                "resources/updated changed on the way"
+                canon_text(&rebuilt),
+                "resources/updated not rebuilt from its uri"
             );
         }
         other => panic!("{other:?} delivered to {session}"),
