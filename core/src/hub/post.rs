@@ -588,7 +588,7 @@ fn own_answer(
 ) -> Own {
     // A notification is never answered: one naming a tool not shown goes nowhere.
     if msg.unknown_tool && msg.kind == message::Kind::Notification {
-        return Own::Dropped;
+        return Own::Dropped(DropReason::ClientNotification);
     }
     if msg.unknown_tool {
         let answer = crate::tools::unknown_tool(msg);
