@@ -5,7 +5,8 @@
 //! Lines for stdin wait here, not in the shell: the shell holds at most
 //! `Settings::stdin_window` lines not yet written, and each write report releases more.
 //! The proxy's own lines and cancellations go first (they are few and bounded, and a
-//! health ping must not wait behind a flood); client lines go in turns, one per session
+//! health ping must not wait behind a flood), and with them the last holder's
+//! unsubscribe of a uri (counted in its session's share); client lines go in turns, one per session
 //! with lines waiting, in session order (round robin), so a session that floods the queue
 //! delays another's line by one turn, not by its whole backlog (SPEC section 12).
 //!
@@ -53,11 +54,12 @@ pub(crate) enum LineFrom {
     /// The cancellation of a request the backend was given: always (each is owed for a
     /// request in flight, so there are never more than requests in flight).
     Cancellation,
-    /// A client's `resources/unsubscribe` (forwarded when no one else holds its uri): in
-    /// the proxy's own order, within the proxy's room. In its session's lane it could wait
-    /// behind that session's lines while another caller's later subscribe of the uri went
-    /// ahead, and then end that subscription at the backend.
-    Unsubscribe,
+    /// The last holder's `resources/unsubscribe` of a uri, from this session: in the
+    /// proxy's own order (in its session's lane it could wait behind that session's lines
+    /// while another caller's later subscribe of the uri went ahead, and then end that
+    /// subscription at the backend), but within its session's fair share, so a session
+    /// cannot flood the proxy's own room with them.
+    Unsubscribe(Lane),
 }
 
 /// `line` from `from` queued for stdin, as the hub queues every line: counted (a client's
@@ -70,7 +72,7 @@ pub(super) fn queued(
     from: LineFrom,
 ) -> bool {
     match from {
-        LineFrom::Client(_) | LineFrom::Request(..) | LineFrom::Unsubscribe => {
+        LineFrom::Client(_) | LineFrom::Request(..) | LineFrom::Unsubscribe(_) => {
             metrics.rewrites += 1
         }
         LineFrom::Proxy => metrics.replies += 1,
@@ -173,8 +175,9 @@ pub(crate) struct BackendProcess {
     backend_window: usize,
     /// How long a request keeps its place in the window (`--request-timeout`).
     window_timeout: Option<Duration>,
-    /// The proxy's own lines and cancellations not handed to the shell yet.
-    held_proxy: VecDeque<Vec<u8>>,
+    /// The proxy's own lines and cancellations not handed to the shell yet, and the
+    /// sessions' unsubscribes that go in the same order (each with its session).
+    held_proxy: VecDeque<(Vec<u8>, Option<Lane>)>,
     /// The session whose line was handed over last: the next turn is the next session's.
     turn: Option<Lane>,
 }
@@ -350,10 +353,10 @@ impl BackendProcess {
     /// cancellation always. False when it does not fit or no process takes lines.
     pub(crate) fn queue(&mut self, from: LineFrom, line: Vec<u8>) -> bool {
         let fits = match &from {
-            LineFrom::Client(session) | LineFrom::Request(session, _) => self.fits(Some(*session)),
-            LineFrom::Proxy | LineFrom::Unsubscribe => {
-                self.owners.len() + self.held_proxy.len() < 2 * self.stdin_queue
-            }
+            LineFrom::Client(session)
+            | LineFrom::Request(session, _)
+            | LineFrom::Unsubscribe(session) => self.fits(Some(*session)),
+            LineFrom::Proxy => self.owners.len() + self.held_proxy.len() < 2 * self.stdin_queue,
             LineFrom::Cancellation => true,
         };
         if !fits
@@ -370,8 +373,13 @@ impl BackendProcess {
         let (session, slot) = match from {
             LineFrom::Client(session) => (session, None),
             LineFrom::Request(session, slot) => (session, Some(slot)),
-            LineFrom::Proxy | LineFrom::Cancellation | LineFrom::Unsubscribe => {
-                self.held_proxy.push_back(line);
+            LineFrom::Unsubscribe(session) => {
+                *self.queued_by.entry(session).or_default() += 1;
+                self.held_proxy.push_back((line, Some(session)));
+                return true;
+            }
+            LineFrom::Proxy | LineFrom::Cancellation => {
+                self.held_proxy.push_back((line, None));
                 return true;
             }
         };
@@ -408,7 +416,7 @@ impl BackendProcess {
             return None;
         }
         let (line, owner) = match self.held_proxy.pop_front() {
-            Some(line) => (line, None),
+            Some(held) => held,
             None => {
                 let (next, line, slot) = self.next_client(all)?;
                 if let Some(slot) = slot {
@@ -589,7 +597,9 @@ impl BackendProcess {
     /// How many were dropped.
     pub(crate) fn forget(&mut self, session: Lane) -> usize {
         if self.queued_by.remove(&session).is_some() {
-            for owner in self.owners.iter_mut().filter(|o| **o == Some(session)) {
+            let held_proxy = self.held_proxy.iter_mut().map(|(_, owner)| owner);
+            for owner in (self.owners.iter_mut().chain(held_proxy)).filter(|o| **o == Some(session))
+            {
                 *owner = None;
             }
         }
