@@ -17,6 +17,9 @@
 //! queued, when its session ends, when the backend exits, or at `--request-timeout` after
 //! it was handed over, whichever comes first (a backend that never answers cannot wedge
 //! the window). The proxy's own lines, cancellations and client notifications do not count.
+//! A place is one request written: a legacy client's copy of an id still in the window
+//! takes a place of its own (the backend runs and answers each), so reusing an id cannot
+//! pass the window.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound::{Excluded, Unbounded};
@@ -164,8 +167,9 @@ pub(crate) struct BackendProcess {
     /// Held client lines that are notifications (they pass a full window).
     held_notes: usize,
     /// Client requests handed to the shell and not yet ended: the window, each with its
-    /// session (or lane).
-    window: BTreeMap<Slot, Lane>,
+    /// session (or lane) and the copies of it written (a legacy client may reuse an id in
+    /// flight; each copy is a request the backend runs and answers).
+    window: BTreeMap<Slot, (Lane, usize)>,
     /// How many of the window's requests each session holds: one below its share of the
     /// window goes even when the window is full.
     in_window: BTreeMap<Lane, usize>,
@@ -423,7 +427,7 @@ impl BackendProcess {
                     if let Some(timeout) = self.window_timeout {
                         self.window_timers.set(slot.clone(), now + timeout);
                     }
-                    self.window.insert(slot, next);
+                    self.window.entry(slot).or_insert((next, 0)).1 += 1;
                     *self.in_window.entry(next).or_default() += 1;
                 }
                 (line, Some(next))
@@ -440,7 +444,7 @@ impl BackendProcess {
     /// session order) whose first line may go now, a request only while the window has
     /// room (or when `all` lines go).
     fn next_client(&mut self, all: bool) -> Option<(Lane, Vec<u8>, Option<Slot>)> {
-        let room = all || self.window.len() < self.backend_window;
+        let room = all || self.in_window() < self.backend_window;
         // The window is shared fairly too: a session holding less than its part of it
         // (the window over the sessions holding or wanting a place) goes even when it is
         // full, so one client's slow calls never hold it against another's.
@@ -481,22 +485,29 @@ impl BackendProcess {
         Some((next, line, slot))
     }
 
-    /// Request `slot` was answered: its place in the window is free. True if it had one.
+    /// Request `slot` was answered: its place in the window (one copy's) is free. True if
+    /// it had one.
     pub(crate) fn answered(&mut self, slot: &Slot) -> bool {
-        let freed = self.leave_window(slot);
-        if freed {
+        let freed = self.leave_window(slot, 1);
+        if freed && !self.window.contains_key(slot) {
             self.window_timers.remove(slot);
         }
         freed
     }
 
-    /// Request `slot` leaves the window (its session holds one fewer). True if it was in.
-    fn leave_window(&mut self, slot: &Slot) -> bool {
-        let Some(session) = self.window.remove(slot) else {
+    /// Up to `copies` copies of request `slot` leave the window (its session holds as many
+    /// fewer places). True if it was in.
+    fn leave_window(&mut self, slot: &Slot, copies: usize) -> bool {
+        let Some((session, written)) = self.window.get_mut(slot) else {
             return false;
         };
+        let (session, left) = (*session, copies.min(*written));
+        *written -= left;
+        if *written == 0 {
+            self.window.remove(slot);
+        }
         if let Some(n) = self.in_window.get_mut(&session) {
-            *n -= 1;
+            *n -= left;
             if *n == 0 {
                 self.in_window.remove(&session);
             }
@@ -550,15 +561,16 @@ impl BackendProcess {
     /// Requests in the window awaited no longer at `now`; true if any left it.
     fn window_due(&mut self, now: Instant) -> bool {
         let mut freed = false;
+        // Its timer restarted with its newest copy: every copy is past it.
         while let Some((_, slot)) = self.window_timers.pop_due(now) {
-            freed |= self.leave_window(&slot);
+            freed |= self.leave_window(&slot, usize::MAX);
         }
         freed
     }
 
-    /// Client requests in the window (for the tests).
+    /// Client requests in the window, each copy of a reused id counted.
     pub(crate) fn in_window(&self) -> usize {
-        self.window.len()
+        self.in_window.values().sum()
     }
 
     /// One line of `session` left the queue: its share gets its room back.
@@ -605,7 +617,7 @@ impl BackendProcess {
         }
         self.in_window.remove(&session);
         let timers = &mut self.window_timers;
-        self.window.retain(|slot, lane| {
+        self.window.retain(|slot, (lane, _)| {
             let keep = *lane != session;
             if !keep {
                 timers.remove(slot);
