@@ -5,7 +5,8 @@
 //! Lines for stdin wait here, not in the shell: the shell holds at most
 //! `Settings::stdin_window` lines not yet written, and each write report releases more.
 //! The proxy's own lines and cancellations go first (they are few and bounded, and a
-//! health ping must not wait behind a flood); client lines go in turns, one per session
+//! health ping must not wait behind a flood), and with them the last holder's
+//! unsubscribe of a uri (counted in its session's share); client lines go in turns, one per session
 //! with lines waiting, in session order (round robin), so a session that floods the queue
 //! delays another's line by one turn, not by its whole backlog (SPEC section 12).
 //!
@@ -16,6 +17,9 @@
 //! queued, when its session ends, when the backend exits, or at `--request-timeout` after
 //! it was handed over, whichever comes first (a backend that never answers cannot wedge
 //! the window). The proxy's own lines, cancellations and client notifications do not count.
+//! A place is one request written: a legacy client's copy of an id still in the window
+//! takes a place of its own (the backend runs and answers each), so reusing an id cannot
+//! pass the window.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound::{Excluded, Unbounded};
@@ -54,11 +58,12 @@ pub(crate) enum LineFrom {
     /// The cancellation of a request the backend was given: always (each is owed for a
     /// request in flight, so there are never more than requests in flight).
     Cancellation,
-    /// A client's `resources/unsubscribe` (forwarded when no one else holds its uri): in
-    /// the proxy's own order, within the proxy's room. In its session's lane it could wait
-    /// behind that session's lines while another caller's later subscribe of the uri went
-    /// ahead, and then end that subscription at the backend.
-    Unsubscribe,
+    /// The last holder's `resources/unsubscribe` of a uri, from this session: in the
+    /// proxy's own order (in its session's lane it could wait behind that session's lines
+    /// while another caller's later subscribe of the uri went ahead, and then end that
+    /// subscription at the backend), but within its session's fair share, so a session
+    /// cannot flood the proxy's own room with them.
+    Unsubscribe(Lane),
 }
 
 /// `line` from `from` queued for stdin, as the hub queues every line: counted (a client's
@@ -71,7 +76,7 @@ pub(super) fn queued(
     from: LineFrom,
 ) -> bool {
     match from {
-        LineFrom::Client(_) | LineFrom::Request(..) | LineFrom::Unsubscribe => {
+        LineFrom::Client(_) | LineFrom::Request(..) | LineFrom::Unsubscribe(_) => {
             metrics.rewrites += 1
         }
         LineFrom::Proxy => metrics.replies += 1,
@@ -207,8 +212,9 @@ pub(crate) struct BackendProcess {
     /// Held client lines that are notifications (they pass a full window).
     held_notes: usize,
     /// Client requests handed to the shell and not yet ended: the window, each with its
-    /// session (or lane).
-    window: BTreeMap<Slot, Lane>,
+    /// session (or lane) and the copies of it written (a legacy client may reuse an id in
+    /// flight; each copy is a request the backend runs and answers).
+    window: BTreeMap<Slot, (Lane, usize)>,
     /// How many of the window's requests each session holds: one below its share of the
     /// window goes even when the window is full.
     in_window: BTreeMap<Lane, usize>,
@@ -218,8 +224,9 @@ pub(crate) struct BackendProcess {
     backend_window: usize,
     /// How long a request keeps its place in the window (`--request-timeout`).
     window_timeout: Option<Duration>,
-    /// The proxy's own lines and cancellations not handed to the shell yet.
-    held_proxy: VecDeque<Vec<u8>>,
+    /// The proxy's own lines and cancellations not handed to the shell yet, and the
+    /// sessions' unsubscribes that go in the same order (each with its session).
+    held_proxy: VecDeque<(Vec<u8>, Option<Lane>)>,
     /// The session whose line was handed over last: the next turn is the next session's.
     turn: Option<Lane>,
 }
@@ -395,10 +402,10 @@ impl BackendProcess {
     /// cancellation always. False when it does not fit or no process takes lines.
     pub(crate) fn queue(&mut self, from: LineFrom, line: Vec<u8>) -> bool {
         let fits = match &from {
-            LineFrom::Client(session) | LineFrom::Request(session, _) => self.fits(Some(*session)),
-            LineFrom::Proxy | LineFrom::Unsubscribe => {
-                self.owners.len() + self.held_proxy.len() < 2 * self.stdin_queue
-            }
+            LineFrom::Client(session)
+            | LineFrom::Request(session, _)
+            | LineFrom::Unsubscribe(session) => self.fits(Some(*session)),
+            LineFrom::Proxy => self.owners.len() + self.held_proxy.len() < 2 * self.stdin_queue,
             LineFrom::Cancellation => true,
         };
         if !fits
@@ -415,8 +422,13 @@ impl BackendProcess {
         let (session, slot) = match from {
             LineFrom::Client(session) => (session, None),
             LineFrom::Request(session, slot) => (session, Some(slot)),
-            LineFrom::Proxy | LineFrom::Cancellation | LineFrom::Unsubscribe => {
-                self.held_proxy.push_back(line);
+            LineFrom::Unsubscribe(session) => {
+                *self.queued_by.entry(session).or_default() += 1;
+                self.held_proxy.push_back((line, Some(session)));
+                return true;
+            }
+            LineFrom::Proxy | LineFrom::Cancellation => {
+                self.held_proxy.push_back((line, None));
                 return true;
             }
         };
@@ -453,14 +465,14 @@ impl BackendProcess {
             return None;
         }
         let (line, owner) = match self.held_proxy.pop_front() {
-            Some(line) => (line, None),
+            Some(held) => held,
             None => {
                 let (next, line, slot) = self.next_client(all)?;
                 if let Some(slot) = slot {
                     if let Some(timeout) = self.window_timeout {
                         self.window_timers.set(slot.clone(), now + timeout);
                     }
-                    self.window.insert(slot, next);
+                    self.window.entry(slot).or_insert((next, 0)).1 += 1;
                     *self.in_window.entry(next).or_default() += 1;
                 }
                 (line, Some(next))
@@ -477,7 +489,7 @@ impl BackendProcess {
     /// session order) whose first line may go now, a request only while the window has
     /// room (or when `all` lines go).
     fn next_client(&mut self, all: bool) -> Option<(Lane, Vec<u8>, Option<Slot>)> {
-        let room = all || self.window.len() < self.backend_window;
+        let room = all || self.in_window() < self.backend_window;
         // The window is shared fairly too: a session holding less than its part of it
         // (the window over the sessions holding or wanting a place) goes even when it is
         // full, so one client's slow calls never hold it against another's.
@@ -518,22 +530,29 @@ impl BackendProcess {
         Some((next, line, slot))
     }
 
-    /// Request `slot` was answered: its place in the window is free. True if it had one.
+    /// Request `slot` was answered: its place in the window (one copy's) is free. True if
+    /// it had one.
     pub(crate) fn answered(&mut self, slot: &Slot) -> bool {
-        let freed = self.leave_window(slot);
-        if freed {
+        let freed = self.leave_window(slot, 1);
+        if freed && !self.window.contains_key(slot) {
             self.window_timers.remove(slot);
         }
         freed
     }
 
-    /// Request `slot` leaves the window (its session holds one fewer). True if it was in.
-    fn leave_window(&mut self, slot: &Slot) -> bool {
-        let Some(session) = self.window.remove(slot) else {
+    /// Up to `copies` copies of request `slot` leave the window (its session holds as many
+    /// fewer places). True if it was in.
+    fn leave_window(&mut self, slot: &Slot, copies: usize) -> bool {
+        let Some((session, written)) = self.window.get_mut(slot) else {
             return false;
         };
+        let (session, left) = (*session, copies.min(*written));
+        *written -= left;
+        if *written == 0 {
+            self.window.remove(slot);
+        }
         if let Some(n) = self.in_window.get_mut(&session) {
-            *n -= 1;
+            *n -= left;
             if *n == 0 {
                 self.in_window.remove(&session);
             }
@@ -587,15 +606,16 @@ impl BackendProcess {
     /// Requests in the window awaited no longer at `now`; true if any left it.
     fn window_due(&mut self, now: Instant) -> bool {
         let mut freed = false;
+        // Its timer restarted with its newest copy: every copy is past it.
         while let Some((_, slot)) = self.window_timers.pop_due(now) {
-            freed |= self.leave_window(&slot);
+            freed |= self.leave_window(&slot, usize::MAX);
         }
         freed
     }
 
-    /// Client requests in the window (for the tests).
+    /// Client requests in the window, each copy of a reused id counted.
     pub(crate) fn in_window(&self) -> usize {
-        self.window.len()
+        self.in_window.values().sum()
     }
 
     /// One line of `session` left the queue: its share gets its room back.
@@ -634,13 +654,15 @@ impl BackendProcess {
     /// How many were dropped.
     pub(crate) fn forget(&mut self, session: Lane) -> usize {
         if self.queued_by.remove(&session).is_some() {
-            for owner in self.owners.iter_mut().filter(|o| **o == Some(session)) {
+            let held_proxy = self.held_proxy.iter_mut().map(|(_, owner)| owner);
+            for owner in (self.owners.iter_mut().chain(held_proxy)).filter(|o| **o == Some(session))
+            {
                 *owner = None;
             }
         }
         self.in_window.remove(&session);
         let timers = &mut self.window_timers;
-        self.window.retain(|slot, lane| {
+        self.window.retain(|slot, (lane, _)| {
             let keep = *lane != session;
             if !keep {
                 timers.remove(slot);

@@ -6,11 +6,12 @@ use std::time::{Duration, Instant};
 use super::auditing::Happened;
 use super::backend::{LineFrom, Phase};
 use super::exchanges::Answer;
-use super::in_flight::Settlement;
+use super::in_flight::{Caller, Settlement};
 use super::mcp::Ending;
 use super::sessions::{Kind, SessionNumber};
 use super::Hub;
 use crate::http::Rejection;
+use crate::message::IdKey;
 use crate::metrics::DropReason;
 use crate::output::{BackendId, CloseReason, Event, Output};
 use crate::settings::OnBackendExit;
@@ -178,17 +179,28 @@ impl Hub {
     }
 
     /// Ends every live session in creation order; the backend is gone or going, so
-    /// nothing is unsubscribed.
+    /// nothing is unsubscribed. Every request is told it failed (or its stream ends)
+    /// first, and its lines still waiting for stdin are dropped: none may be written when
+    /// stdin closes, nor go into a place that another's ending frees.
     fn end_all_sessions(&mut self, now: Instant, reason: CloseReason) {
         let text = match reason {
             CloseReason::Shutdown => "proxy shutting down",
             _ => "backend restarted",
         };
         for (caller, entry) in self.in_flight.take_modern() {
+            // A 2026-07-28 request's lane is its principal's, never forgotten.
+            if let (Caller::Modern(key), Some(id)) = (caller, IdKey::of(&entry.raw_id)) {
+                self.backend.cancelled(&(*key.route(), id));
+            }
             let failed = Settlement::error(&entry.raw_id, -32603, text);
             self.settle(now, (Some(caller), entry), failed);
         }
         let live: Vec<SessionNumber> = self.sessions.iter().map(|(n, _)| n).collect();
+        for number in &live {
+            for _ in 0..self.backend.forget((*number).into()) {
+                self.drop_message(DropReason::SessionGone, None);
+            }
+        }
         for number in live {
             self.end_session(now, number, reason);
         }

@@ -631,9 +631,10 @@ fn own_answer(
 }
 
 /// The proxy's own answer to a subscription request of session `number`, if it has one: a
-/// `resources/subscribe` over the cap is refused; a `resources/unsubscribe` others (a
-/// session or a listen stream) still watch is answered `{}` (only this session leaves; the
-/// backend keeps it).
+/// `resources/subscribe` over the cap is refused; a `resources/unsubscribe` of a uri this
+/// session does not hold, or that others (a session or a listen stream) still watch, is
+/// answered `{}` (only this session leaves; the backend keeps it), so only the last
+/// holder's reaches the backend.
 fn subscription(
     (sessions, listeners): (&mut Sessions, &super::listen::Listeners),
     number: SessionNumber,
@@ -657,10 +658,11 @@ fn subscription(
 
 /// How a client line of session `number` (routed under `sid`) is queued: a request (not
 /// the handshake, which goes under the proxy's own id) takes a place in the backend window;
-/// an unsubscribe goes in the proxy's own order ([`LineFrom::Unsubscribe`]).
+/// the last holder's unsubscribe of a uri goes in the proxy's own order, within its
+/// session's share ([`LineFrom::Unsubscribe`]).
 pub(super) fn client_line(number: SessionNumber, sid: SessionId, msg: &Checked) -> LineFrom {
-    if msg.kind == message::Kind::Request && msg.method == "resources/unsubscribe" {
-        return LineFrom::Unsubscribe;
+    if msg.is_request("resources/unsubscribe") && msg.uri.is_some() {
+        return LineFrom::Unsubscribe(number.into());
     }
     match (&msg.id, msg.kind) {
         (Some(id), message::Kind::Request) if msg.method != "initialize" => {

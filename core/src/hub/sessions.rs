@@ -545,13 +545,16 @@ impl Sessions {
         Ok(())
     }
 
-    /// Session `number` stops watching `uri`: true if other sessions still watch it (so
-    /// the backend keeps the subscription and the proxy answers the unsubscribe itself).
+    /// Session `number` stops watching `uri`: true if the backend keeps the subscription
+    /// (the session did not watch it, or other sessions still do), so the proxy answers
+    /// the unsubscribe itself; false for the last holder's, which goes to the backend.
     pub(crate) fn unsubscribe(&mut self, number: SessionNumber, uri: &str) -> bool {
         let Some(session) = self.by_number.get_mut(&number) else {
             return false;
         };
-        session.subscriptions.remove(uri);
+        if !session.subscriptions.remove(uri) {
+            return true;
+        }
         let others = self.subscribers.get_mut(uri).map(|set| {
             set.remove(&session.id);
             set.len()
