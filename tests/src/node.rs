@@ -115,6 +115,48 @@ impl Node {
     }
 }
 
+/// The reference server the task and tool suites run behind the proxy.
+pub const EVERYTHING: &str = "@modelcontextprotocol/server-everything";
+
+/// Appends every chunk the backend reads on stdin to `$SWITCHBOARD_STDIN_RECORD`. It wraps
+/// `emit` rather than adding a `data` listener, so that stdin is not put in flowing mode
+/// before the SDK's transport listens.
+const STDIN_RECORDER: &str = r#"
+const fs = require("fs");
+const path = process.env.SWITCHBOARD_STDIN_RECORD;
+const emit = process.stdin.emit;
+process.stdin.emit = function (event, chunk, ...rest) {
+  if (event === "data") fs.appendFileSync(path, chunk);
+  return emit.call(this, event, chunk, ...rest);
+};
+"#;
+
+/// server-everything over stdio with what it reads recorded: the backend's command, the
+/// environment variable (name, value) the proxy must pass it, and the record's path. The
+/// record and its preload script live in `dir`.
+pub fn recorded_everything(
+    node: &Node,
+    dir: &Path,
+) -> (Vec<String>, (&'static str, String), PathBuf) {
+    let preload = dir.join("record.cjs");
+    fs::write(&preload, STDIN_RECORDER).expect("write the recorder");
+    let record = dir.join("backend-stdin.jsonl");
+    let script = node
+        .dir
+        .join("node_modules")
+        .join(EVERYTHING)
+        .join("dist/index.js");
+    let command = vec![
+        "node".to_owned(),
+        "--require".to_owned(),
+        preload.display().to_string(),
+        script.display().to_string(),
+        "stdio".to_owned(),
+    ];
+    let env = ("SWITCHBOARD_STDIN_RECORD", record.display().to_string());
+    (command, env, record)
+}
+
 /// A running Node process; killed with its whole group if dropped while running.
 pub struct NodeRun {
     child: Option<Child>,

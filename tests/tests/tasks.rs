@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use switchboard_tests::mcp::{post, Answer};
-use switchboard_tests::node::{node_with, one_at_a_time, Node};
+use switchboard_tests::node::{node_with, one_at_a_time, recorded_everything, Node, EVERYTHING};
 use switchboard_tests::{
     open_session, suite, wait_until, Events, Frame, McpSession, Proxy, Session, Target, TempDir,
     QUIET, WAIT,
@@ -41,26 +41,12 @@ use switchboard_tests::{
 const MODERN: &str = "2026-07-28";
 const ALICE: (&str, &str) = ("alice", "alice-secret-token");
 const BOB: (&str, &str) = ("bob", "bob-secret-token");
-const EVERYTHING: &str = "@modelcontextprotocol/server-everything";
 const TOOL: &str = "simulate-research-query";
 
 /// Marks every probe that must never reach the backend (in `params`, which the backend ignores).
 const FOREIGN: &str = "MARK-FOREIGN";
 /// Marks the owners' own probes, which must reach it.
 const OWN: &str = "MARK-OWN";
-
-/// Appends every chunk the backend reads on stdin to `$SWITCHBOARD_TASKS_RECORD`. It wraps
-/// `emit` rather than adding a `data` listener, so that stdin is not put in flowing mode before
-/// the SDK's transport listens.
-const RECORDER: &str = r#"
-const fs = require("fs");
-const path = process.env.SWITCHBOARD_TASKS_RECORD;
-const emit = process.stdin.emit;
-process.stdin.emit = function (event, chunk, ...rest) {
-  if (event === "data") fs.appendFileSync(path, chunk);
-  return emit.call(this, event, chunk, ...rest);
-};
-"#;
 
 /// A proxy in front of server-everything, with both principals' tokens and a record of what
 /// the backend reads.
@@ -73,25 +59,12 @@ struct Everything {
 impl Everything {
     fn start(target: Target, node: &Node, args: &[&str]) -> Everything {
         let scratch = TempDir::new("tasks-backend");
-        let preload = scratch.file("record.cjs");
-        std::fs::write(&preload, RECORDER).expect("write the recorder");
-        let record = scratch.file("backend-stdin.jsonl");
-        let script = node
-            .dir
-            .join("node_modules")
-            .join(EVERYTHING)
-            .join("dist/index.js");
+        let (backend, (key, value), record) = recorded_everything(node, scratch.path());
         let proxy = Proxy::builder(target)
             .tokens(&[ALICE, BOB])
             .args(args.iter().copied())
-            .env("SWITCHBOARD_TASKS_RECORD", record.display().to_string())
-            .backend([
-                "node".to_owned(),
-                "--require".to_owned(),
-                preload.display().to_string(),
-                script.display().to_string(),
-                "stdio".to_owned(),
-            ])
+            .env(key, value)
+            .backend(backend)
             .start();
         Everything {
             proxy,

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use switchboard_tests::mcp::{post, Answer};
-use switchboard_tests::node::{node_with, one_at_a_time, Node};
+use switchboard_tests::node::{node_with, one_at_a_time, recorded_everything, Node, EVERYTHING};
 use switchboard_tests::python::{python, run_script};
 use switchboard_tests::{
     open_session, suite, Events, Frame, McpSession, Proxy, Session, Target, TempDir, WAIT,
@@ -40,7 +40,6 @@ use switchboard_tests::{
 const MODERN: &str = "2026-07-28";
 const ALICE: (&str, &str) = ("alice", "alice-secret-token-0123");
 const BOB: (&str, &str) = ("bob", "bob-secret-token-456789");
-const EVERYTHING: &str = "@modelcontextprotocol/server-everything";
 
 /// The operator's file, in ToolHive's format.
 const OVERRIDE: &str = r#"{"toolsOverride": {"echo": {"name": "say", "description": "Says it back."}, "get-sum": {"name": "add"}}}"#;
@@ -52,18 +51,6 @@ const HIDDEN: [&str; 6] = ["echo", "get-sum", "get-env", "Say", "ECHO", "no-such
 
 /// Marks every call that must never reach the backend (in its arguments).
 const MARK: &str = "MARK-HIDDEN";
-
-/// Appends every chunk the backend reads on stdin to `$SWITCHBOARD_TOOLS_RECORD` (as in
-/// `tasks.rs`: it wraps `emit`, so stdin is not put in flowing mode early).
-const RECORDER: &str = r#"
-const fs = require("fs");
-const path = process.env.SWITCHBOARD_TOOLS_RECORD;
-const emit = process.stdin.emit;
-process.stdin.emit = function (event, chunk, ...rest) {
-  if (event === "data") fs.appendFileSync(path, chunk);
-  return emit.call(this, event, chunk, ...rest);
-};
-"#;
 
 /// A proxy in front of server-everything with a record of what the backend reads.
 struct Everything {
@@ -86,22 +73,13 @@ impl Everything {
         for (name, text) in files {
             write(&scratch.file(name), text);
         }
-        let preload = scratch.file("record.cjs");
-        write(&preload, RECORDER);
-        let record = scratch.file("backend-stdin.jsonl");
-        let script = (node.dir.join("node_modules").join(EVERYTHING)).join("dist/index.js");
+        let (backend, (key, value), record) = recorded_everything(node, scratch.path());
         let dir = scratch.path().display().to_string();
         let proxy = Proxy::builder(target)
             .tokens(tokens)
             .args(args.iter().map(|a| a.replace("{dir}", &dir)))
-            .env("SWITCHBOARD_TOOLS_RECORD", record.display().to_string())
-            .backend([
-                "node".to_owned(),
-                "--require".to_owned(),
-                preload.display().to_string(),
-                script.display().to_string(),
-                "stdio".to_owned(),
-            ])
+            .env(key, value)
+            .backend(backend)
             .start();
         Everything {
             proxy,
