@@ -21,7 +21,7 @@ use switchboard_core::framing::{self, BodyLength, Limits};
 use switchboard_core::http::{self, Admitted, Refused};
 use switchboard_core::hub::{Payload, TurnedAway};
 use switchboard_core::Front;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tracing::debug;
@@ -114,7 +114,7 @@ impl Server {
                 let close = framing::closes(&response);
                 let mut out = head_bytes(&response, Length::Full(response.body.len()), close);
                 out.extend_from_slice(&response.body);
-                if socket.write_all(&out).await.is_err() || close {
+                if !written(&mut socket, &out).await || close {
                     return HandOver::Closed;
                 }
                 let rest = Bytes::from(buf).slice(head_len..);
@@ -186,7 +186,7 @@ async fn backend_down(mut socket: TcpStream) -> HandOver {
     let response = switchboard_core::Rejection::BackendDown.response();
     let mut out = head_bytes(&response, Length::Full(response.body.len()), true);
     out.extend_from_slice(&response.body);
-    let _ = socket.write_all(&out).await;
+    written(&mut socket, &out).await;
     HandOver::Closed
 }
 
@@ -270,11 +270,7 @@ fn head_bytes(response: &http::Response, length: Length, close: bool) -> Vec<u8>
 /// the stream (the last chunk is written) or the client leaves (a read sees its end).
 async fn stream(socket: TcpStream, head: http::Response, mut body: StreamBody, budget: usize) {
     let (mut reader, mut writer) = socket.into_split();
-    if writer
-        .write_all(&head_bytes(&head, Length::Chunked, false))
-        .await
-        .is_err()
-    {
+    if !written(&mut writer, &head_bytes(&head, Length::Chunked, false)).await {
         return;
     }
     drop(head);
@@ -286,7 +282,7 @@ async fn stream(socket: TcpStream, head: http::Response, mut body: StreamBody, b
         tokio::select! {
             frame = body.frame() => {
                 let Some(Ok(frame)) = frame else {
-                    let _ = writer.write_all(b"0\r\n\r\n").await;
+                    written(&mut writer, b"0\r\n\r\n").await;
                     return;
                 };
                 let Ok(data) = frame.into_data() else { continue };
@@ -311,19 +307,78 @@ async fn stream(socket: TcpStream, head: http::Response, mut body: StreamBody, b
     }
 }
 
-/// Writes `bytes` to a stream's client; false if it failed, or moved nothing for
-/// [`STALLED_WRITE`](switchboard_shell::STALLED_WRITE).
-async fn written(writer: &mut tokio::net::tcp::OwnedWriteHalf, bytes: &[u8]) -> bool {
+/// Writes `bytes` to the client; false if it failed, or a write moved nothing for
+/// [`STALLED_WRITE`](switchboard_shell::STALLED_WRITE): a client that reads slowly is
+/// served, one that stopped reading is let go. Every write on this path goes through it.
+async fn written<W: AsyncWrite + Unpin>(writer: &mut W, mut bytes: &[u8]) -> bool {
     let stalled = switchboard_shell::STALLED_WRITE;
-    matches!(
-        crate::server::within(stalled, writer.write_all(bytes)).await,
-        Some(Ok(()))
-    )
+    while !bytes.is_empty() {
+        match crate::server::within(stalled, writer.write(bytes)).await {
+            Some(Ok(n)) if n > 0 => bytes = &bytes[n..],
+            _ => return false,
+        }
+    }
+    true
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use std::future::Future;
+    use std::time::Duration;
+
+    /// A client that takes one byte every 40 s: slow, but never still for the stall time.
+    struct Trickle(std::pin::Pin<Box<tokio::time::Sleep>>);
+
+    impl AsyncWrite for Trickle {
+        fn poll_write(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            _: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            std::task::ready!(self.0.as_mut().poll(cx));
+            let next = tokio::time::Instant::now() + Duration::from_secs(40);
+            self.0.as_mut().reset(next);
+            std::task::Poll::Ready(Ok(1))
+        }
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_reads_slowly_is_served() {
+        let first = tokio::time::Instant::now() + Duration::from_secs(40);
+        let mut client = Trickle(Box::pin(tokio::time::sleep_until(first)));
+        let started = tokio::time::Instant::now();
+        assert!(written(&mut client, b"0\r\n\r\n").await);
+        assert!(started.elapsed() > 2 * switchboard_shell::STALLED_WRITE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_stops_reading_is_let_go_after_the_stall_time() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let client = TcpStream::connect(listener.local_addr().expect("addr")).await;
+        let (mut socket, _) = listener.accept().await.expect("accept");
+        let started = tokio::time::Instant::now();
+        // More than both sockets' buffers hold: the write must wait for the client.
+        let big = vec![b'x'; 64 << 20];
+        assert!(!written(&mut socket, &big).await);
+        assert!(started.elapsed() >= switchboard_shell::STALLED_WRITE);
+        drop(client);
+    }
 
     fn limits() -> Limits {
         Limits::default()
