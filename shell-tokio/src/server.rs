@@ -488,9 +488,7 @@ impl Counted {
         let reads = self.reads.reads.load(Ordering::Acquire);
         self.reads.at_answer.store(reads, Ordering::Release);
     }
-}
 
-impl Counted {
     /// A write's outcome, `polled`, with the stall rule: one that went through disarms
     /// it; one that must wait fails once writes have moved nothing for the stall time.
     fn progress(
@@ -574,7 +572,6 @@ impl AsyncWrite for Counted {
     }
 }
 
-/// A core response, copied onto the wire (constants are borrowed, not copied).
 /// The answer to a request whose body stopped coming: 408, and the connection closes.
 fn silent() -> Response<ResponseBody> {
     let mut response = Response::new(UnsyncBoxBody::new(Full::new(Bytes::new())));
@@ -583,6 +580,7 @@ fn silent() -> Response<ResponseBody> {
     response
 }
 
+/// A core response, copied onto the wire (constants are borrowed, not copied).
 fn full(response: http::Response) -> Response<ResponseBody> {
     answer(response, 0)
 }

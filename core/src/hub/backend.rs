@@ -90,9 +90,10 @@ pub(super) fn queued(
     queued
 }
 
-/// What queues the proxy's lines for a request: the hub's upstream parts (as
-/// `listen::upstream!` takes them).
-type Upstream<'a> = (
+/// The parts through which the proxy's own lines reach the backend, borrowed from the hub
+/// (by a listen's subscribes, a list fetch, the handshake): the router numbers them, the
+/// backend queues them (counted as the proxy's lines), the outputs carry what they cause.
+pub(super) type Upstream<'a> = (
     &'a mut Router,
     &'a mut BackendProcess,
     &'a mut Metrics,

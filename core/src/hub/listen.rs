@@ -4,12 +4,12 @@
 //! a session's room under `--max-sessions`, and its resource subscriptions are shared with
 //! the sessions': the backend is unsubscribed only when the last holder of a uri leaves.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::backend::{queued, BackendProcess, LineFrom};
+use super::backend::{queued, LineFrom, Upstream};
 use super::deadlines::Deadlines;
 use super::exchanges::Answer;
 use super::in_flight::{Entry, Settlement};
@@ -20,9 +20,8 @@ use crate::audit::Outcome;
 use crate::auth::Principal;
 use crate::http::{self, Grant};
 use crate::message::Checked;
-use crate::metrics::Metrics;
 use crate::output::{Frame, Output, RequestId, StreamId};
-use crate::router::{Router, MAX_PENDING_SUBSCRIBES};
+use crate::router::MAX_PENDING_SUBSCRIBES;
 use crate::sse;
 
 /// The `_meta` key that names the listen every frame of its stream belongs to.
@@ -84,16 +83,6 @@ pub(crate) struct Listeners {
     ack_timers: Deadlines<StreamId>,
     keepalive: Duration,
 }
-
-/// The parts the listens reach the backend through, borrowed from the hub: the router
-/// numbers the proxy's subscribes, the backend queues them (counted as the proxy's lines),
-/// the outputs carry them with the streams' frames.
-pub(super) type Upstream<'a> = (
-    &'a mut Router,
-    &'a mut BackendProcess,
-    &'a mut Metrics,
-    &'a mut VecDeque<Output>,
-);
 
 /// The hub's [`Upstream`] parts.
 macro_rules! upstream {

@@ -298,8 +298,11 @@ impl Tasks {
         msg: &Checked,
         passed: &std::collections::BTreeSet<String>,
     ) -> Asked {
-        if let Some(holdings) = self.owners.get_mut(owner) {
-            holdings.used = self.next;
+        // Only a principal's place can be given up, so only a principal's use is noted.
+        if matches!(owner, Owner::Principal(_)) {
+            if let Some(holdings) = self.owners.get_mut(owner) {
+                holdings.used = self.next;
+            }
         }
         let asked = self.decide(now, owner, msg, passed);
         if !matches!(asked, Asked::Forward(_) | Asked::Rewritten(_)) {
