@@ -122,10 +122,13 @@ impl ToolHeaders {
     /// error, which says nothing) annotates: each tool it lists replaces what was known of
     /// that tool.
     pub(crate) fn learn(&mut self, result: Option<&str>) {
-        let Some(result) = result else {
-            return;
-        };
-        let value: serde_json::Value = serde_json::from_str(result).unwrap_or_default();
+        if let Some(result) = result {
+            self.learn_value(&serde_json::from_str(result).unwrap_or_default());
+        }
+    }
+
+    /// [`ToolHeaders::learn`] from a result already read.
+    pub(crate) fn learn_value(&mut self, value: &serde_json::Value) {
         for tool in value["tools"].as_array().into_iter().flatten() {
             let Some(name) = tool["name"].as_str() else {
                 continue;

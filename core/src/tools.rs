@@ -333,13 +333,13 @@ impl BackendTools {
         (self.known, self.reading) = (None, None);
     }
 
-    /// The answer to the proxy's request `request` for a page, its result's JSON text
-    /// (`None`: an error).
-    pub(crate) fn page(&mut self, request: u64, result: Option<&str>) -> Page {
+    /// The answer to the proxy's request `request` for a page, its result as read
+    /// (`None`: an error, or not JSON).
+    pub(crate) fn page(&mut self, request: u64, result: Option<&Value>) -> Page {
         let Some(reading) = (self.reading.as_mut()).filter(|r| r.awaiting == Some(request)) else {
             return Page::Stale;
         };
-        let Some(value) = result.and_then(|r| serde_json::from_str::<Value>(r).ok()) else {
+        let Some(value) = result else {
             self.reading = None;
             return Page::Failed;
         };
@@ -405,6 +405,10 @@ fn name_in(text: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn json(text: &str) -> Value {
+        serde_json::from_str(text).expect("JSON")
+    }
 
     fn view(tools: &[&str], overrides: &str) -> ToolView {
         let tools: Vec<String> = tools.iter().map(|t| t.to_string()).collect();
@@ -505,12 +509,15 @@ mod tests {
         tools.changed();
         tools.asked(1);
         assert_eq!(
-            tools.page(1, Some(r#"{"tools":[{"name":"a"}],"nextCursor":"c"}"#)),
+            tools.page(
+                1,
+                Some(&json(r#"{"tools":[{"name":"a"}],"nextCursor":"c"}"#))
+            ),
             Page::Next("c".into())
         );
         tools.asked(2);
         assert_eq!(
-            tools.page(2, Some(r#"{"tools":[{"name":"b"}]}"#)),
+            tools.page(2, Some(&json(r#"{"tools":[{"name":"b"}]}"#))),
             Page::Whole
         );
         assert_eq!(tools.known(), Some(&["a", "b"].map(String::from).into()));
@@ -524,24 +531,24 @@ mod tests {
         for request in 1..MAX_READ_PAGES as u64 {
             tools.asked(request);
             assert_eq!(
-                tools.page(request, Some(endless)),
+                tools.page(request, Some(&json(endless))),
                 Page::Next("again".into())
             );
         }
         tools.asked(100);
-        assert_eq!(tools.page(100, Some(endless)), Page::Cut);
+        assert_eq!(tools.page(100, Some(&json(endless))), Page::Cut);
         assert_eq!(tools.known(), Some(&["a"].map(String::from).into()));
         // A change while page 1 is out: its answer is an older read's, ignored.
         tools.changed();
         tools.asked(101);
         tools.changed();
         tools.asked(102);
-        assert_eq!(tools.page(101, Some(r#"{"tools":[]}"#)), Page::Stale);
+        assert_eq!(tools.page(101, Some(&json(r#"{"tools":[]}"#))), Page::Stale);
         assert_eq!(
-            tools.page(102, Some(r#"{"tools":[{"name":"b"}]}"#)),
+            tools.page(102, Some(&json(r#"{"tools":[{"name":"b"}]}"#))),
             Page::Whole
         );
         assert_eq!(tools.known(), Some(&["b"].map(String::from).into()));
-        assert_eq!(tools.page(102, Some(r#"{"tools":[]}"#)), Page::Stale);
+        assert_eq!(tools.page(102, Some(&json(r#"{"tools":[]}"#))), Page::Stale);
     }
 }

@@ -473,10 +473,11 @@ fn tools_page(
     request: u64,
     result: Option<String>,
 ) {
-    let result = result.as_deref();
-    let page = tools.page(request, result);
-    if page != Page::Stale {
-        headers.learn(result);
+    // Read once, for the names and the headers alike.
+    let value = result.and_then(|r| serde_json::from_str::<serde_json::Value>(&r).ok());
+    let page = tools.page(request, value.as_ref());
+    if let Some(value) = value.as_ref().filter(|_| page != Page::Stale) {
+        headers.learn_value(value);
     }
     match page {
         Page::Next(cursor) => read_page((router, backend, tools, outputs), now, Some(&cursor)),
