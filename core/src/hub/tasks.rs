@@ -130,15 +130,12 @@ impl Tasks {
         if task.id.len() > MAX_TASK_ID || self.tasks.contains_key(&task.id) {
             return;
         }
-        if !self.make_room(&owner) {
+        let max = self.max_per_owner;
+        let Some((seq, holdings)) = self.place(&owner) else {
             return;
-        }
-        let seq = self.next;
-        self.next += 1;
-        let holdings = self.owners.entry(owner.clone()).or_default();
-        holdings.used = seq;
+        };
         holdings.tasks.insert(seq, task.id.clone());
-        let evicted = (holdings.tasks.len() > self.max_per_owner)
+        let evicted = (holdings.tasks.len() > max)
             .then(|| holdings.tasks.pop_first())
             .flatten();
         if let Some((_, oldest)) = evicted {
@@ -267,15 +264,23 @@ impl Tasks {
         }
     }
 
-    /// A cursor for `owner` standing for the backend's `backend`.
-    fn mint_cursor(&mut self, owner: &Owner, backend: String) -> Option<String> {
+    /// `owner`'s holdings, made room for, with the next number (a task's order, a cursor's
+    /// name), noted as its latest use; `None` when the table has no room for it.
+    fn place(&mut self, owner: &Owner) -> Option<(u64, &mut Holdings)> {
         if !self.make_room(owner) {
             return None;
         }
-        let minted = format!("switchboard-tasks-{}", self.next);
-        let holdings = self.owners.entry(owner.clone()).or_default();
-        holdings.used = self.next;
+        let seq = self.next;
         self.next += 1;
+        let holdings = self.owners.entry(owner.clone()).or_default();
+        holdings.used = seq;
+        Some((seq, holdings))
+    }
+
+    /// A cursor for `owner` standing for the backend's `backend`.
+    fn mint_cursor(&mut self, owner: &Owner, backend: String) -> Option<String> {
+        let (seq, holdings) = self.place(owner)?;
+        let minted = format!("switchboard-tasks-{seq}");
         if holdings.cursors.len() >= MAX_CURSORS {
             holdings.cursors.pop_front();
         }
